@@ -1,0 +1,59 @@
+# Thin wrapper over CMake so that set-up is two commands: `make demo` and
+# `make test`. Everything real lives in CMakeLists.txt and scripts/.
+JOBS        ?= $(shell nproc)
+BUILD       ?= build
+DEMO_MODEL  ?= models/demo.gguf
+FUZZ_SECONDS ?= 600
+ORACLE_DIR  ?= $(HOME)/.cache/moestream/oracle
+
+.PHONY: all deps build demo test test-asan test-clang fuzz fuzz-smoke oracle clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+$(DEMO_MODEL): | build
+	@mkdir -p $(dir $@)
+	$(BUILD)/moestream mkmodel --preset small --experts-type q4_k --dense-type q8_0 --seed 1 -o $@
+
+demo: build $(DEMO_MODEL)
+	$(BUILD)/moestream inspect $(DEMO_MODEL)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+# Warnings-as-errors build and test run with clang (gcc is the default).
+test-clang: deps
+	@CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build-clang -j $(JOBS)
+	cd build-clang && ctest --output-on-failure -j $(JOBS)
+
+build-fuzz/fuzz_gguf: deps
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf
+
+# Long fuzzing run of the GGUF reader: make fuzz FUZZ_SECONDS=3600
+fuzz: build-fuzz/fuzz_gguf
+	scripts/fuzz.sh build-fuzz/fuzz_gguf $(FUZZ_SECONDS)
+
+# Bounded run used by CI.
+fuzz-smoke: build-fuzz/fuzz_gguf
+	scripts/fuzz.sh build-fuzz/fuzz_gguf 45
+
+# Live llama.cpp check (downloads node-llama-cpp, ~1 GB, into ORACLE_DIR).
+oracle: build
+	ORACLE_DIR=$(ORACLE_DIR) scripts/oracle.sh $(BUILD)/moestream
+
+clean:
+	rm -rf build build-asan build-clang build-fuzz

@@ -1,0 +1,51 @@
+/*
+ * main.c - `moestream <command> [options]`: git-style dispatch to the
+ * subcommands in cmd_*.c (see cli.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "quant/quant.h"
+
+#define MS_VERSION "0.1.0"
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct command commands[] = {
+    {"inspect", cmd_inspect, "show a GGUF's metadata, tensors, quant types and layout"},
+    {"mkmodel", cmd_mkmodel, "write a small DeepSeek-V4-architecture GGUF with random weights"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: moestream <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\n`moestream <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        ms_quant_init();
+        printf("moestream %s (kernels: %s)\n", MS_VERSION, ms_quant_isa());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

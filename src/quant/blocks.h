@@ -1,0 +1,72 @@
+/*
+ * blocks.h - byte layouts of the block formats moestream computes with.
+ *
+ * Identical to ggml's ggml-common.h so GGUF files are interchangeable with
+ * llama.cpp. Each struct is followed by a static size check; all fields are
+ * little-endian. `d`/`dmin` are IEEE half unless stated.
+ */
+#ifndef MS_QUANT_BLOCKS_H
+#define MS_QUANT_BLOCKS_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#define QK8_0 32
+#define QK_MXFP4 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* Q8_0: 32 int8 values, one half scale. x = d * q. */
+typedef struct {
+    uint16_t d;
+    int8_t qs[QK8_0];
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+/* MXFP4 (OCP microscaling): 32 E2M1 values, one E8M0 shared exponent.
+ * qs[j] low nibble = element j, high nibble = element j + 16. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
+
+/* Q4_K: 256 values in 8 sub-blocks of 32; 6-bit scales and mins packed in
+ * 12 bytes; x = d * sc * q - dmin * m. */
+typedef struct {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+/* Q2_K: 256 values in 16 sub-blocks of 16; 4-bit scale and min per sub-block
+ * (scales[i] = sc | m << 4); x = d * sc * q - dmin * m. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    uint16_t d;
+    uint16_t dmin;
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
+
+/* IQ2_XXS: 256 values, 2.0625 bits each; per 32 values two uint32 words:
+ * four 8-bit indices into the 256-entry E8 lattice grid, then 4x7 sign bits
+ * and a 4-bit scale. */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];
+} block_iq2_xxs;
+static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs size");
+
+/* Q8_K: activation format for K-quants: 256 int8 values, f32 scale, and the
+ * sums of each group of 16 values (used by the min terms). */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+#endif

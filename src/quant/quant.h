@@ -1,0 +1,128 @@
+/*
+ * quant.h - tensor element types, block formats and dot-product kernels.
+ *
+ * One table describes every ggml tensor type that a GGUF may hold (the type
+ * ids, block sizes and bytes per block are ggml's, so files are byte-for-byte
+ * interchangeable with llama.cpp). For the types moestream computes with it
+ * also holds the kernels:
+ *
+ *   to_float     dequantize n elements (n a multiple of blck_size)
+ *   from_float   quantize n elements (reference quantizer, deterministic)
+ *   vec_dot      dot(weight row, activation row in vec_dot_type)   (fast mode)
+ *   vec_dot_f32  dot(weight row, f32 activation row)               (--quality:
+ *                exact math on the stored weights, accumulated in f32/f64)
+ *
+ * Nothing else in the engine switches on the type. Each kernel has a scalar
+ * reference; ms_quant_init() swaps in AVX2 or AVX-512 versions once, at start,
+ * after a CPU feature check. ms_type_traits_ref() always returns the scalar
+ * table (tests compare the two on random data).
+ *
+ * Weight formats with kernels: F32, F16, BF16, Q8_0, Q4_K, Q2_K, IQ2_XXS, MXFP4.
+ * Activation formats: Q8_0 (for Q8_0 and MXFP4 weights), Q8_K (for Q4_K, Q2_K,
+ * IQ2_XXS), F16 (for F16), BF16 (for BF16), F32 (for F32) - as in ggml.
+ * Block layouts follow ggml's ggml-common.h definitions (cited per format in
+ * the implementation).
+ */
+#ifndef MS_QUANT_QUANT_H
+#define MS_QUANT_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml's type ids (ggml.h `enum ggml_type`); gaps are removed types. */
+enum ms_type {
+    MS_TYPE_F32 = 0,
+    MS_TYPE_F16 = 1,
+    MS_TYPE_Q4_0 = 2,
+    MS_TYPE_Q4_1 = 3,
+    MS_TYPE_Q5_0 = 6,
+    MS_TYPE_Q5_1 = 7,
+    MS_TYPE_Q8_0 = 8,
+    MS_TYPE_Q8_1 = 9,
+    MS_TYPE_Q2_K = 10,
+    MS_TYPE_Q3_K = 11,
+    MS_TYPE_Q4_K = 12,
+    MS_TYPE_Q5_K = 13,
+    MS_TYPE_Q6_K = 14,
+    MS_TYPE_Q8_K = 15,
+    MS_TYPE_IQ2_XXS = 16,
+    MS_TYPE_IQ2_XS = 17,
+    MS_TYPE_IQ3_XXS = 18,
+    MS_TYPE_IQ1_S = 19,
+    MS_TYPE_IQ4_NL = 20,
+    MS_TYPE_IQ3_S = 21,
+    MS_TYPE_IQ2_S = 22,
+    MS_TYPE_IQ4_XS = 23,
+    MS_TYPE_I8 = 24,
+    MS_TYPE_I16 = 25,
+    MS_TYPE_I32 = 26,
+    MS_TYPE_I64 = 27,
+    MS_TYPE_F64 = 28,
+    MS_TYPE_IQ1_M = 29,
+    MS_TYPE_BF16 = 30,
+    MS_TYPE_TQ1_0 = 34,
+    MS_TYPE_TQ2_0 = 35,
+    MS_TYPE_MXFP4 = 39,
+    MS_TYPE_COUNT = 40
+};
+
+typedef void (*ms_to_float_fn)(const void *restrict x, float *restrict y, int64_t n);
+typedef void (*ms_from_float_fn)(const float *restrict x, void *restrict y, int64_t n);
+/* *s = dot(x, y) over n elements; x and y are rows in their own formats. */
+typedef void (*ms_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
+                              const void *restrict y);
+
+struct ms_type_traits {
+    const char *name;          /* ggml's name, lower case: "q4_K", "mxfp4", ... */
+    int64_t blck_size;         /* elements per block */
+    size_t type_size;          /* bytes per block */
+    bool is_quantized;
+    bool has_kernels;          /* to_float/from_float/vec_dot* are set */
+    enum ms_type vec_dot_type; /* activation format vec_dot expects */
+    ms_to_float_fn to_float;
+    ms_from_float_fn from_float;
+    ms_vec_dot_fn vec_dot;     /* (weight row, vec_dot_type row) */
+    ms_vec_dot_fn vec_dot_f32; /* (weight row, f32 row) */
+};
+
+/* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).
+ * Idempotent and thread-safe; every entry point below calls it lazily, so an
+ * explicit call only fixes the moment of selection. MS_ISA=scalar|avx2|avx512
+ * in the environment caps the choice (tests and benchmarks). */
+void ms_quant_init(void);
+/* Name of the kernel set in use: "scalar", "avx2" or "avx512". */
+const char *ms_quant_isa(void);
+
+/* Traits of a type, or NULL for an id that is not a ggml type. The active
+ * table (fast kernels where available) and the scalar reference table. */
+const struct ms_type_traits *ms_type_traits(enum ms_type type);
+const struct ms_type_traits *ms_type_traits_ref(enum ms_type type);
+/* Type name ("q8_0") or NULL. Parsing accepts any case ("Q4_K", "q4_k"). */
+const char *ms_type_name(enum ms_type type);
+int ms_type_from_name(const char *name, enum ms_type *out); /* 0 or -1 */
+
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size
+ * or the type is unknown. */
+size_t ms_row_size(enum ms_type type, int64_t n);
+
+/*
+ * y[r] = dot(W row r, x) for r in [0, n_rows): W is n_rows x n_cols in `type`
+ * (row-major, rows contiguous, ms_row_size(type, n_cols) bytes each), x is f32
+ * [n_cols], y is f32 [n_rows]. quality=false quantizes x once to vec_dot_type
+ * (into `scratch`, at least ms_matvec_scratch_size bytes, 64-byte aligned, or
+ * NULL to allocate internally) and uses vec_dot; quality=true uses vec_dot_f32.
+ * Returns 0, or -1 when the type has no kernels or n_cols is not a multiple
+ * of the block size (the caller validated shapes; this is a guard).
+ */
+int ms_matvec(enum ms_type type, const void *w, int64_t n_rows, int64_t n_cols,
+              const float *x, float *y, bool quality, void *scratch);
+size_t ms_matvec_scratch_size(enum ms_type type, int64_t n_cols);
+
+/* IEEE half / bfloat16 / E8M0 conversions (round to nearest even, as ggml). */
+uint16_t ms_fp32_to_fp16(float f);
+float ms_fp16_to_fp32(uint16_t h);
+uint16_t ms_fp32_to_bf16(float f);
+float ms_bf16_to_fp32(uint16_t h);
+
+#endif

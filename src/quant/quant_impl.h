@@ -1,0 +1,56 @@
+/*
+ * quant_impl.h - internal: the per-format kernels behind the traits table.
+ *
+ * Naming: ms_<op>_<weight>[_<activation>]_<isa>, isa in {ref, avx2, avx512}.
+ *   dequant  (to_float)      void (const void *x, float *y, int64_t n)
+ *   quant    (from_float)    void (const float *x, void *y, int64_t n)
+ *   dot      (vec_dot)       void (int64_t n, float *s, const void *w, const void *a)
+ * n is a multiple of the format's block size. The ref versions are the
+ * specification; the SIMD versions must agree with them (tests/test_quant.c).
+ * Only quant/ includes this header.
+ */
+#ifndef MS_QUANT_IMPL_H
+#define MS_QUANT_IMPL_H
+
+#include <stdint.h>
+
+#define MS_DECL_DEQUANT(fmt, isa) void ms_dequant_##fmt##_##isa(const void *restrict x, float *restrict y, int64_t n)
+#define MS_DECL_QUANT(fmt, isa) void ms_quant_##fmt##_##isa(const float *restrict x, void *restrict y, int64_t n)
+#define MS_DECL_DOT(w, a, isa) void ms_dot_##w##_##a##_##isa(int64_t n, float *restrict s, const void *restrict x, const void *restrict y)
+
+/* ---- f32 / f16 / bf16 / q8_0 / mxfp4 / q8_0 activations (quant_basic*.c) */
+MS_DECL_DOT(f32, f32, ref);   MS_DECL_DOT(f32, f32, avx2);   MS_DECL_DOT(f32, f32, avx512);
+MS_DECL_DEQUANT(f16, ref);    MS_DECL_DEQUANT(f16, avx2);    MS_DECL_DEQUANT(f16, avx512);
+MS_DECL_QUANT(f16, ref);      MS_DECL_QUANT(f16, avx2);      MS_DECL_QUANT(f16, avx512);
+MS_DECL_DOT(f16, f16, ref);   MS_DECL_DOT(f16, f16, avx2);   MS_DECL_DOT(f16, f16, avx512);
+MS_DECL_DOT(f16, f32, ref);   MS_DECL_DOT(f16, f32, avx2);   MS_DECL_DOT(f16, f32, avx512);
+MS_DECL_DEQUANT(bf16, ref);   MS_DECL_DEQUANT(bf16, avx2);   MS_DECL_DEQUANT(bf16, avx512);
+MS_DECL_QUANT(bf16, ref);     MS_DECL_QUANT(bf16, avx2);     MS_DECL_QUANT(bf16, avx512);
+MS_DECL_DOT(bf16, bf16, ref); MS_DECL_DOT(bf16, bf16, avx2); MS_DECL_DOT(bf16, bf16, avx512);
+MS_DECL_DOT(bf16, f32, ref);  MS_DECL_DOT(bf16, f32, avx2);  MS_DECL_DOT(bf16, f32, avx512);
+MS_DECL_DEQUANT(q8_0, ref);   MS_DECL_DEQUANT(q8_0, avx2);   MS_DECL_DEQUANT(q8_0, avx512);
+MS_DECL_QUANT(q8_0, ref);     MS_DECL_QUANT(q8_0, avx2);     MS_DECL_QUANT(q8_0, avx512);
+MS_DECL_DOT(q8_0, q8_0, ref); MS_DECL_DOT(q8_0, q8_0, avx2); MS_DECL_DOT(q8_0, q8_0, avx512);
+MS_DECL_DOT(q8_0, f32, ref);  MS_DECL_DOT(q8_0, f32, avx2);  MS_DECL_DOT(q8_0, f32, avx512);
+MS_DECL_DEQUANT(mxfp4, ref);  MS_DECL_DEQUANT(mxfp4, avx2);  MS_DECL_DEQUANT(mxfp4, avx512);
+MS_DECL_QUANT(mxfp4, ref);
+MS_DECL_DOT(mxfp4, q8_0, ref); MS_DECL_DOT(mxfp4, q8_0, avx2); MS_DECL_DOT(mxfp4, q8_0, avx512);
+MS_DECL_DOT(mxfp4, f32, ref);  MS_DECL_DOT(mxfp4, f32, avx2);  MS_DECL_DOT(mxfp4, f32, avx512);
+
+/* ---- k-quants, iq2_xxs, q8_K activations (quant_kq*.c) */
+MS_DECL_DEQUANT(q8_K, ref);
+MS_DECL_QUANT(q8_K, ref);     MS_DECL_QUANT(q8_K, avx2);     MS_DECL_QUANT(q8_K, avx512);
+MS_DECL_DEQUANT(q4_K, ref);   MS_DECL_DEQUANT(q4_K, avx2);   MS_DECL_DEQUANT(q4_K, avx512);
+MS_DECL_QUANT(q4_K, ref);
+MS_DECL_DOT(q4_K, q8_K, ref); MS_DECL_DOT(q4_K, q8_K, avx2); MS_DECL_DOT(q4_K, q8_K, avx512);
+MS_DECL_DOT(q4_K, f32, ref);  MS_DECL_DOT(q4_K, f32, avx2);  MS_DECL_DOT(q4_K, f32, avx512);
+MS_DECL_DEQUANT(q2_K, ref);   MS_DECL_DEQUANT(q2_K, avx2);   MS_DECL_DEQUANT(q2_K, avx512);
+MS_DECL_QUANT(q2_K, ref);
+MS_DECL_DOT(q2_K, q8_K, ref); MS_DECL_DOT(q2_K, q8_K, avx2); MS_DECL_DOT(q2_K, q8_K, avx512);
+MS_DECL_DOT(q2_K, f32, ref);  MS_DECL_DOT(q2_K, f32, avx2);  MS_DECL_DOT(q2_K, f32, avx512);
+MS_DECL_DEQUANT(iq2_xxs, ref); MS_DECL_DEQUANT(iq2_xxs, avx2); MS_DECL_DEQUANT(iq2_xxs, avx512);
+MS_DECL_QUANT(iq2_xxs, ref);
+MS_DECL_DOT(iq2_xxs, q8_K, ref); MS_DECL_DOT(iq2_xxs, q8_K, avx2); MS_DECL_DOT(iq2_xxs, q8_K, avx512);
+MS_DECL_DOT(iq2_xxs, f32, ref);  MS_DECL_DOT(iq2_xxs, f32, avx2);  MS_DECL_DOT(iq2_xxs, f32, avx512);
+
+#endif

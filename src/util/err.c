@@ -1,0 +1,38 @@
+/* err.c - formatting for ms_err (see err.h). */
+#include "util/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int ms_err_set(ms_err *e, const char *fmt, ...) {
+    if (!e) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int ms_err_prefix(ms_err *e, const char *fmt, ...) {
+    if (!e) return -1;
+    char prefix[MS_ERR_MSG_MAX], old[MS_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, e->msg, sizeof old);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    return -1;
+}
+
+int ms_err_errno(ms_err *e, int errnum, const char *fmt, ...) {
+    if (!e) return -1;
+    char head[MS_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", head, strerror(errnum));
+    return -1;
+}
