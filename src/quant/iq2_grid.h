@@ -1,0 +1,23 @@
+/*
+ * iq2_grid.h - internal: the IQ2_XXS lattice grid and sign tables
+ * (defined in quant_kq_grid.c). Only quant/ includes this header.
+ *
+ * An IQ2_XXS group of 8 values is grid[idx] (8 unsigned magnitudes, element j
+ * in byte j) with element j negated when bit j of ms_iq2_ksigns[s7] is set.
+ */
+#ifndef MS_QUANT_IQ2_GRID_H
+#define MS_QUANT_IQ2_GRID_H
+
+#include <stdint.h>
+
+#define MS_IQ2XXS_GRID_SIZE 256
+
+extern const uint64_t ms_iq2xxs_grid[MS_IQ2XXS_GRID_SIZE];
+extern const uint8_t ms_iq2_ksigns[128];
+
+/* Magnitude of element j (0..7) of grid point idx. */
+static inline int ms_iq2xxs_grid_val(unsigned idx, int j) {
+    return (int)((ms_iq2xxs_grid[idx] >> (8 * j)) & 0xff);
+}
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * quant_kq.h - internal: small helpers shared by the Q4_K / Q2_K / IQ2_XXS /
+ * Q8_K kernels (quant_kq_*.c). Only quant/ includes this header.
+ */
+#ifndef MS_QUANT_KQ_H
+#define MS_QUANT_KQ_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+/* Q4_K packs 8 six-bit scales and 8 six-bit mins in 12 bytes (ggml's
+ * get_scale_min_k4): sub-blocks 0..3 keep scale and min in the low 6 bits of
+ * bytes 0..3 and 4..7; sub-blocks 4..7 keep their low 4 bits in the nibbles
+ * of bytes 8..11 (scale low, min high) and their top 2 bits in the top 2 bits
+ * of bytes 0..3 (scale) and 4..7 (min). */
+static inline void ms_q4k_unpack_scales(const uint8_t s[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* The inverse: sc[j], m[j] in [0, 63]. */
+static inline void ms_q4k_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t s[K_SCALE_SIZE]) {
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
+    }
+}
+
+/* IQ2_XXS sub-block ib (32 values) as two little-endian words: aux[0] holds
+ * four grid indices (byte l for group l), aux[1] holds four 7-bit sign
+ * indices (bits 7l..7l+6) and the 4-bit scale (bits 28..31). */
+static inline void ms_iq2xxs_aux(const block_iq2_xxs *b, int ib, uint32_t aux[2]) {
+    const uint16_t *q = b->qs + 4 * ib;
+    aux[0] = (uint32_t)q[0] | (uint32_t)q[1] << 16;
+    aux[1] = (uint32_t)q[2] | (uint32_t)q[3] << 16;
+}
+
+#endif

@@ -1,0 +1,304 @@
+/*
+ * quant_kq_quantize.c - reference quantizers for Q4_K, Q2_K and IQ2_XXS
+ * weights (the from_float entries of the traits table).
+ *
+ * They write ggml's byte layouts, so any reader decodes them, but they are
+ * not bit-identical to ggml's quantizers (they need not be: quantization is a
+ * search, and only the decoded values matter). All are deterministic.
+ *
+ * Q4_K / Q2_K: per sub-block, a scale and a min are fitted by weighted least
+ * squares over a small sweep of candidate grids (the method of ggml's
+ * make_qkx2_quants); the per-block d / dmin are the largest sub-block scale /
+ * min over 63 (Q4_K, 6-bit codes) or 15 (Q2_K, 4-bit codes), and the values
+ * are re-rounded against the scales as stored.
+ *
+ * IQ2_XXS: d is taken from the block's largest magnitude so that the top
+ * sub-block scale (ls = 15) maps it onto the largest grid magnitude 43. Per
+ * group of 8 the signs are those of x, except that an odd count of negatives
+ * flips the smallest magnitude (the format stores 7 sign bits; the 8th is
+ * their parity). Per sub-block of 32 all 16 scales are tried; for each, every
+ * group takes the grid point nearest its magnitudes among the K grid points
+ * closest to the rounded 3^8 lattice point (a table built once), and the
+ * scale with the least squared error wins.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "quant/iq2_grid.h"
+#include "quant/quant_impl.h"
+#include "quant/quant_kq.h"
+
+/* Round to nearest, ties to even, for |f| < 2^22 (values beyond come out
+ * wrong but finite; callers clamp). Bit arithmetic only, so NaN or inf input
+ * cannot trap or be undefined behaviour. */
+static inline int nearest_int(float f) {
+    const float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/*
+ * Fits x[i] ~= scale * L[i] - min_out with L[i] in [0, nmax], minimizing
+ * sum w[i] * err^2 (or w[i] * |err| when use_mad). Candidate roundings come
+ * from the grids (nmax + rmin + rdelta * k) / (max - min), k = 0..nstep; for
+ * each, scale and min are the weighted least-squares solution (min kept
+ * >= 0 in the subtracted sense). Returns scale (>= 0); *min_out >= 0.
+ */
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *min_out,
+                           float rmin, float rdelta, int nstep, bool use_mad) {
+    float min = x[0], max = x[0], sum_w = 0.0f, sum_x = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0.0f) min = 0.0f;
+    if (!(max > min)) { /* constant (or NaN) sub-block */
+        memset(L, 0, (size_t)n);
+        *min_out = -min;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / (max - min);
+    float scale = 1.0f / iscale, best = 0.0f;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        const float diff = scale * L[i] + min - x[i];
+        best += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+    }
+    uint8_t Laux[32];
+    for (int k = 0; k <= nstep; k++) {
+        iscale = (rmin + rdelta * (float)k + (float)nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * (float)l;
+            sum_l2 += w[i] * (float)(l * l);
+            sum_xl += w[i] * (float)l * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(D > 0.0f)) continue;
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        if (this_min > 0.0f) {
+            this_min = 0.0f;
+            this_scale = sum_xl / sum_l2;
+        }
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const float diff = this_scale * Laux[i] + this_min - x[i];
+            err += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+        }
+        if (err < best) {
+            memcpy(L, Laux, (size_t)n);
+            best = err;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *min_out = -min;
+    return scale > 0.0f ? scale : 0.0f;
+}
+
+/* ---- Q4_K */
+
+MS_DECL_QUANT(q4_K, ref) {
+    block_q4_K *b = y;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K], sc[8], m[8];
+        float scales[8], mins[8], w[32];
+        float sum_x2 = 0.0f;
+        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
+        const float av_x = sqrtf(sum_x2 / QK_K);
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            /* ggml's weighting: larger values matter more, none count zero */
+            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = fit_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (uint8_t)clampi(nearest_int(inv_scale * scales[j]), 0, 63);
+            m[j] = (uint8_t)clampi(nearest_int(inv_min * mins[j]), 0, 63);
+        }
+        ms_q4k_pack_scales(sc, m, b[i].scales);
+        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
+        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
+        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
+        for (int j = 0; j < 8; j++) {
+            const float dj = d * sc[j], mj = dmin * m[j];
+            for (int l = 0; l < 32; l++)
+                L[32 * j + l] = dj > 0.0f ? (uint8_t)clampi(nearest_int((x[32 * j + l] + mj) / dj), 0, 15) : 0;
+        }
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++)
+                b[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
+    }
+}
+
+/* ---- Q2_K */
+
+MS_DECL_QUANT(q2_K, ref) {
+    block_q2_K *b = y;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        float scales[16], mins[16], w[16];
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * k + l]);
+            scales[k] = fit_scale_min(16, 3, x + 16 * k, w, L + 16 * k, &mins[k], -0.5f, 0.1f, 15, true);
+            if (scales[k] > max_scale) max_scale = scales[k];
+            if (mins[k] > max_min) max_min = mins[k];
+        }
+        const float inv_scale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
+        const float inv_min = max_min > 0.0f ? 15.0f / max_min : 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const int ls = clampi(nearest_int(inv_scale * scales[k]), 0, 15);
+            const int lm = clampi(nearest_int(inv_min * mins[k]), 0, 15);
+            b[i].scales[k] = (uint8_t)(ls | lm << 4);
+        }
+        b[i].d = ms_fp32_to_fp16(max_scale / 15.0f);
+        b[i].dmin = ms_fp32_to_fp16(max_min / 15.0f);
+        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
+        for (int k = 0; k < 16; k++) {
+            const float dk = d * (float)(b[i].scales[k] & 0x0f), mk = dmin * (float)(b[i].scales[k] >> 4);
+            for (int l = 0; l < 16; l++)
+                L[16 * k + l] = dk > 0.0f ? (uint8_t)clampi(nearest_int((x[16 * k + l] + mk) / dk), 0, 3) : 0;
+        }
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t *Lh = L + 128 * h + l;
+                b[i].qs[32 * h + l] = (uint8_t)(Lh[0] | Lh[32] << 2 | Lh[64] << 4 | Lh[96] << 6);
+            }
+    }
+}
+
+/* ---- IQ2_XXS */
+
+#define IQ2_LATTICE 6561 /* 3^8 points with coordinates in {8, 25, 43} */
+#define IQ2_NBR 8        /* grid candidates kept per lattice point */
+
+static uint8_t g_nbr[IQ2_LATTICE][IQ2_NBR];
+static pthread_once_t g_nbr_once = PTHREAD_ONCE_INIT;
+static const int k_level[3] = {8, 25, 43};
+
+/* For every lattice point, the IQ2_NBR grid points nearest to it (squared
+ * distance, ties to the lower index, so the table is deterministic). */
+static void build_neighbours(void) {
+    for (int p = 0; p < IQ2_LATTICE; p++) {
+        int v[8], best_d[IQ2_NBR];
+        for (int j = 0, q = p; j < 8; j++, q /= 3) v[j] = k_level[q % 3];
+        for (int k = 0; k < IQ2_NBR; k++) best_d[k] = INT32_MAX;
+        for (int g = 0; g < MS_IQ2XXS_GRID_SIZE; g++) {
+            int dist = 0;
+            for (int j = 0; j < 8; j++) {
+                const int e = ms_iq2xxs_grid_val((unsigned)g, j) - v[j];
+                dist += e * e;
+            }
+            int k = IQ2_NBR;
+            while (k > 0 && dist < best_d[k - 1]) k--;
+            if (k == IQ2_NBR) continue;
+            for (int s = IQ2_NBR - 1; s > k; s--) {
+                best_d[s] = best_d[s - 1];
+                g_nbr[p][s] = g_nbr[p][s - 1];
+            }
+            best_d[k] = dist;
+            g_nbr[p][k] = (uint8_t)g;
+        }
+    }
+}
+
+/* Nearest grid point to the 8 target magnitudes t (grid units; a negative
+ * target is an element whose sign was forced wrong). Returns the index and
+ * adds the squared error in grid units to *err. */
+static int iq2_nearest(const float t[8], float *err) {
+    int p = 0;
+    for (int j = 7; j >= 0; j--) p = 3 * p + (t[j] < 16.5f ? 0 : t[j] < 34.0f ? 1 : 2);
+    int best = g_nbr[p][0];
+    float best_e = INFINITY;
+    for (int k = 0; k < IQ2_NBR; k++) {
+        const unsigned g = g_nbr[p][k];
+        float e = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            const float diff = t[j] - (float)ms_iq2xxs_grid_val(g, j);
+            e += diff * diff;
+        }
+        if (e < best_e) {
+            best_e = e;
+            best = (int)g;
+        }
+    }
+    *err += best_e;
+    return best;
+}
+
+MS_DECL_QUANT(iq2_xxs, ref) {
+    pthread_once(&g_nbr_once, build_neighbours);
+    block_iq2_xxs *b = y;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        b[i].d = ms_fp32_to_fp16(amax / (43.0f * 3.875f));
+        const float d = ms_fp16_to_fp32(b[i].d);
+        if (!(d > 0.0f) || !isfinite(d)) {
+            b[i].d = 0;
+            continue;
+        }
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const float *xb = x + 32 * ib;
+            float mag[32]; /* |x|, negated where the stored sign is wrong */
+            uint32_t signs7 = 0;
+            for (int l = 0; l < 4; l++) {
+                unsigned bits = 0;
+                int smallest = 0;
+                for (int j = 0; j < 8; j++) {
+                    const float v = xb[8 * l + j];
+                    mag[8 * l + j] = fabsf(v);
+                    if (v < 0.0f) bits |= 1u << j;
+                    if (fabsf(v) < fabsf(xb[8 * l + smallest])) smallest = j;
+                }
+                if (__builtin_popcount(bits) & 1) {
+                    bits ^= 1u << smallest;
+                    mag[8 * l + smallest] = -mag[8 * l + smallest];
+                }
+                signs7 |= (bits & 127u) << (7 * l);
+            }
+            int best_ls = 0;
+            uint32_t best_idx = 0;
+            float best_err = INFINITY;
+            for (int ls = 0; ls < 16; ls++) {
+                const float db = d * (0.5f + (float)ls) * 0.25f;
+                const float inv = 1.0f / db;
+                float err = 0.0f;
+                uint32_t idx = 0;
+                for (int l = 0; l < 4; l++) {
+                    float t[8];
+                    for (int j = 0; j < 8; j++) t[j] = mag[8 * l + j] * inv;
+                    idx |= (uint32_t)iq2_nearest(t, &err) << (8 * l);
+                }
+                err *= db * db; /* back to the units of x */
+                if (err < best_err) {
+                    best_err = err;
+                    best_ls = ls;
+                    best_idx = idx;
+                }
+            }
+            const uint32_t aux1 = signs7 | (uint32_t)best_ls << 28;
+            uint16_t *q = b[i].qs + 4 * ib;
+            q[0] = (uint16_t)best_idx;
+            q[1] = (uint16_t)(best_idx >> 16);
+            q[2] = (uint16_t)aux1;
+            q[3] = (uint16_t)(aux1 >> 16);
+        }
+    }
+}
