@@ -182,7 +182,13 @@ int gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype 
                         const void *data, uint64_t n);
 int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *const *v,
                             uint64_t n);
-/* general.alignment (power of two); also written as metadata. */
+/* Any value, deep-copied: the scalar types without a setter of their own
+ * (u8, i8, u16, i16, i64, f64), strings with embedded NULs, and arrays of
+ * any element type including nested arrays (struct gguf_array layout as in
+ * the reader). A UINT32 general.alignment goes to gguf_writer_set_alignment. */
+int gguf_writer_set_value(struct gguf_writer *w, const char *key, const struct gguf_value *v);
+/* general.alignment (a power of two; before any tensor is added); written as
+ * metadata only when it differs from the default 32, as llama.cpp does. */
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
 
 /* Declares a tensor (name copied). ne fastest-first, n_dims 1..4. Data

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# fuzz.sh - run a libFuzzer binary on a copy of the seed corpus.
+#
+# Usage: scripts/fuzz.sh FUZZER_BINARY SECONDS
+#
+# The seeds in tests/fuzz/corpus/ are copied into a temporary work directory
+# (outside the source tree, so the grown corpus never lands in git); libFuzzer
+# runs for SECONDS with inputs up to 64 KiB and a 2 GiB RSS limit. Prints the
+# final statistics (number of executions). Exits non-zero on a finding, and
+# then keeps the work directory and names the crashing input.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 FUZZER_BINARY SECONDS" >&2
+    exit 2
+fi
+bin=$(realpath "$1")
+secs=$2
+root=$(cd "$(dirname "$0")/.." && pwd)
+seeds=$root/tests/fuzz/corpus
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ms-fuzz.XXXXXX")
+mkdir -p "$work/corpus" "$work/artifacts"
+cp "$seeds"/* "$work/corpus/"
+log=$work/fuzz.log
+
+echo "fuzz: $bin for ${secs}s, work dir $work"
+set +e
+"$bin" "$work/corpus" \
+    -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/" >"$log" 2>&1
+rc=$?
+set -e
+
+grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|stat::peak_rss_mb):' "$log" || true
+grep -E '^Done [0-9]+ runs' "$log" || true
+if [ $rc -ne 0 ] || ls "$work/artifacts/" | grep -q .; then
+    echo "fuzz: FINDING (exit $rc); log and inputs kept in $work" >&2
+    grep -E 'ERROR|SUMMARY|Test unit written' "$log" >&2 || tail -n 30 "$log" >&2
+    exit 1
+fi
+echo "fuzz: no finding; corpus grew to $(ls "$work/corpus" | wc -l) inputs"
+rm -rf "$work"
