@@ -1,0 +1,459 @@
+/*
+ * cmd_inspect.c - `moestream inspect M.gguf [--tensors] [--json]`: what is in
+ * a GGUF. Metadata (arrays summarized), the tensor table (with --tensors),
+ * byte totals (dense vs routed experts, per type, per class), bytes per
+ * expert, which layout the file follows (llama.cpp deepseek4, ds4, or
+ * unknown), and a check of every expected deepseek4 tensor and its shape
+ * against src/model/layout.h.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "model/layout.h"
+
+#define N_ARRAY_HEAD 8    /* array elements shown */
+#define STR_SHOWN 64      /* string bytes shown in text mode */
+#define MAX_PROBLEMS 16
+
+struct report {
+    bool json;
+    bool tensors;
+    const struct gguf_file *f;
+    bool is_dsv4;
+    bool hp_ok;
+    struct dsv4_hparams hp;
+    struct dsv4_layout layout;
+    int *cls;          /* per file tensor: enum dsv4_class, -1 MTP, -2 other */
+    char layout_desc[256];
+    char problems[MAX_PROBLEMS][256];
+    int n_problems;
+    int n_problems_total;
+};
+
+static void problem(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(struct report *r, const char *fmt, ...) {
+    r->n_problems_total++;
+    if (r->n_problems >= MAX_PROBLEMS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->problems[r->n_problems++], sizeof r->problems[0], fmt, ap);
+    va_end(ap);
+}
+
+/* ---- printing helpers --------------------------------------------------- */
+
+static void json_str(const char *s, uint64_t len) {
+    putchar('"');
+    for (uint64_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static void text_str(const char *s, uint64_t len) {
+    putchar('"');
+    uint64_t n = len < STR_SHOWN ? len : STR_SHOWN;
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+    printf(len > n ? "\"..." : "\"");
+}
+
+static void print_scalar(enum gguf_vtype t, const void *p, bool json) {
+    switch (t) {
+    case GGUF_TYPE_UINT8: printf("%u", *(const uint8_t *)p); break;
+    case GGUF_TYPE_INT8: printf("%d", *(const int8_t *)p); break;
+    case GGUF_TYPE_UINT16: printf("%u", *(const uint16_t *)p); break;
+    case GGUF_TYPE_INT16: printf("%d", *(const int16_t *)p); break;
+    case GGUF_TYPE_UINT32: printf("%" PRIu32, *(const uint32_t *)p); break;
+    case GGUF_TYPE_INT32: printf("%" PRId32, *(const int32_t *)p); break;
+    case GGUF_TYPE_UINT64: printf("%" PRIu64, *(const uint64_t *)p); break;
+    case GGUF_TYPE_INT64: printf("%" PRId64, *(const int64_t *)p); break;
+    case GGUF_TYPE_FLOAT32: printf("%.9g", (double)*(const float *)p); break;
+    case GGUF_TYPE_FLOAT64: printf("%.17g", *(const double *)p); break;
+    case GGUF_TYPE_BOOL: printf("%s", *(const uint8_t *)p ? "true" : "false"); break;
+    case GGUF_TYPE_STRING: {
+        const struct gguf_str *s = p;
+        if (json) json_str(s->data, s->len);
+        else text_str(s->data, s->len);
+        break;
+    }
+    default: printf(json ? "null" : "?"); break;
+    }
+}
+
+static size_t vtype_size(enum gguf_vtype t) {
+    switch (t) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    case GGUF_TYPE_STRING: return sizeof(struct gguf_str);
+    case GGUF_TYPE_ARRAY: return sizeof(struct gguf_array);
+    default: return 0;
+    }
+}
+
+/* A value: scalars in full; arrays as type, count and the first elements
+ * (text: "[u32 x 4] 0, 4, 128, 4"; JSON: {"type":..,"n":..,"head":[..]}). */
+static void print_value(const struct gguf_value *v, bool json) {
+    if (v->type != GGUF_TYPE_ARRAY) {
+        const void *p;
+        uint8_t b;
+        switch (v->type) {
+        case GGUF_TYPE_STRING: p = &v->str; break;
+        case GGUF_TYPE_BOOL: b = v->b; p = &b; break;
+        default: {
+            /* The reader widens scalars; print from the widened field. */
+            if (v->type == GGUF_TYPE_FLOAT32 || v->type == GGUF_TYPE_FLOAT64)
+                printf(v->type == GGUF_TYPE_FLOAT32 ? "%.9g" : "%.17g", v->f64);
+            else if (v->type == GGUF_TYPE_INT8 || v->type == GGUF_TYPE_INT16 ||
+                     v->type == GGUF_TYPE_INT32 || v->type == GGUF_TYPE_INT64)
+                printf("%" PRId64, v->i64);
+            else
+                printf("%" PRIu64, v->u64);
+            return;
+        }
+        }
+        print_scalar(v->type, p, json);
+        return;
+    }
+    const struct gguf_array *a = &v->arr;
+    uint64_t n = a->n < N_ARRAY_HEAD ? a->n : N_ARRAY_HEAD;
+    size_t es = vtype_size(a->type);
+    if (json) printf("{\"type\": \"%s\", \"n\": %" PRIu64 ", \"head\": [",
+                     gguf_vtype_name(a->type), a->n);
+    else printf("[%s x %" PRIu64 "]%s", gguf_vtype_name(a->type), a->n, n ? " " : "");
+    for (uint64_t i = 0; i < n; i++) {
+        if (i) printf(", ");
+        if (a->type == GGUF_TYPE_ARRAY || !es) printf(json ? "null" : "[...]");
+        else print_scalar(a->type, (const char *)a->data + i * es, json);
+    }
+    if (json) printf("]}");
+    else if (a->n > n) printf(", ...");
+}
+
+static void print_shape(const struct gguf_tensor *t, char *buf, size_t cap) {
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, cap - len, "{");
+    for (uint32_t d = 0; d < t->n_dims && len < cap; d++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%" PRId64, d ? ", " : "", t->ne[d]);
+    if (len < cap) snprintf(buf + len, cap - len, "}");
+}
+
+/* ---- analysis ----------------------------------------------------------- */
+
+static const char *file_class_name(int c) {
+    return c >= 0 ? dsv4_class_name((enum dsv4_class)c) : c == -1 ? "mtp" : "other";
+}
+
+static bool is_routed(const struct report *r, uint64_t i) {
+    if (r->cls[i] >= 0) return dsv4_class_is_routed((enum dsv4_class)r->cls[i]);
+    return strstr(r->f->tensors[i].name, "_exps.") != NULL;
+}
+
+static enum ms_type tensor_type_of(const struct gguf_file *f, const char *name, bool *found) {
+    const struct gguf_tensor *t = gguf_find_tensor(f, name);
+    *found = t != NULL;
+    return t ? t->type : MS_TYPE_F32;
+}
+
+static void detect_layout(struct report *r) {
+    const struct gguf_file *f = r->f;
+    const char *arch = NULL;
+    ms_err err;
+    if (gguf_get_str(f, "general.architecture", &arch, &err)) {
+        snprintf(r->layout_desc, sizeof r->layout_desc,
+                 "unknown/not deepseek4 (no general.architecture)");
+        return;
+    }
+    if (strcmp(arch, DSV4_ARCH)) {
+        snprintf(r->layout_desc, sizeof r->layout_desc,
+                 "unknown/not deepseek4 (general.architecture = %s)", arch);
+        return;
+    }
+    r->is_dsv4 = true;
+    uint64_t n_nextn = 0, n_mtp_file = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (!strncmp(f->tensors[i].name, "mtp.", 4)) n_mtp_file++;
+        else if (dsv4_is_mtp_name(f->tensors[i].name)) n_nextn++;
+    }
+    if (dsv4_hparams_read(&r->hp, f, &err)) {
+        problem(r, "deepseek4 metadata: %s", err.msg);
+    } else {
+        dsv4_hparams_probe_nextn(&r->hp, f);
+        if (dsv4_layout_build(&r->hp, &r->layout, &err)) problem(r, "layout: %s", err.msg);
+        else r->hp_ok = true;
+    }
+    if (n_mtp_file) {
+        snprintf(r->layout_desc, sizeof r->layout_desc,
+                 "ds4 MTP file (%" PRIu64 " mtp.* tensors)", n_mtp_file);
+        return;
+    }
+    if (n_nextn) {
+        snprintf(r->layout_desc, sizeof r->layout_desc,
+                 "llama.cpp deepseek4, MTP as blk.%u.nextn.* (%" PRIu64 " tensors)",
+                 r->hp_ok ? dsv4_n_layer(&r->hp) : 0, n_nextn);
+        return;
+    }
+    /* ds4's published mix (SPEC 2): Q8_0 attention, F16 HC and router, and
+     * IQ2_XXS / Q4_K / MXFP4 gate-up experts. Same names as llama.cpp. */
+    bool f1, f2, f3, f4;
+    enum ms_type q_a = tensor_type_of(f, "blk.0.attn_q_a.weight", &f1);
+    enum ms_type hc = tensor_type_of(f, "blk.0.hc_attn_fn.weight", &f2);
+    enum ms_type router = tensor_type_of(f, "blk.0.ffn_gate_inp.weight", &f3);
+    enum ms_type gate = tensor_type_of(f, "blk.0.ffn_gate_exps.weight", &f4);
+    bool ds4 = f1 && f2 && f3 && f4 && q_a == MS_TYPE_Q8_0 && hc == MS_TYPE_F16 &&
+               router == MS_TYPE_F16 &&
+               (gate == MS_TYPE_IQ2_XXS || gate == MS_TYPE_Q4_K || gate == MS_TYPE_MXFP4);
+    if (ds4)
+        snprintf(r->layout_desc, sizeof r->layout_desc,
+                 "ds4 (quant mix matches ds4's: %s experts, q8_0 attention, f16 HC/router; "
+                 "MTP in a separate file)", ms_type_name(gate));
+    else
+        snprintf(r->layout_desc, sizeof r->layout_desc, "llama.cpp deepseek4 (no MTP block)");
+}
+
+static void classify_and_check(struct report *r) {
+    const struct gguf_file *f = r->f;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        r->cls[i] = dsv4_is_mtp_name(t->name) ? -1 : -2;
+        if (!r->hp_ok) continue;
+        long k = dsv4_layout_find(&r->layout, t->name);
+        if (k < 0) {
+            if (r->cls[i] == -2) problem(r, "unexpected tensor %s", t->name);
+            continue;
+        }
+        const struct dsv4_tensor_info *e = &r->layout.t[k];
+        r->cls[i] = e->cls;
+        bool same = t->n_dims == e->n_dims;
+        for (uint32_t d = 0; d < GGUF_MAX_DIMS && same; d++) same = t->ne[d] == e->ne[d];
+        if (!same) {
+            char got[96];
+            print_shape(t, got, sizeof got);
+            problem(r, "%s has shape %s, expected {%" PRId64 ", %" PRId64 ", %" PRId64 "} "
+                    "(first %u dims)", t->name, got, e->ne[0], e->ne[1], e->ne[2], e->n_dims);
+        }
+        if (e->cls == DSV4_C_TID2EID && t->type != MS_TYPE_I32)
+            problem(r, "%s is %s, expected i32", t->name, ms_type_name(t->type));
+    }
+    if (!r->hp_ok) return;
+    for (size_t k = 0; k < r->layout.n; k++)
+        if (!gguf_find_tensor(f, r->layout.t[k].name))
+            problem(r, "missing tensor %s", r->layout.t[k].name);
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+struct totals {
+    uint64_t dense, routed, all;
+    uint64_t by_type[MS_TYPE_COUNT];
+    uint64_t by_class[DSV4_C_COUNT + 2]; /* + mtp, other */
+};
+
+static void compute_totals(const struct report *r, struct totals *s) {
+    memset(s, 0, sizeof *s);
+    for (uint64_t i = 0; i < r->f->n_tensors; i++) {
+        const struct gguf_tensor *t = &r->f->tensors[i];
+        s->all += t->size;
+        if (is_routed(r, i)) s->routed += t->size;
+        else s->dense += t->size;
+        if ((unsigned)t->type < MS_TYPE_COUNT) s->by_type[t->type] += t->size;
+        int c = r->cls[i];
+        s->by_class[c >= 0 ? c : c == -1 ? DSV4_C_COUNT : DSV4_C_COUNT + 1] += t->size;
+    }
+}
+
+/* Bytes of one routed expert (gate + up + down) in layer il, 0 if none. */
+static uint64_t expert_bytes(const struct report *r, uint32_t il) {
+    static const char *const kinds[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    uint64_t b = 0;
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%u.%s.weight", il, kinds[k]);
+        const struct gguf_tensor *t = gguf_find_tensor(r->f, name);
+        if (t && t->n_dims == 3 && t->ne[2] > 0) b += t->size / (uint64_t)t->ne[2];
+    }
+    return b;
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static void print_text(const struct report *r, const struct totals *s) {
+    const struct gguf_file *f = r->f;
+    printf("file: %s (%" PRIu64 " bytes, GGUF v%u, alignment %" PRIu64 ", data at %" PRIu64 ")\n",
+           f->path, f->file_size, f->version, f->alignment, f->data_offset);
+    printf("metadata: %" PRIu64 " keys\n", f->n_kv);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        printf("  %s = ", f->kv[i].key.data);
+        print_value(&f->kv[i].val, false);
+        putchar('\n');
+    }
+    printf("tensors: %" PRIu64 " (%.2f MiB)\n", f->n_tensors, mib(s->all));
+    if (r->tensors) {
+        printf("  %-44s %-8s %-26s %14s %14s  %s\n", "name", "type", "shape", "bytes", "offset",
+               "class");
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const struct gguf_tensor *t = &f->tensors[i];
+            char shape[96];
+            print_shape(t, shape, sizeof shape);
+            printf("  %-44s %-8s %-26s %14" PRIu64 " %14" PRIu64 "  %s\n", t->name,
+                   ms_type_name(t->type) ? ms_type_name(t->type) : "?", shape, t->size,
+                   t->offset, file_class_name(r->cls[i]));
+        }
+    }
+    printf("dense bytes: %" PRIu64 " (%.2f MiB)\n", s->dense, mib(s->dense));
+    printf("routed expert bytes: %" PRIu64 " (%.2f MiB, %.1f%%)\n", s->routed, mib(s->routed),
+           s->all ? 100.0 * (double)s->routed / (double)s->all : 0.0);
+    printf("bytes by type:");
+    for (int t = 0; t < MS_TYPE_COUNT; t++)
+        if (s->by_type[t]) printf(" %s %" PRIu64, ms_type_name((enum ms_type)t), s->by_type[t]);
+    printf("\nbytes by class:");
+    for (int c = 0; c < DSV4_C_COUNT + 2; c++)
+        if (s->by_class[c]) printf(" %s %" PRIu64, file_class_name(c < DSV4_C_COUNT ? c :
+                                                   c == DSV4_C_COUNT ? -1 : -2), s->by_class[c]);
+    putchar('\n');
+    if (r->hp_ok) {
+        uint32_t n_layer = dsv4_n_layer(&r->hp);
+        uint64_t b0 = expert_bytes(r, 0);
+        bool uniform = true;
+        for (uint32_t il = 1; il < n_layer; il++) uniform &= expert_bytes(r, il) == b0;
+        if (uniform) {
+            printf("bytes per expert: %" PRIu64 " (%u layers x %u experts)\n", b0, n_layer,
+                   r->hp.n_expert);
+        } else {
+            printf("bytes per expert by layer:");
+            for (uint32_t il = 0; il < n_layer; il++)
+                printf(" %u:%" PRIu64, il, expert_bytes(r, il));
+            putchar('\n');
+        }
+        printf("model: %u layers (+%u MTP), n_embd %u, %u experts (%u used, %u shared), "
+               "vocab %u, ratios", n_layer, r->hp.n_nextn, r->hp.n_embd, r->hp.n_expert,
+               r->hp.n_expert_used, r->hp.n_expert_shared, r->hp.n_vocab);
+        for (uint32_t il = 0; il < r->hp.n_block; il++)
+            printf("%c%u", il ? ',' : ' ', r->hp.compress_ratio[il]);
+        printf(", hash layers %u\n", r->hp.n_hash_layer);
+    }
+    printf("layout: %s\n", r->layout_desc);
+    if (r->is_dsv4) {
+        if (r->n_problems_total == 0)
+            printf("check: all %zu expected deepseek4 tensors present with expected shapes\n",
+                   r->layout.n);
+        else
+            printf("check: %d problem(s)\n", r->n_problems_total);
+        for (int i = 0; i < r->n_problems; i++) printf("  %s\n", r->problems[i]);
+        if (r->n_problems_total > r->n_problems)
+            printf("  ... %d more\n", r->n_problems_total - r->n_problems);
+    }
+}
+
+static void print_json(const struct report *r, const struct totals *s) {
+    const struct gguf_file *f = r->f;
+    printf("{\n  \"file\": ");
+    json_str(f->path, strlen(f->path));
+    printf(",\n  \"file_size\": %" PRIu64 ",\n  \"version\": %u,\n  \"alignment\": %" PRIu64
+           ",\n  \"data_offset\": %" PRIu64 ",\n  \"metadata\": {",
+           f->file_size, f->version, f->alignment, f->data_offset);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        printf("%s\n    ", i ? "," : "");
+        json_str(f->kv[i].key.data, f->kv[i].key.len);
+        printf(": ");
+        print_value(&f->kv[i].val, true);
+    }
+    printf("\n  },\n  \"tensors\": [");
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        printf("%s\n    {\"name\": ", i ? "," : "");
+        json_str(t->name, strlen(t->name));
+        printf(", \"type\": \"%s\", \"shape\": [", ms_type_name(t->type) ? ms_type_name(t->type)
+                                                                         : "?");
+        for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%" PRId64, d ? ", " : "", t->ne[d]);
+        printf("], \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64 ", \"class\": \"%s\"}",
+               t->size, t->offset, file_class_name(r->cls[i]));
+    }
+    printf("\n  ],\n  \"dense_bytes\": %" PRIu64 ",\n  \"routed_bytes\": %" PRIu64
+           ",\n  \"total_bytes\": %" PRIu64 ",\n  \"bytes_by_type\": {", s->dense, s->routed,
+           s->all);
+    bool first = true;
+    for (int t = 0; t < MS_TYPE_COUNT; t++)
+        if (s->by_type[t]) {
+            printf("%s\"%s\": %" PRIu64, first ? "" : ", ", ms_type_name((enum ms_type)t),
+                   s->by_type[t]);
+            first = false;
+        }
+    printf("},\n  \"expert_bytes_by_layer\": [");
+    if (r->hp_ok)
+        for (uint32_t il = 0; il < dsv4_n_layer(&r->hp); il++)
+            printf("%s%" PRIu64, il ? ", " : "", expert_bytes(r, il));
+    printf("],\n  \"layout\": ");
+    json_str(r->layout_desc, strlen(r->layout_desc));
+    printf(",\n  \"deepseek4\": %s,\n  \"problem_count\": %d,\n  \"problems\": [",
+           r->is_dsv4 ? "true" : "false", r->n_problems_total);
+    for (int i = 0; i < r->n_problems; i++) {
+        printf("%s", i ? ", " : "");
+        json_str(r->problems[i], strlen(r->problems[i]));
+    }
+    printf("]\n}\n");
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    struct report r;
+    memset(&r, 0, sizeof r);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tensors")) r.tensors = true;
+        else if (!strcmp(argv[i], "--json")) r.json = true;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: moestream inspect M.gguf [--tensors] [--json]\n");
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "moestream inspect: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "moestream inspect: more than one file given\n");
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: moestream inspect M.gguf [--tensors] [--json]\n");
+        return 2;
+    }
+    struct gguf_file *f;
+    ms_err err;
+    if (gguf_open(&f, path, &err)) {
+        fprintf(stderr, "moestream inspect: %s\n", err.msg);
+        return 1;
+    }
+    r.f = f;
+    r.cls = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *r.cls);
+    if (!r.cls) {
+        fprintf(stderr, "moestream inspect: out of memory\n");
+        gguf_close(f);
+        return 1;
+    }
+    detect_layout(&r);
+    classify_and_check(&r);
+    struct totals s;
+    compute_totals(&r, &s);
+    if (r.json) print_json(&r, &s);
+    else print_text(&r, &s);
+    free(r.cls);
+    dsv4_layout_free(&r.layout);
+    gguf_close(f);
+    return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * cmd_mkmodel.c - `moestream mkmodel`: writes a deepseek4 GGUF with seeded
+ * random weights (src/model/mkmodel.h does the work; this file parses the
+ * options into a struct mkmodel_opts).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "model/mkmodel.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: moestream mkmodel --preset tiny|small|bench [options] -o OUT.gguf\n"
+        "\n"
+        "  --preset P              tiny (few MB, unit tests), small (tens of MB), bench (--size)\n"
+        "  --size BYTES            bench: target tensor data size (suffixes K, M, G)\n"
+        "  --seed N                RNG seed (default 1); same options + seed = same bytes\n"
+        "  --experts-type T        routed experts: f32 f16 bf16 q8_0 q4_K q2_K iq2_xxs mxfp4\n"
+        "  --dense-type T          every other matrix (1-D tensors are always f32)\n"
+        "  --experts-type-last-layers T:N   the last N layers' experts in type T\n"
+        "  --ds4-mix               ds4's published mix (iq2_xxs/q2_K experts, q8_0 attn, f16 rest)\n"
+        "  --f32-twin              store every tensor as f32 of its dequantized values\n"
+        "  --threads N             generation threads (default 2; output does not depend on it)\n"
+        "  -o, --output PATH       output file\n"
+        "\n"
+        "hyperparameter overrides (deepseek4.* metadata):\n"
+        "  --n-embd --n-layer --n-vocab --n-head --head-dim --n-rot --q-lora-rank\n"
+        "  --o-lora-rank --n-out-group --n-swa --n-indexer-head --indexer-head-dim\n"
+        "  --indexer-top-k --n-expert --n-expert-used --n-expert-shared --n-ff-exp\n"
+        "  --n-hash-layer --n-hc --n-head-kv --sinkhorn-iters --n-ctx-train --rope-orig-ctx N\n"
+        "  --hc-eps --rms-eps --rope-base --compress-rope-base --rope-scaling-factor\n"
+        "  --yarn-beta-fast --yarn-beta-slow --expert-weights-scale --swiglu-clamp\n"
+        "  --swiglu-clamp-shexp X\n"
+        "  --expert-weights-norm 0|1   --rope-scaling-type yarn|linear|none\n"
+        "  --compress-ratios R0,R1,...  (sets the layer count; each 0, 4 or 128)\n");
+}
+
+#define FAIL_USAGE(...)                                          \
+    do {                                                         \
+        fprintf(stderr, "moestream mkmodel: " __VA_ARGS__);      \
+        fputc('\n', stderr);                                     \
+        return 2;                                                \
+    } while (0)
+
+enum ovr_kind { OVR_U32, OVR_F32 };
+
+struct ovr {
+    const char *opt;
+    enum ovr_kind kind;
+    size_t offset; /* into struct dsv4_hparams */
+};
+
+#define U(o, f) {o, OVR_U32, offsetof(struct dsv4_hparams, f)}
+#define F(o, f) {o, OVR_F32, offsetof(struct dsv4_hparams, f)}
+static const struct ovr g_ovr[] = {
+    U("--n-embd", n_embd), U("--n-layer", n_block), U("--n-vocab", n_vocab),
+    U("--n-head", n_head), U("--head-dim", n_embd_head), U("--n-rot", n_rot),
+    U("--q-lora-rank", q_lora_rank), U("--o-lora-rank", o_lora_rank),
+    U("--n-out-group", n_out_group), U("--n-swa", n_swa),
+    U("--n-indexer-head", n_indexer_head), U("--indexer-head-dim", indexer_head_size),
+    U("--indexer-top-k", indexer_top_k), U("--n-expert", n_expert),
+    U("--n-expert-used", n_expert_used), U("--n-expert-shared", n_expert_shared),
+    U("--n-ff-exp", n_ff_exp), U("--n-hash-layer", n_hash_layer), U("--n-hc", n_hc),
+    U("--n-head-kv", n_head_kv), U("--sinkhorn-iters", n_sinkhorn_iter),
+    U("--n-ctx-train", n_ctx_train), U("--rope-orig-ctx", rope_n_ctx_orig),
+    F("--hc-eps", hc_eps), F("--rms-eps", rms_eps), F("--rope-base", rope_freq_base),
+    F("--compress-rope-base", compress_rope_freq_base),
+    F("--rope-scaling-factor", rope_scaling_factor), F("--yarn-beta-fast", yarn_beta_fast),
+    F("--yarn-beta-slow", yarn_beta_slow), F("--expert-weights-scale", expert_weights_scale),
+};
+#undef U
+#undef F
+
+static int parse_u64(const char *s, uint64_t *out, bool suffix) {
+    if (!s || !*s || *s == '-') return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    uint64_t mul = 1;
+    if (suffix && *end) {
+        switch (*end) {
+        case 'K': case 'k': mul = 1ULL << 10; break;
+        case 'M': case 'm': mul = 1ULL << 20; break;
+        case 'G': case 'g': mul = 1ULL << 30; break;
+        case 'T': case 't': mul = 1ULL << 40; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end == 'i') return -1;
+    }
+    if (*end || v > UINT64_MAX / mul) return -1;
+    *out = v * mul;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out) {
+    uint64_t v;
+    if (parse_u64(s, &v, false) || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_f32(const char *s, float *out) {
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    float v = strtof(s, &end);
+    if (errno || *end || v != v) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Types mkmodel can write (the weight formats with kernels). */
+static int parse_type(const char *s, enum ms_type *out) {
+    static const enum ms_type ok[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
+                                      MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
+                                      MS_TYPE_MXFP4};
+    enum ms_type t;
+    if (!s || ms_type_from_name(s, &t)) return -1;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (ok[i] == t) {
+            *out = t;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_ratios(const char *s, uint32_t *ratio, uint32_t *n) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || (v != 0 && v != 4 && v != 128)) return -1;
+        if (*n >= DSV4_MAX_LAYERS) return -1;
+        ratio[(*n)++] = (uint32_t)v;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        p = end;
+    }
+    return *n ? 0 : -1;
+}
+
+/* Appends an argument to the provenance string (all options except -o). */
+static void prov_add(char *buf, size_t cap, const char *a) {
+    size_t len = strlen(buf);
+    if (len + strlen(a) + 2 < cap) snprintf(buf + len, cap - len, "%s%s", len ? " " : "", a);
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    const char *preset = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[i + 1];
+    }
+    if (!preset) {
+        usage(stderr);
+        FAIL_USAGE("--preset is required (tiny, small or bench)");
+    }
+    struct mkmodel_opts o;
+    ms_err err;
+    if (mkmodel_preset(&o, preset, &err)) FAIL_USAGE("%s", err.msg);
+
+    char prov[2048] = "";
+    uint64_t size = 0;
+    bool have_ratios = false, have_layers = false, have_clamp_shexp = false;
+    float clamp = -1.0f, clamp_shexp = -1.0f;
+    uint32_t ratios[DSV4_MAX_LAYERS], n_ratios = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool flag = !strcmp(a, "--ds4-mix") || !strcmp(a, "--f32-twin");
+        if (!flag && !v) FAIL_USAGE("option %s needs a value", a);
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            out = v;
+            i++;
+            continue;
+        }
+        prov_add(prov, sizeof prov, a);
+        if (!flag) prov_add(prov, sizeof prov, v);
+        if (!strcmp(a, "--ds4-mix")) {
+            o.ds4_mix = true;
+            continue;
+        }
+        if (!strcmp(a, "--f32-twin")) {
+            o.f32_twin = true;
+            continue;
+        }
+        i++;
+        if (!strcmp(a, "--preset")) continue;
+        if (!strcmp(a, "--seed")) {
+            if (parse_u64(v, &o.seed, false)) FAIL_USAGE("--seed: '%s' is not a number", v);
+        } else if (!strcmp(a, "--size")) {
+            if (parse_u64(v, &size, true) || !size)
+                FAIL_USAGE("--size: '%s' is not a byte count (e.g. 2G, 500M)", v);
+        } else if (!strcmp(a, "--threads")) {
+            uint32_t n;
+            if (parse_u32(v, &n) || n < 1 || n > 16) FAIL_USAGE("--threads: 1..16");
+            o.n_threads = (int)n;
+        } else if (!strcmp(a, "--experts-type")) {
+            if (parse_type(v, &o.experts_type))
+                FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (f32 f16 bf16 "
+                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+        } else if (!strcmp(a, "--dense-type")) {
+            if (parse_type(v, &o.dense_type))
+                FAIL_USAGE("--dense-type: unknown or unsupported type '%s' (f32 f16 bf16 "
+                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+        } else if (!strcmp(a, "--experts-type-last-layers")) {
+            char tname[32];
+            const char *colon = strchr(v, ':');
+            if (!colon || (size_t)(colon - v) >= sizeof tname)
+                FAIL_USAGE("--experts-type-last-layers: expected TYPE:N, got '%s'", v);
+            memcpy(tname, v, (size_t)(colon - v));
+            tname[colon - v] = 0;
+            if (parse_type(tname, &o.last_layers_type) || parse_u32(colon + 1, &o.n_last_layers)
+                || !o.n_last_layers)
+                FAIL_USAGE("--experts-type-last-layers: expected TYPE:N with a supported type "
+                           "and N >= 1, got '%s'", v);
+        } else if (!strcmp(a, "--compress-ratios")) {
+            if (parse_ratios(v, ratios, &n_ratios))
+                FAIL_USAGE("--compress-ratios: expected a comma list of 0, 4 or 128, got '%s'",
+                           v);
+            have_ratios = true;
+        } else if (!strcmp(a, "--rope-scaling-type")) {
+            if (!strcmp(v, "none")) o.hp.rope_scaling_type[0] = 0;
+            else if (!strcmp(v, "yarn") || !strcmp(v, "linear"))
+                snprintf(o.hp.rope_scaling_type, sizeof o.hp.rope_scaling_type, "%s", v);
+            else FAIL_USAGE("--rope-scaling-type: yarn, linear or none, got '%s'", v);
+        } else if (!strcmp(a, "--expert-weights-norm")) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                FAIL_USAGE("--expert-weights-norm: 0 or 1, got '%s'", v);
+            o.hp.expert_weights_norm = v[0] == '1';
+        } else if (!strcmp(a, "--swiglu-clamp")) {
+            if (parse_f32(v, &clamp) || clamp < 0) FAIL_USAGE("--swiglu-clamp: '%s'", v);
+        } else if (!strcmp(a, "--swiglu-clamp-shexp")) {
+            if (parse_f32(v, &clamp_shexp) || clamp_shexp < 0)
+                FAIL_USAGE("--swiglu-clamp-shexp: '%s'", v);
+            have_clamp_shexp = true;
+        } else {
+            const struct ovr *ov = NULL;
+            for (size_t k = 0; k < sizeof g_ovr / sizeof g_ovr[0]; k++)
+                if (!strcmp(a, g_ovr[k].opt)) ov = &g_ovr[k];
+            if (!ov) FAIL_USAGE("unknown option '%s' (see --help)", a);
+            void *dst = (char *)&o.hp + ov->offset;
+            if (ov->kind == OVR_U32 ? parse_u32(v, dst) : parse_f32(v, dst))
+                FAIL_USAGE("%s: invalid value '%s'", a, v);
+            if (!strcmp(a, "--n-layer")) {
+                have_layers = true;
+                if (o.hp.n_block == 0 || o.hp.n_block > DSV4_MAX_LAYERS)
+                    FAIL_USAGE("--n-layer: must be 1..%d", DSV4_MAX_LAYERS);
+            }
+            if (!strcmp(a, "--head-dim")) o.hp.n_embd_head_v = o.hp.n_embd_head;
+        }
+    }
+    if (!out) FAIL_USAGE("missing -o OUT.gguf");
+    if (size && strcmp(o.preset, "bench")) FAIL_USAGE("--size applies to --preset bench only");
+
+    if (have_ratios) {
+        if (have_layers && n_ratios != o.hp.n_block)
+            FAIL_USAGE("--compress-ratios has %u entries but --n-layer is %u", n_ratios,
+                       o.hp.n_block);
+        o.hp.n_block = n_ratios;
+        memcpy(o.hp.compress_ratio, ratios, n_ratios * sizeof ratios[0]);
+    } else if (have_layers) {
+        dsv4_default_ratios(o.hp.compress_ratio, o.hp.n_block);
+    }
+    for (uint32_t il = 0; il < DSV4_MAX_LAYERS; il++) {
+        if (clamp >= 0) o.hp.swiglu_clamp_exp[il] = clamp;
+        if (have_clamp_shexp) o.hp.swiglu_clamp_shexp[il] = clamp_shexp;
+        else if (clamp >= 0) o.hp.swiglu_clamp_shexp[il] = clamp;
+    }
+    if (o.hp.n_hash_layer > o.hp.n_block && !have_layers && !have_ratios)
+        o.hp.n_hash_layer = o.hp.n_block;
+
+    if (!strcmp(o.preset, "bench")) {
+        if (!size) size = 1ULL << 30;
+        if (mkmodel_fit_size(&o, size, have_layers || have_ratios, &err))
+            FAIL_USAGE("%s", err.msg);
+    }
+    uint64_t bytes;
+    if (mkmodel_data_bytes(&o, &bytes, &err)) FAIL_USAGE("%s", err.msg);
+    o.provenance = prov;
+    if (mkmodel_write(&o, out, &err)) {
+        fprintf(stderr, "moestream mkmodel: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "moestream mkmodel: wrote %s (%u layers, %u experts, %.1f MiB of tensors)\n",
+            out, dsv4_n_layer(&o.hp), o.hp.n_expert, (double)bytes / (1 << 20));
+    return 0;
+}
