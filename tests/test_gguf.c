@@ -303,6 +303,12 @@ static void check_sample(const struct gguf_file *f, uint64_t alignment) {
 #undef KV
 
     assert_int_equal(f->n_tensors, N_SAMPLE_TENSORS);
+    /* llama.cpp requires each offset to be the running padded size. */
+    uint64_t running = 0;
+    for (int i = 0; i < N_SAMPLE_TENSORS; i++) {
+        assert_int_equal(f->tensors[i].offset, running);
+        running = ms_align_up(running + f->tensors[i].size, alignment);
+    }
     for (int i = 0; i < N_SAMPLE_TENSORS; i++) {
         const struct gguf_tensor *t = gguf_find_tensor(f, sample_tensors[i].name);
         assert_non_null(t);
@@ -382,6 +388,13 @@ static void test_writer_errors(void **state) {
     assert_int_equal(gguf_writer_add_tensor(w, "e", (enum ms_type)4, 1, ne, &err), -1);
     assert_non_null(strstr(err.msg, "unknown type 4"));
     assert_int_equal(gguf_writer_set_alignment(w, 48), -1);
+    char longname[80];
+    memset(longname, 'n', 64);
+    longname[64] = '\0';
+    assert_int_equal(gguf_writer_add_tensor(w, longname, MS_TYPE_F32, 1, ne, &err), -1);
+    assert_non_null(strstr(err.msg, "is longer than 63 bytes"));
+    longname[63] = '\0';
+    assert_int_equal(gguf_writer_add_tensor(w, longname, MS_TYPE_F32, 1, ne, &err), 0);
 
     /* Too many bytes: error, partial file removed. */
     const char *path = tmp_path("over.gguf");
@@ -390,6 +403,7 @@ static void test_writer_errors(void **state) {
     assert_int_equal(gguf_writer_set_u32(w, "late", 1), -1);
     uint8_t buf[200] = {1};
     assert_int_equal(gguf_writer_write(w, buf, 68, &err), 0);
+    assert_int_equal(gguf_writer_write(w, buf, 128, &err), 0);
     assert_int_equal(gguf_writer_write(w, buf, 1, &err), -1);
     assert_non_null(strstr(err.msg, "past the end of the declared tensor data"));
     assert_false(exists(path));
@@ -813,6 +827,27 @@ static void test_truncation_every_byte(void **state) {
     free(p);
 }
 
+/* A file that shrinks after gguf_open: reading the tensor reports it. */
+static void test_read_after_shrink(void **state) {
+    (void)state;
+    struct bb b = {0};
+    minimal(&b, 3);
+    int fd = memfd_create("shrink", MFD_CLOEXEC);
+    assert_int_equal(write(fd, b.p, b.n), (ssize_t)b.n);
+    struct gguf_file *f;
+    ms_err err;
+    assert_int_equal(gguf_open_fd(&f, dup(fd), "shrink.gguf", &err), 0);
+    uint8_t out[32];
+    assert_int_equal(gguf_read_tensor(f, &f->tensors[0], out, &err), 0);
+    assert_memory_equal(out, b.p + 96, 32);
+    assert_int_equal(ftruncate(fd, 100), 0);
+    assert_int_equal(gguf_read_tensor(f, &f->tensors[0], out, &err), -1);
+    assert_non_null(strstr(err.msg, "short read of tensor 'w' at offset 100"));
+    gguf_close(f);
+    close(fd);
+    free(b.p);
+}
+
 static void test_open_missing(void **state) {
     (void)state;
     struct gguf_file *f;
@@ -1089,6 +1124,7 @@ int main(void) {
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_truncated_header),
         cmocka_unit_test(test_truncation_every_byte),
+        cmocka_unit_test(test_read_after_shrink),
         cmocka_unit_test(test_open_missing),
         cmocka_unit_test(test_many_tensors),
         cmocka_unit_test(test_getters),

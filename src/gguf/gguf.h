@@ -8,7 +8,12 @@
  *
  * Writer: declare metadata and tensors, then stream tensor data in declaration
  * order, in as many pieces as convenient; padding and offsets are handled
- * here. A multi-GB model is written without holding it in memory.
+ * here. A multi-GB model is written without holding it in memory. The layout
+ * is the one llama.cpp's loader insists on: data offsets are the running sum
+ * of the tensor sizes, each padded to the alignment, in directory order, and
+ * tensor names are shorter than 64 bytes. (The reader is more lenient: any
+ * aligned, non-overlapping placement is accepted, e.g. repacked files.)
+ * llama.cpp rejects nested arrays; write them only for moestream's own use.
  *
  * Format reference: ggml's docs/gguf.md (magic "GGUF", little-endian, v3;
  * v2 differs from v3 only in nothing we read; v1 with 32-bit counts is
@@ -193,7 +198,8 @@ int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
 
 /* Declares a tensor (name copied). ne fastest-first, n_dims 1..4. Data
  * offsets are assigned in declaration order. -1 (with err) on a duplicate
- * name, bad shape, or ne[0] not a multiple of the type's block size. */
+ * name, a name of 64 bytes or more, an unknown type, a bad shape, or ne[0]
+ * not a multiple of the type's block size. */
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ms_type type,
                            uint32_t n_dims, const int64_t *ne, ms_err *err);
 
