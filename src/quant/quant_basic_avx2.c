@@ -1,0 +1,334 @@
+/*
+ * quant_basic_avx2.c - AVX2 + FMA + F16C kernels for F32, F16, BF16, Q8_0 and
+ * MXFP4. Compiled with -mavx2 -mfma -mf16c (CMake, by file name) and only
+ * called after quant_dispatch.c has checked the CPU.
+ *
+ * Same contracts as the scalar reference (quant_basic_ref.c); conversions and
+ * quantizers are bit-identical to it, dots differ only by f32 summation order.
+ * Integer dots use ggml's sign trick: maddubs(|w|, sign(a, w)) multiplies
+ * unsigned |w| (<= 128) by signed a; exact as long as the activation has no
+ * -128, which ms_quant_q8_0 never produces.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "quant/blocks.h"
+#include "quant/quant_basic.h"
+#include "quant/quant_impl.h"
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 load_f16x8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* 8 int8 -> 8 f32 */
+static inline __m256 load_i8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Sum of w[j] * a[j] over 32 int8 pairs, as 8 f32 lanes (exact). */
+static inline __m256 dot_i8x32(__m256i w, __m256i a) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* The 32 MXFP4 codes of a block as int8 values (doubled E2M1) in element
+ * order: low nibbles are elements 0..15, high nibbles 16..31. */
+static inline __m256i mxfp4_values(const block_mxfp4 *b) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4);
+    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* ---- f32 ---------------------------------------------------------------- */
+
+MS_DECL_DOT(f32, f32, avx2) {
+    const float *a = x, *b = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += a[i] * b[i];
+    *s = sum;
+}
+
+/* ---- f16 ---------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(f16, avx2) {
+    const uint16_t *h = x;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16x8(h + i));
+    for (; i < n; i++) y[i] = ms_fp16_to_f32_inline(h[i]);
+}
+
+MS_DECL_QUANT(f16, avx2) {
+    uint16_t *h = y;
+    /* NaN lanes are replaced by the canonical quiet NaN (sign kept) so the
+     * result is 0x7e00 | sign as in the reference, not a truncated payload. */
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 isnan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        v = _mm256_blendv_ps(v, _mm256_or_ps(_mm256_and_ps(v, sign), qnan), isnan);
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++) h[i] = ms_fp16_from_f32_inline(x[i]);
+}
+
+MS_DECL_DOT(f16, f16, avx2) {
+    const uint16_t *a = x, *b = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), load_f16x8(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += ms_fp16_to_f32_inline(a[i]) * ms_fp16_to_f32_inline(b[i]);
+    *s = sum;
+}
+
+MS_DECL_DOT(f16, f32, avx2) {
+    const uint16_t *a = x;
+    const float *b = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += ms_fp16_to_f32_inline(a[i]) * b[i];
+    *s = sum;
+}
+
+/* ---- bf16 --------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(bf16, avx2) {
+    const uint16_t *h = x;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_bf16x8(h + i));
+    for (; i < n; i++) y[i] = ms_bf16_to_f32_inline(h[i]);
+}
+
+MS_DECL_QUANT(bf16, avx2) {
+    uint16_t *h = y;
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+        const __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absmask), inf);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), isnan);
+        /* 8 x u32 (all <= 0xffff) -> 8 x u16 in order */
+        r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_castsi256_si128(r));
+    }
+    for (; i < n; i++) h[i] = ms_bf16_from_f32_inline(x[i]);
+}
+
+MS_DECL_DOT(bf16, bf16, avx2) {
+    const uint16_t *a = x, *b = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), load_bf16x8(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += ms_bf16_to_f32_inline(a[i]) * ms_bf16_to_f32_inline(b[i]);
+    *s = sum;
+}
+
+MS_DECL_DOT(bf16, f32, avx2) {
+    const uint16_t *a = x;
+    const float *b = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += ms_bf16_to_f32_inline(a[i]) * b[i];
+    *s = sum;
+}
+
+/* ---- q8_0 --------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(q8_0, avx2) {
+    const block_q8_0 *b = x;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256 d = _mm256_set1_ps(ms_fp16_to_f32_inline(b[i].d));
+        for (int j = 0; j < QK8_0; j += 8)
+            _mm256_storeu_ps(y + i * QK8_0 + j, _mm256_mul_ps(d, load_i8x8(b[i].qs + j)));
+    }
+}
+
+/* roundf (ties away from zero) of integral-range v, exactly: truncate, then
+ * step away from zero when the dropped fraction is >= 0.5. */
+static inline __m256 roundf_ps(__m256 v) {
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(up, step));
+}
+
+MS_DECL_QUANT(q8_0, avx2) {
+    block_q8_0 *b = y;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const float *xb = x + i * QK8_0;
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            /* max(|v|, amax) returns amax when |v| is NaN: NaNs are skipped */
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
+        }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float d = _mm_cvtss_f32(m) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = ms_fp16_from_f32_inline(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 s = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+            s = _mm256_and_ps(s, _mm256_cmp_ps(s, s, _CMP_ORD_Q)); /* NaN -> 0 */
+            q[k] = _mm256_cvtps_epi32(roundf_ps(s));
+        }
+        const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i p = _mm256_packs_epi16(p01, p23);
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_storeu_si256((__m256i *)b[i].qs, _mm256_permutevar8x32_epi32(p, order));
+    }
+}
+
+MS_DECL_DOT(q8_0, q8_0, avx2) {
+    const block_q8_0 *a = x, *b = y;
+    const int64_t nb = n / QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 d0 = _mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d1 =
+            _mm256_set1_ps(ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m256 p0 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
+                                    _mm256_loadu_si256((const __m256i *)b[i].qs));
+        const __m256 p1 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i + 1].qs),
+                                    _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(d0, p0, acc0);
+        acc1 = _mm256_fmadd_ps(d1, p1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 d0 = _mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
+                                             _mm256_loadu_si256((const __m256i *)b[i].qs)), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+MS_DECL_DOT(q8_0, f32, avx2) {
+    const block_q8_0 *a = x;
+    const float *b = y;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const float *yb = b + i * QK8_0;
+        __m256 t = _mm256_mul_ps(load_i8x8(a[i].qs), _mm256_loadu_ps(yb));
+        t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 8), _mm256_loadu_ps(yb + 8), t);
+        t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 16), _mm256_loadu_ps(yb + 16), t);
+        t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 24), _mm256_loadu_ps(yb + 24), t);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d)), t, acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ---- mxfp4 -------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(mxfp4, avx2) {
+    const block_mxfp4 *b = x;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        const __m256 d = _mm256_set1_ps(ms_e8m0_to_f32_half(b[i].e));
+        const __m256i v = mxfp4_values(&b[i]);
+        const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+        float *yb = y + i * QK_MXFP4;
+        _mm256_storeu_ps(yb, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+        _mm256_storeu_ps(yb + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+        _mm256_storeu_ps(yb + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+        _mm256_storeu_ps(yb + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+    }
+}
+
+MS_DECL_DOT(mxfp4, q8_0, avx2) {
+    const block_mxfp4 *a = x;
+    const block_q8_0 *b = y;
+    const int64_t nb = n / QK_MXFP4;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d1 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m256 p0 = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        const __m256 p1 = dot_i8x32(mxfp4_values(&a[i + 1]), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(d0, p0, acc0);
+        acc1 = _mm256_fmadd_ps(d1, p1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs)),
+                               acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+MS_DECL_DOT(mxfp4, f32, avx2) {
+    const block_mxfp4 *a = x;
+    const float *b = y;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        const float *yb = b + i * QK_MXFP4;
+        const __m256i v = mxfp4_values(&a[i]);
+        const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(yb));
+        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
+                            _mm256_loadu_ps(yb + 8), t);
+        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(yb + 16), t);
+        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
+                            _mm256_loadu_ps(yb + 24), t);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e)), t, acc);
+    }
+    *s = hsum_ps(acc);
+}

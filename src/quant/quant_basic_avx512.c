@@ -1,0 +1,390 @@
+/*
+ * quant_basic_avx512.c - AVX-512 (F, BW, VL, DQ) + FMA + F16C kernels for F32,
+ * F16, BF16, Q8_0 and MXFP4. Compiled with the matching -m flags (CMake, by
+ * file name) and only called after quant_dispatch.c has checked the CPU.
+ *
+ * Same contracts as the scalar reference (quant_basic_ref.c); conversions and
+ * quantizers are bit-identical to it, dots differ only by f32 summation order.
+ * Float-row tails use masked loads/stores instead of scalar loops. Quantized
+ * dots take two 32-element blocks per 512-bit register; the int8 products use
+ * maddubs(|w|, a negated where w < 0), exact as long as the activation has no
+ * -128 (ms_quant_q8_0 never produces one). No VNNI is required.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "quant/blocks.h"
+#include "quant/quant_basic.h"
+#include "quant/quant_impl.h"
+
+static inline __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+static inline __m512 load_f16x16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __m512 load_f16_tail(const uint16_t *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static inline __m512 load_bf16x16(const uint16_t *p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline __m512 load_bf16_tail(const uint16_t *p, __mmask16 m) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* 16 int8 -> 16 f32 */
+static inline __m512 i8x16_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+
+static inline float hsum256_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Pairwise int8 dot of one 32-byte block (the odd block out), 8 f32 lanes. */
+static inline __m256 dot_i8x32(__m256i w, __m256i a) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Same for two blocks at once: lanes 0..7 belong to the block in the low 256
+ * bits, lanes 8..15 to the high one. */
+static inline __m512 dot_i8x64(__m512i w, __m512i a) {
+    const __mmask64 neg = _mm512_movepi8_mask(w);
+    const __m512i sa = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+    const __m512i p16 = _mm512_maddubs_epi16(_mm512_abs_epi8(w), sa);
+    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
+}
+
+static inline __m512i load_2x32(const int8_t *lo, const int8_t *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+static inline __m512 scale_2x8(float d0, float d1) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
+}
+
+/* One MXFP4 block's 32 values (doubled E2M1, int8) in element order. */
+static inline __m256i mxfp4_values(const block_mxfp4 *b) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4);
+    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Two consecutive MXFP4 blocks' values: [b0 lo | b0 hi | b1 lo | b1 hi]. */
+static inline __m512i mxfp4_values_2(const block_mxfp4 *b) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4));
+    const __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)b[1].qs),
+                                       _mm_loadu_si128((const __m128i *)b[0].qs));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(q, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    /* lanes [b0 lo, b1 lo, b0 hi, b1 hi] -> [b0 lo, b0 hi, b1 lo, b1 hi] */
+    __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    idx = _mm512_shuffle_i64x2(idx, idx, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm512_shuffle_epi8(lut, idx);
+}
+
+/* ---- f32 ---------------------------------------------------------------- */
+
+MS_DECL_DOT(f32, f32, avx512) {
+    const float *a = x, *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+        acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), acc2);
+        acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), acc3);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+}
+
+/* ---- f16 ---------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(f16, avx512) {
+    const uint16_t *h = x;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_f16x16(h + i));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, load_f16_tail(h + i, m));
+    }
+}
+
+/* NaN lanes become the canonical quiet NaN (sign kept) before conversion, so
+ * the output is 0x7e00 | sign as in the reference. */
+static inline __m256i f32x16_to_f16(__m512 v) {
+    const __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i canon = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+                                          _mm512_set1_epi32(0x7fc00000));
+    v = _mm512_castsi512_ps(_mm512_mask_mov_epi32(u, isnan, canon));
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+}
+
+MS_DECL_QUANT(f16, avx512) {
+    uint16_t *h = y;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(h + i), f32x16_to_f16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(h + i, m, f32x16_to_f16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+MS_DECL_DOT(f16, f16, avx512) {
+    const uint16_t *a = x, *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(load_f16x16(a + i), load_f16x16(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_f16x16(a + i + 16), load_f16x16(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_f16x16(a + i), load_f16x16(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(load_f16_tail(a + i, m), load_f16_tail(b + i, m), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+MS_DECL_DOT(f16, f32, avx512) {
+    const uint16_t *a = x;
+    const float *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(load_f16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_f16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_f16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(load_f16_tail(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ---- bf16 --------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(bf16, avx512) {
+    const uint16_t *h = x;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_bf16x16(h + i));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, load_bf16_tail(h + i, m));
+    }
+}
+
+/* Round to nearest even on the bit pattern; NaN keeps its top bits and gets
+ * the quiet bit (as the reference). */
+static inline __m256i f32x16_to_bf16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    const __mmask16 isnan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, isnan, nanv));
+}
+
+MS_DECL_QUANT(bf16, avx512) {
+    uint16_t *h = y;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(h + i), f32x16_to_bf16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(h + i, m, f32x16_to_bf16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+MS_DECL_DOT(bf16, bf16, avx512) {
+    const uint16_t *a = x, *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), load_bf16x16(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), load_bf16x16(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), load_bf16x16(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(load_bf16_tail(a + i, m), load_bf16_tail(b + i, m), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+MS_DECL_DOT(bf16, f32, avx512) {
+    const uint16_t *a = x;
+    const float *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(load_bf16_tail(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ---- q8_0 --------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(q8_0, avx512) {
+    const block_q8_0 *b = x;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 d = _mm512_set1_ps(ms_fp16_to_f32_inline(b[i].d));
+        _mm512_storeu_ps(y + i * QK8_0, _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)b[i].qs))));
+        _mm512_storeu_ps(y + i * QK8_0 + 16,
+                         _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)))));
+    }
+}
+
+/* roundf (ties away from zero) of integral-range v, exactly. */
+static inline __m512 roundf_ps(__m512 v) {
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u));
+    const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    return _mm512_mask_add_ps(t, up, t, step);
+}
+
+MS_DECL_QUANT(q8_0, avx512) {
+    block_q8_0 *b = y;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 v0 = _mm512_loadu_ps(x + i * QK8_0), v1 = _mm512_loadu_ps(x + i * QK8_0 + 16);
+        /* max(|v|, acc) returns acc when |v| is NaN: NaNs are skipped */
+        __m512 amax = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
+        amax = _mm512_max_ps(_mm512_abs_ps(v1), amax);
+        const float d = _mm512_reduce_max_ps(amax) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = ms_fp16_from_f32_inline(d);
+        const __m512 idv = _mm512_set1_ps(id);
+        __m512 s0 = _mm512_mul_ps(v0, idv), s1 = _mm512_mul_ps(v1, idv);
+        s0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s0, s0, _CMP_ORD_Q), s0); /* NaN -> 0 */
+        s1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s1, s1, _CMP_ORD_Q), s1);
+        _mm_storeu_si128((__m128i *)b[i].qs, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(roundf_ps(s0))));
+        _mm_storeu_si128((__m128i *)(b[i].qs + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(roundf_ps(s1))));
+    }
+}
+
+MS_DECL_DOT(q8_0, q8_0, avx512) {
+    const block_q8_0 *a = x, *b = y;
+    const int64_t nb = n / QK8_0;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m512 d01 = scale_2x8(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d),
+                                     ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m512 d23 = scale_2x8(ms_fp16_to_f32_inline(a[i + 2].d) * ms_fp16_to_f32_inline(b[i + 2].d),
+                                     ms_fp16_to_f32_inline(a[i + 3].d) * ms_fp16_to_f32_inline(b[i + 3].d));
+        const __m512 p01 = dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs));
+        const __m512 p23 = dot_i8x64(load_2x32(a[i + 2].qs, a[i + 3].qs), load_2x32(b[i + 2].qs, b[i + 3].qs));
+        acc0 = _mm512_fmadd_ps(d01, p01, acc0);
+        acc1 = _mm512_fmadd_ps(d23, p23, acc1);
+    }
+    for (; i + 2 <= nb; i += 2) {
+        const __m512 d01 = scale_2x8(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d),
+                                     ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
+        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs)),
+                               acc0);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) {
+        const __m256 p = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
+                                   _mm256_loadu_si256((const __m256i *)b[i].qs));
+        sum += hsum256_ps(p) * (ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+    }
+    *s = sum;
+}
+
+MS_DECL_DOT(q8_0, f32, avx512) {
+    const block_q8_0 *a = x;
+    const float *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 d = _mm512_set1_ps(ms_fp16_to_f32_inline(a[i].d));
+        const float *yb = b + i * QK8_0;
+        const __m512 w0 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs));
+        const __m512 w1 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16)));
+        acc0 = _mm512_fmadd_ps(_mm512_mul_ps(d, w0), _mm512_loadu_ps(yb), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_mul_ps(d, w1), _mm512_loadu_ps(yb + 16), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ---- mxfp4 -------------------------------------------------------------- */
+
+MS_DECL_DEQUANT(mxfp4, avx512) {
+    const block_mxfp4 *b = x;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        const __m512 d = _mm512_set1_ps(ms_e8m0_to_f32_half(b[i].e));
+        const __m256i v = mxfp4_values(&b[i]);
+        _mm512_storeu_ps(y + i * QK_MXFP4, _mm512_mul_ps(d, i8x16_to_ps(_mm256_castsi256_si128(v))));
+        _mm512_storeu_ps(y + i * QK_MXFP4 + 16, _mm512_mul_ps(d, i8x16_to_ps(_mm256_extracti128_si256(v, 1))));
+    }
+}
+
+MS_DECL_DOT(mxfp4, q8_0, avx512) {
+    const block_mxfp4 *a = x;
+    const block_q8_0 *b = y;
+    const int64_t nb = n / QK_MXFP4;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d),
+                                     ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m512 d23 = scale_2x8(ms_e8m0_to_f32_half(a[i + 2].e) * ms_fp16_to_f32_inline(b[i + 2].d),
+                                     ms_e8m0_to_f32_half(a[i + 3].e) * ms_fp16_to_f32_inline(b[i + 3].d));
+        const __m512 p01 = dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs));
+        const __m512 p23 = dot_i8x64(mxfp4_values_2(&a[i + 2]), load_2x32(b[i + 2].qs, b[i + 3].qs));
+        acc0 = _mm512_fmadd_ps(d01, p01, acc0);
+        acc1 = _mm512_fmadd_ps(d23, p23, acc1);
+    }
+    for (; i + 2 <= nb; i += 2) {
+        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d),
+                                     ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
+        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs)), acc0);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) {
+        const __m256 p = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        sum += hsum256_ps(p) * (ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
+    }
+    *s = sum;
+}
+
+MS_DECL_DOT(mxfp4, f32, avx512) {
+    const block_mxfp4 *a = x;
+    const float *b = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        const __m512 d = _mm512_set1_ps(ms_e8m0_to_f32_half(a[i].e));
+        const float *yb = b + i * QK_MXFP4;
+        const __m256i v = mxfp4_values(&a[i]);
+        const __m512 w0 = i8x16_to_ps(_mm256_castsi256_si128(v));
+        const __m512 w1 = i8x16_to_ps(_mm256_extracti128_si256(v, 1));
+        acc0 = _mm512_fmadd_ps(_mm512_mul_ps(d, w0), _mm512_loadu_ps(yb), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_mul_ps(d, w1), _mm512_loadu_ps(yb + 16), acc1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}

@@ -1,0 +1,137 @@
+/*
+ * quant_dispatch.c - attaches kernels to the type traits table, once, at
+ * start-up (called from quant.c's ms_quant_init).
+ *
+ * The reference table always gets the scalar kernels. The active table gets
+ * the widest kernel set the CPU (and OS) support:
+ *   avx512  AVX-512 F+BW+VL+DQ with FMA and F16C
+ *   avx2    AVX2 with FMA and F16C
+ *   scalar  everything else
+ * MS_ISA=scalar|avx2|avx512 in the environment caps the choice (it can never
+ * select a set the CPU lacks); an unknown value is ignored. Kernels without a
+ * SIMD version (the MXFP4 and k-quant quantizers, Q8_K dequantize) stay
+ * scalar in every set.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "quant/quant_impl.h"
+
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active);
+
+enum isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+
+/* F32 rows need no conversion; these give the table uniform entries. */
+static void f32_copy_to_float(const void *restrict x, float *restrict y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+static void f32_copy_from_float(const float *restrict x, void *restrict y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+static enum isa detect_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports also checks that the OS saves the wider
+     * register state (XCR0), so a "yes" here means usable. */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return ISA_AVX2;
+#endif
+    return ISA_SCALAR;
+}
+
+static enum isa env_cap(void) {
+    const char *v = getenv("MS_ISA");
+    if (!v) return ISA_AVX512;
+    for (int i = 0; i <= ISA_AVX512; i++)
+        if (!strcmp(v, isa_names[i])) return (enum isa)i;
+    return ISA_AVX512;
+}
+
+/* One format's kernels, picked for an ISA. */
+struct kset {
+    ms_to_float_fn to_float;
+    ms_from_float_fn from_float;
+    ms_vec_dot_fn vec_dot;
+    ms_vec_dot_fn vec_dot_f32;
+};
+
+#define KSET(deq, q, dot, dotf) ((struct kset){(deq), (q), (dot), (dotf)})
+#define PICK(isa, r, a2, a5) ((isa) == ISA_AVX512 ? (a5) : (isa) == ISA_AVX2 ? (a2) : (r))
+
+static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, struct kset k) {
+    t->has_kernels = true;
+    t->vec_dot_type = vec_dot_type;
+    t->to_float = k.to_float;
+    t->from_float = k.from_float;
+    t->vec_dot = k.vec_dot;
+    t->vec_dot_f32 = k.vec_dot_f32;
+}
+
+static void attach(struct ms_type_traits *tab, enum isa isa) {
+    ms_vec_dot_fn f32dot = PICK(isa, ms_dot_f32_f32_ref, ms_dot_f32_f32_avx2, ms_dot_f32_f32_avx512);
+    set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
+
+    set_kernels(&tab[MS_TYPE_F16], MS_TYPE_F16,
+                KSET(PICK(isa, ms_dequant_f16_ref, ms_dequant_f16_avx2, ms_dequant_f16_avx512),
+                     PICK(isa, ms_quant_f16_ref, ms_quant_f16_avx2, ms_quant_f16_avx512),
+                     PICK(isa, ms_dot_f16_f16_ref, ms_dot_f16_f16_avx2, ms_dot_f16_f16_avx512),
+                     PICK(isa, ms_dot_f16_f32_ref, ms_dot_f16_f32_avx2, ms_dot_f16_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_BF16], MS_TYPE_BF16,
+                KSET(PICK(isa, ms_dequant_bf16_ref, ms_dequant_bf16_avx2, ms_dequant_bf16_avx512),
+                     PICK(isa, ms_quant_bf16_ref, ms_quant_bf16_avx2, ms_quant_bf16_avx512),
+                     PICK(isa, ms_dot_bf16_bf16_ref, ms_dot_bf16_bf16_avx2, ms_dot_bf16_bf16_avx512),
+                     PICK(isa, ms_dot_bf16_f32_ref, ms_dot_bf16_f32_avx2, ms_dot_bf16_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_Q8_0], MS_TYPE_Q8_0,
+                KSET(PICK(isa, ms_dequant_q8_0_ref, ms_dequant_q8_0_avx2, ms_dequant_q8_0_avx512),
+                     PICK(isa, ms_quant_q8_0_ref, ms_quant_q8_0_avx2, ms_quant_q8_0_avx512),
+                     PICK(isa, ms_dot_q8_0_q8_0_ref, ms_dot_q8_0_q8_0_avx2, ms_dot_q8_0_q8_0_avx512),
+                     PICK(isa, ms_dot_q8_0_f32_ref, ms_dot_q8_0_f32_avx2, ms_dot_q8_0_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0,
+                KSET(PICK(isa, ms_dequant_mxfp4_ref, ms_dequant_mxfp4_avx2, ms_dequant_mxfp4_avx512),
+                     ms_quant_mxfp4_ref,
+                     PICK(isa, ms_dot_mxfp4_q8_0_ref, ms_dot_mxfp4_q8_0_avx2, ms_dot_mxfp4_q8_0_avx512),
+                     PICK(isa, ms_dot_mxfp4_f32_ref, ms_dot_mxfp4_f32_avx2, ms_dot_mxfp4_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K,
+                KSET(PICK(isa, ms_dequant_q4_K_ref, ms_dequant_q4_K_avx2, ms_dequant_q4_K_avx512),
+                     ms_quant_q4_K_ref,
+                     PICK(isa, ms_dot_q4_K_q8_K_ref, ms_dot_q4_K_q8_K_avx2, ms_dot_q4_K_q8_K_avx512),
+                     PICK(isa, ms_dot_q4_K_f32_ref, ms_dot_q4_K_f32_avx2, ms_dot_q4_K_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K,
+                KSET(PICK(isa, ms_dequant_q2_K_ref, ms_dequant_q2_K_avx2, ms_dequant_q2_K_avx512),
+                     ms_quant_q2_K_ref,
+                     PICK(isa, ms_dot_q2_K_q8_K_ref, ms_dot_q2_K_q8_K_avx2, ms_dot_q2_K_q8_K_avx512),
+                     PICK(isa, ms_dot_q2_K_f32_ref, ms_dot_q2_K_f32_avx2, ms_dot_q2_K_f32_avx512)));
+
+    set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K,
+                KSET(PICK(isa, ms_dequant_iq2_xxs_ref, ms_dequant_iq2_xxs_avx2, ms_dequant_iq2_xxs_avx512),
+                     ms_quant_iq2_xxs_ref,
+                     PICK(isa, ms_dot_iq2_xxs_q8_K_ref, ms_dot_iq2_xxs_q8_K_avx2, ms_dot_iq2_xxs_q8_K_avx512),
+                     PICK(isa, ms_dot_iq2_xxs_f32_ref, ms_dot_iq2_xxs_f32_avx2, ms_dot_iq2_xxs_f32_avx512)));
+
+    /* Q8_K is an activation format only: it can be produced and read back,
+     * but there is no dot with it as the weight, so has_kernels stays false. */
+    tab[MS_TYPE_Q8_K].to_float = ms_dequant_q8_K_ref;
+    tab[MS_TYPE_Q8_K].from_float = PICK(isa, ms_quant_q8_K_ref, ms_quant_q8_K_avx2, ms_quant_q8_K_avx512);
+}
+
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active) {
+    enum isa isa = detect_isa();
+    const enum isa cap = env_cap();
+    if (isa > cap) isa = cap;
+    attach(ref, ISA_SCALAR);
+    attach(active, isa);
+    return isa_names[isa];
+}
