@@ -5,6 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* dst = a + ": " + b, truncated to the buffer (truncation is intended: a
+ * message is one line for a human). */
+static void join(char *dst, size_t cap, const char *a, const char *b) {
+    size_t n = 0;
+    for (const char *parts[3] = {a, ": ", b}, **p = parts; p < parts + 3; p++)
+        for (const char *c = *p; *c && n + 1 < cap; c++) dst[n++] = *c;
+    dst[n] = '\0';
+}
+
 int ms_err_set(ms_err *e, const char *fmt, ...) {
     if (!e) return -1;
     va_list ap;
@@ -22,7 +31,7 @@ int ms_err_prefix(ms_err *e, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    join(e->msg, sizeof e->msg, prefix, old);
     return -1;
 }
 
@@ -33,6 +42,6 @@ int ms_err_errno(ms_err *e, int errnum, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", head, strerror(errnum));
+    join(e->msg, sizeof e->msg, head, strerror(errnum));
     return -1;
 }

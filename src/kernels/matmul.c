@@ -1,0 +1,75 @@
+/*
+ * matmul.c - batched matmul over the quant traits table (see matmul.h).
+ * Threads split output rows; within a thread each weight row is used for all
+ * tokens before moving on, so a row is read from memory once per call.
+ */
+#include "kernels/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+void ms_matmul_ctx_free(struct ms_matmul_ctx *c) {
+    ms_free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_cap = 0;
+}
+
+struct mm_job {
+    const struct ms_mat *w;
+    const void *act;       /* activations in the dot's format */
+    size_t act_stride;     /* bytes between tokens' activation rows */
+    ms_vec_dot_fn dot;
+    int64_t n_tok;
+    float *y;
+    int64_t ldy;
+};
+
+static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const struct mm_job *j = ctx;
+    const int64_t n = j->w->n_cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *wr = (const char *)j->w->data + (size_t)r * j->w->row_stride;
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            float s;
+            j->dot(n, &s, wr, (const char *)j->act + (size_t)t * j->act_stride);
+            j->y[t * j->ldy + r] = s;
+        }
+    }
+}
+
+int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
+              int64_t n_tok, float *y, int64_t ldy, ms_err *err) {
+    const struct ms_type_traits *tt = ms_type_traits(w->type);
+    if (!tt || !tt->has_kernels)
+        return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(w->type));
+    struct mm_job j = {.w = w, .n_tok = n_tok, .y = y, .ldy = ldy};
+    if (c->quality || tt->vec_dot_type == MS_TYPE_F32) {
+        j.dot = c->quality ? tt->vec_dot_f32 : tt->vec_dot;
+        j.act = x;
+        j.act_stride = (size_t)ldx * sizeof(float);
+    } else {
+        const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
+        const size_t row = ms_row_size(tt->vec_dot_type, w->n_cols);
+        if (!at || !at->from_float || row == 0)
+            return ms_err_set(err, "matmul: cannot convert activations to %s",
+                              ms_type_name(tt->vec_dot_type));
+        size_t need = row * (size_t)n_tok;
+        if (need > c->scratch_cap) {
+            void *p = ms_aligned_alloc(MS_ALIGN, need);
+            if (!p) return ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
+            ms_free(c->scratch);
+            c->scratch = p;
+            c->scratch_cap = need;
+        }
+        for (int64_t t = 0; t < n_tok; t++)
+            at->from_float(x + t * ldx, (char *)c->scratch + (size_t)t * row, w->n_cols);
+        j.dot = tt->vec_dot;
+        j.act = c->scratch;
+        j.act_stride = row;
+    }
+    ms_pool_for(c->pool, w->n_rows, 16, mm_rows, &j);
+    return 0;
+}

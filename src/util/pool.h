@@ -1,0 +1,38 @@
+/*
+ * pool.h - a persistent pool of worker threads for data-parallel loops.
+ *
+ * The forward pass splits each matmul (by output rows) and each attention
+ * step (by heads) across the pool. Workers sleep on a condition variable
+ * between jobs; one job runs at a time and the calling thread takes part, so
+ * a pool of n threads starts n - 1 workers. A pool of 1 runs everything on
+ * the caller.
+ */
+#ifndef MS_UTIL_POOL_H
+#define MS_UTIL_POOL_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct ms_pool;
+
+/* Work item: process the half-open range [begin, end) of a job's n items;
+ * `ith` is the worker index in [0, n_threads) (for per-thread scratch). */
+typedef void (*ms_pool_fn)(void *ctx, int64_t begin, int64_t end, int ith);
+
+/* Creates a pool of n_threads (>= 1; the caller counts as one). -1 with an
+ * error when threads cannot be started. */
+int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err);
+void ms_pool_free(struct ms_pool *p);
+int ms_pool_n_threads(const struct ms_pool *p);
+
+/* Runs fn over [0, n) split into contiguous chunks of at least `grain`
+ * items, one chunk per thread, and returns when all are done. Not
+ * re-entrant: fn must not call ms_pool_for on the same pool. p may be NULL
+ * (runs on the caller). */
+void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx);
+
+/* Number of online CPUs (>= 1). */
+int ms_n_cpus(void);
+
+#endif
