@@ -1,16 +1,270 @@
 /*
- * quant_kq_avx2.c - avx2 k-quant / iq2_xxs / q8_K kernels (stub; being written).
+ * quant_kq_avx2.c - AVX2 kernels for Q4_K, Q2_K, IQ2_XXS weights and Q8_K
+ * activations. Same results as quant_kq_ref.c: the Q8_K quantizer and the
+ * dequantizers round identically, the integer parts of the Q8_K dots are
+ * exact, and only the order of f32 sums differs in the *_f32 dots.
+ *
+ * The Q8_K dots multiply unsigned weight codes (4-bit, 2-bit, or grid
+ * magnitudes up to 43) by signed int8 activations with maddubs (pairs summed
+ * into int16, at most 2 * 43 * 127 in magnitude), then weight the int16
+ * pairs by the sub-block scale with madd into int32 lanes; per block one
+ * horizontal sum feeds the same float formula as the reference. IQ2_XXS
+ * signs are moved onto the activations with sign_epi8 (ggml's Q8_K keeps q8
+ * in [-127, 127] so negation cannot overflow).
  */
-#include "quant/blocks.h"
-#include "quant/quant_impl.h"
+#include <immintrin.h>
+#include <math.h>
 
-MS_DECL_QUANT(q8_K, avx2) { ms_quant_q8_K_ref(x, y, n); }
-MS_DECL_DEQUANT(q4_K, avx2) { ms_dequant_q4_K_ref(x, y, n); }
-MS_DECL_DOT(q4_K, q8_K, avx2) { ms_dot_q4_K_q8_K_ref(n, s, x, y); }
-MS_DECL_DOT(q4_K, f32, avx2) { ms_dot_q4_K_f32_ref(n, s, x, y); }
-MS_DECL_DEQUANT(q2_K, avx2) { ms_dequant_q2_K_ref(x, y, n); }
-MS_DECL_DOT(q2_K, q8_K, avx2) { ms_dot_q2_K_q8_K_ref(n, s, x, y); }
-MS_DECL_DOT(q2_K, f32, avx2) { ms_dot_q2_K_f32_ref(n, s, x, y); }
-MS_DECL_DEQUANT(iq2_xxs, avx2) { ms_dequant_iq2_xxs_ref(x, y, n); }
-MS_DECL_DOT(iq2_xxs, q8_K, avx2) { ms_dot_iq2_xxs_q8_K_ref(n, s, x, y); }
-MS_DECL_DOT(iq2_xxs, f32, avx2) { ms_dot_iq2_xxs_f32_ref(n, s, x, y); }
+#include "quant/iq2_grid.h"
+#include "quant/quant_impl.h"
+#include "quant/quant_kq.h"
+
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_f32(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- Q8_K: same rounding as the reference (cvtps rounds to nearest even
+ * under the default MXCSR; the saturating packs are its cap at 127). */
+MS_DECL_QUANT(q8_K, avx2) {
+    block_q8_K *b = y;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 vmax = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), vmax);
+        const float amax = hmax_f32(vmax);
+        if (!(amax > 0.0f)) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        float max = 0.0f;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.0f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 32) {
+            const __m256i v0 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j)));
+            const __m256i v1 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8)));
+            const __m256i v2 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 16)));
+            const __m256i v3 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 24)));
+            __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3));
+            q = _mm256_permutevar8x32_epi32(q, perm);
+            _mm256_storeu_si256((__m256i *)(b[i].qs + j), q);
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            b[i].bsums[j / 16] = (int16_t)_mm256_extract_epi32(s, 0);
+            b[i].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(s, 4);
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- dequantization */
+
+static inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+MS_DECL_DEQUANT(q4_K, avx2) {
+    const block_q4_K *b = x;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
+        uint8_t sc[8], m[8];
+        ms_q4k_unpack_scales(b[i].scales, sc, m);
+        for (int g = 0; g < 4; g++) {
+            const __m256 d1 = _mm256_set1_ps(d * sc[2 * g]), m1 = _mm256_set1_ps(dmin * m[2 * g]);
+            const __m256 d2 = _mm256_set1_ps(d * sc[2 * g + 1]), m2 = _mm256_set1_ps(dmin * m[2 * g + 1]);
+            for (int k = 0; k < 4; k++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(b[i].qs + 32 * g + 8 * k));
+                const __m256 lo = u8x8_to_ps(_mm_and_si128(q, m4));
+                const __m256 hi = u8x8_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), m4));
+                _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+                _mm256_storeu_ps(y + 32 + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+            }
+            y += 64;
+        }
+    }
+}
+
+MS_DECL_DEQUANT(q2_K, avx2) {
+    const block_q2_K *b = x;
+    const __m128i m3 = _mm_set1_epi8(3);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
+        for (int k = 0; k < QK_K / 16; k++) {
+            const __m128i q = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * (k / 8) + 16 * (k % 2)));
+            const __m128i v = _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * ((k % 8) / 2))), m3);
+            const __m256 dl = _mm256_set1_ps(d * (float)(b[i].scales[k] & 0x0f));
+            const __m256 ml = _mm256_set1_ps(dmin * (float)(b[i].scales[k] >> 4));
+            _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(dl, u8x8_to_ps(v)), ml));
+            _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(dl, u8x8_to_ps(_mm_srli_si128(v, 8))), ml));
+            y += 16;
+        }
+    }
+}
+
+MS_DECL_DEQUANT(iq2_xxs, avx2) {
+    const block_iq2_xxs *b = x;
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = ms_fp16_to_fp32(b[i].d);
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t aux[2];
+            ms_iq2xxs_aux(&b[i], ib, aux);
+            const __m256 db = _mm256_set1_ps(d * (0.5f + (float)(aux[1] >> 28)) * 0.25f);
+            for (int l = 0; l < 4; l++) {
+                const uint64_t g = ms_iq2xxs_grid[(aux[0] >> (8 * l)) & 0xff];
+                const int s = ms_iq2_ksigns[(aux[1] >> (7 * l)) & 127];
+                const __m256 v = _mm256_mul_ps(db, u8x8_to_ps(_mm_cvtsi64_si128((long long)g)));
+                const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(s), bit), bit);
+                _mm256_storeu_ps(y, _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_and_si256(neg, sign))));
+                y += 8;
+            }
+        }
+    }
+}
+
+/* ---- dots with Q8_K activations */
+
+MS_DECL_DOT(q4_K, q8_K, avx2) {
+    const block_q4_K *w = x;
+    const block_q8_K *a = y;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        ms_q4k_unpack_scales(w[i].scales, sc, m);
+        __m256i acc = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * g));
+            const __m256i lo = _mm256_and_si256(q, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i a_lo = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * g));
+            const __m256i a_hi = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * g + 32));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_set1_epi16(sc[2 * g])));
+            acc = _mm256_add_epi32(acc,
+                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), _mm256_set1_epi16(sc[2 * g + 1])));
+        }
+        /* min term: sum_j m[j] * (bsums[2j] + bsums[2j+1]) */
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
+        const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+        const int32_t summ = hsum_i32(_mm256_madd_epi16(bs, m16));
+        const int32_t sumi = hsum_i32(acc);
+        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
+        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
+        sumf += d * (float)sumi - dmin * (float)summ;
+    }
+    *s = sumf;
+}
+
+MS_DECL_DOT(q2_K, q8_K, avx2) {
+    const block_q2_K *w = x;
+    const block_q8_K *a = y;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scb, m4));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
+        const int32_t summ = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), mn16));
+        int16_t sck[16];
+        _mm256_storeu_si256((__m256i *)sck, sc16);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+                const __m256i q8 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * j));
+                const int k = 8 * h + 2 * j; /* scales k (low 16 lanes) and k + 1 */
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sck[k + 1]), _mm_set1_epi16(sck[k]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, q8), scv));
+            }
+        }
+        const int32_t sumi = hsum_i32(acc);
+        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
+        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
+        sumf += d * (float)sumi - dmin * (float)summ;
+    }
+    *s = sumf;
+}
+
+MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a = y;
+    /* byte k of the 32 sign bits goes to bytes 8k .. 8k+7, tested per bit */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i one = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t aux[2];
+            ms_iq2xxs_aux(&w[i], ib, aux);
+            const __m256i grid = _mm256_set_epi64x(
+                (long long)ms_iq2xxs_grid[aux[0] >> 24], (long long)ms_iq2xxs_grid[(aux[0] >> 16) & 0xff],
+                (long long)ms_iq2xxs_grid[(aux[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[aux[0] & 0xff]);
+            const uint32_t sw = (uint32_t)ms_iq2_ksigns[aux[1] & 127] | (uint32_t)ms_iq2_ksigns[(aux[1] >> 7) & 127] << 8 |
+                                (uint32_t)ms_iq2_ksigns[(aux[1] >> 14) & 127] << 16 |
+                                (uint32_t)ms_iq2_ksigns[(aux[1] >> 21) & 127] << 24;
+            const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sw), spread);
+            const __m256i sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sb, bits), bits), one);
+            const __m256i q8 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * ib)), sgn);
+            const __m256i ls = _mm256_set1_epi16((short)(2 * (aux[1] >> 28) + 1));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(grid, q8), ls));
+        }
+        sumf += a[i].d * ms_fp16_to_fp32(w[i].d) * (float)hsum_i32(acc);
+    }
+    *s = 0.125f * sumf;
+}
+
+/* ---- dots with f32 activations: dequantize one block to the stack, then
+ * multiply-add in 8-lane f32 accumulators. */
+
+static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
+    for (int j = 0; j < QK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), acc);
+    return acc;
+}
+
+#define MS_DEFINE_DOT_F32_AVX2(fmt, blk)                                         \
+    MS_DECL_DOT(fmt, f32, avx2) {                                                 \
+        const blk *w = x;                                                         \
+        const float *a = y;                                                       \
+        float tmp[QK_K];                                                          \
+        __m256 acc = _mm256_setzero_ps();                                         \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
+            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
+            acc = fma_block(tmp, a + i * QK_K, acc);                              \
+        }                                                                         \
+        *s = hsum_f32(acc);                                                       \
+    }
+
+MS_DEFINE_DOT_F32_AVX2(q4_K, block_q4_K)
+MS_DEFINE_DOT_F32_AVX2(q2_K, block_q2_K)
+MS_DEFINE_DOT_F32_AVX2(iq2_xxs, block_iq2_xxs)
