@@ -12,11 +12,16 @@
  * SIMD version (the MXFP4 and k-quant quantizers, Q8_K dequantize) stay
  * scalar in every set.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
 #include "quant/quant_impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active);
 
@@ -32,16 +37,26 @@ static void f32_copy_from_float(const float *restrict x, void *restrict y, int64
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
+ * not know "f16c". Its register state is the AVX state the avx2 check covers. */
+static bool cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static enum isa detect_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+    const bool f16c = cpu_has_f16c();
     /* __builtin_cpu_supports also checks that the OS saves the wider
      * register state (XCR0), so a "yes" here means usable. */
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        __builtin_cpu_supports("fma") && f16c && __builtin_cpu_supports("avx2"))
         return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
         return ISA_AVX2;
 #endif
     return ISA_SCALAR;
