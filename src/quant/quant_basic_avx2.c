@@ -16,6 +16,10 @@
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
 
+/* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
+ * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
+static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
+
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -189,7 +193,7 @@ MS_DECL_DOT(bf16, f32, avx2) {
 MS_DECL_DEQUANT(q8_0, avx2) {
     const block_q8_0 *b = x;
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m256 d = _mm256_set1_ps(ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d = _mm256_set1_ps(fp16_scale(b[i].d));
         for (int j = 0; j < QK8_0; j += 8)
             _mm256_storeu_ps(y + i * QK8_0 + j, _mm256_mul_ps(d, load_i8x8(b[i].qs + j)));
     }
@@ -243,9 +247,9 @@ MS_DECL_DOT(q8_0, q8_0, avx2) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d0 = _mm256_set1_ps(fp16_scale(a[i].d) * fp16_scale(b[i].d));
         const __m256 d1 =
-            _mm256_set1_ps(ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
+            _mm256_set1_ps(fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
         const __m256 p0 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
                                     _mm256_loadu_si256((const __m256i *)b[i].qs));
         const __m256 p1 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i + 1].qs),
@@ -254,7 +258,7 @@ MS_DECL_DOT(q8_0, q8_0, avx2) {
         acc1 = _mm256_fmadd_ps(d1, p1, acc1);
     }
     for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d0 = _mm256_set1_ps(fp16_scale(a[i].d) * fp16_scale(b[i].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
                                              _mm256_loadu_si256((const __m256i *)b[i].qs)), acc0);
     }
@@ -271,7 +275,7 @@ MS_DECL_DOT(q8_0, f32, avx2) {
         t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 8), _mm256_loadu_ps(yb + 8), t);
         t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 16), _mm256_loadu_ps(yb + 16), t);
         t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 24), _mm256_loadu_ps(yb + 24), t);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ms_fp16_to_f32_inline(a[i].d)), t, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_scale(a[i].d)), t, acc);
     }
     *s = hsum_ps(acc);
 }
@@ -299,15 +303,15 @@ MS_DECL_DOT(mxfp4, q8_0, avx2) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
-        const __m256 d1 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
+        const __m256 d1 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
         const __m256 p0 = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
         const __m256 p1 = dot_i8x32(mxfp4_values(&a[i + 1]), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
         acc0 = _mm256_fmadd_ps(d0, p0, acc0);
         acc1 = _mm256_fmadd_ps(d1, p1, acc1);
     }
     for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
+        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs)),
                                acc0);
     }

@@ -17,6 +17,10 @@
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
 
+/* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
+ * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
+static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
+
 static inline __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
 
 static inline __m512 load_f16x16(const uint16_t *p) {
@@ -252,7 +256,7 @@ MS_DECL_DOT(bf16, f32, avx512) {
 MS_DECL_DEQUANT(q8_0, avx512) {
     const block_q8_0 *b = x;
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 d = _mm512_set1_ps(ms_fp16_to_f32_inline(b[i].d));
+        const __m512 d = _mm512_set1_ps(fp16_scale(b[i].d));
         _mm512_storeu_ps(y + i * QK8_0, _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)b[i].qs))));
         _mm512_storeu_ps(y + i * QK8_0 + 16,
                          _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)))));
@@ -293,18 +297,18 @@ MS_DECL_DOT(q8_0, q8_0, avx512) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        const __m512 d01 = scale_2x8(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d),
-                                     ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
-        const __m512 d23 = scale_2x8(ms_fp16_to_f32_inline(a[i + 2].d) * ms_fp16_to_f32_inline(b[i + 2].d),
-                                     ms_fp16_to_f32_inline(a[i + 3].d) * ms_fp16_to_f32_inline(b[i + 3].d));
+        const __m512 d01 = scale_2x8(fp16_scale(a[i].d) * fp16_scale(b[i].d),
+                                     fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
+        const __m512 d23 = scale_2x8(fp16_scale(a[i + 2].d) * fp16_scale(b[i + 2].d),
+                                     fp16_scale(a[i + 3].d) * fp16_scale(b[i + 3].d));
         const __m512 p01 = dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs));
         const __m512 p23 = dot_i8x64(load_2x32(a[i + 2].qs, a[i + 3].qs), load_2x32(b[i + 2].qs, b[i + 3].qs));
         acc0 = _mm512_fmadd_ps(d01, p01, acc0);
         acc1 = _mm512_fmadd_ps(d23, p23, acc1);
     }
     for (; i + 2 <= nb; i += 2) {
-        const __m512 d01 = scale_2x8(ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d),
-                                     ms_fp16_to_f32_inline(a[i + 1].d) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m512 d01 = scale_2x8(fp16_scale(a[i].d) * fp16_scale(b[i].d),
+                                     fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
         acc0 = _mm512_fmadd_ps(d01, dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs)),
                                acc0);
     }
@@ -312,7 +316,7 @@ MS_DECL_DOT(q8_0, q8_0, avx512) {
     if (i < nb) {
         const __m256 p = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
                                    _mm256_loadu_si256((const __m256i *)b[i].qs));
-        sum += hsum256_ps(p) * (ms_fp16_to_f32_inline(a[i].d) * ms_fp16_to_f32_inline(b[i].d));
+        sum += hsum256_ps(p) * (fp16_scale(a[i].d) * fp16_scale(b[i].d));
     }
     *s = sum;
 }
@@ -322,7 +326,7 @@ MS_DECL_DOT(q8_0, f32, avx512) {
     const float *b = y;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 d = _mm512_set1_ps(ms_fp16_to_f32_inline(a[i].d));
+        const __m512 d = _mm512_set1_ps(fp16_scale(a[i].d));
         const float *yb = b + i * QK8_0;
         const __m512 w0 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs));
         const __m512 w1 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16)));
@@ -351,24 +355,24 @@ MS_DECL_DOT(mxfp4, q8_0, avx512) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d),
-                                     ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
-        const __m512 d23 = scale_2x8(ms_e8m0_to_f32_half(a[i + 2].e) * ms_fp16_to_f32_inline(b[i + 2].d),
-                                     ms_e8m0_to_f32_half(a[i + 3].e) * ms_fp16_to_f32_inline(b[i + 3].d));
+        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d),
+                                     ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
+        const __m512 d23 = scale_2x8(ms_e8m0_to_f32_half(a[i + 2].e) * fp16_scale(b[i + 2].d),
+                                     ms_e8m0_to_f32_half(a[i + 3].e) * fp16_scale(b[i + 3].d));
         const __m512 p01 = dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs));
         const __m512 p23 = dot_i8x64(mxfp4_values_2(&a[i + 2]), load_2x32(b[i + 2].qs, b[i + 3].qs));
         acc0 = _mm512_fmadd_ps(d01, p01, acc0);
         acc1 = _mm512_fmadd_ps(d23, p23, acc1);
     }
     for (; i + 2 <= nb; i += 2) {
-        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d),
-                                     ms_e8m0_to_f32_half(a[i + 1].e) * ms_fp16_to_f32_inline(b[i + 1].d));
+        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d),
+                                     ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
         acc0 = _mm512_fmadd_ps(d01, dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs)), acc0);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     if (i < nb) {
         const __m256 p = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
-        sum += hsum256_ps(p) * (ms_e8m0_to_f32_half(a[i].e) * ms_fp16_to_f32_inline(b[i].d));
+        sum += hsum256_ps(p) * (ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
     }
     *s = sum;
 }
