@@ -9,5 +9,6 @@
 
 int cmd_mkmodel(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 #endif

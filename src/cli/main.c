@@ -18,6 +18,7 @@ struct command {
 
 static const struct command commands[] = {
     {"inspect", cmd_inspect, "show a GGUF's metadata, tensors, quant types and layout"},
+    {"logits", cmd_logits, "next-token probabilities per position, as JSON"},
     {"mkmodel", cmd_mkmodel, "write a small DeepSeek-V4-architecture GGUF with random weights"},
 };
 

@@ -1,0 +1,176 @@
+/*
+ * cmd_logits.c - `moestream logits`: next-token probabilities after every
+ * position of a token sequence, as JSON. This is the differential-testing
+ * interface: the probabilities are the softmax of the raw logits at
+ * temperature 1, computed in double, with no filtering.
+ *
+ *   {"tokens":[...], "positions":[{"pos":0,"top":[[id,prob],...]}, ...]}
+ *   with --full: "probs":[p_0, ..., p_{V-1}] instead of "top".
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "moestream.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moestream logits -m MODEL --tokens ID,ID,... [options]\n"
+            "  -m, --model FILE     deepseek4 GGUF\n"
+            "      --tokens LIST    comma-separated token ids\n"
+            "      --top K          the K most likely tokens per position (default 10)\n"
+            "      --full           every probability instead of the top K\n"
+            "      --chunk N        feed the sequence in pieces of N tokens (default: all at once)\n"
+            "      --json           JSON output (the only format; accepted for clarity)\n"
+            "      --quality        F32 activations (exact math on the stored weights)\n"
+            "  -t, --threads N      worker threads (default: all cores)\n"
+            "  -c, --ctx-size N     context size (default: the sequence length)\n");
+}
+
+/* Parses "1,2,3" into a new array; -1 on a malformed list. */
+static int parse_tokens(const char *s, int32_t **out, int64_t *n) {
+    int64_t cap = 16, cnt = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return -1;
+        }
+        if (cnt == cap) {
+            int32_t *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[cnt++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (cnt == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+static void print_position(int64_t pos, const float *logits, int64_t V, int top, bool full,
+                           double *probs, int *order) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t i = 0; i < V; i++) mx = fmax(mx, logits[i]);
+    for (int64_t i = 0; i < V; i++) sum += (probs[i] = exp((double)logits[i] - mx));
+    for (int64_t i = 0; i < V; i++) probs[i] /= sum;
+    printf("%s{\"pos\":%lld,", pos ? "," : "", (long long)pos);
+    if (full) {
+        printf("\"probs\":[");
+        for (int64_t i = 0; i < V; i++) printf("%s%.9g", i ? "," : "", probs[i]);
+        printf("]}");
+        return;
+    }
+    /* partial selection of the top entries by probability, ties by id */
+    if (top > V) top = (int)V;
+    for (int64_t i = 0; i < V; i++) order[i] = (int)i;
+    for (int k = 0; k < top; k++) {
+        int best = k;
+        for (int64_t i = k + 1; i < V; i++)
+            if (probs[order[i]] > probs[order[best]]) best = (int)i;
+        int tmp = order[k];
+        order[k] = order[best];
+        order[best] = tmp;
+    }
+    printf("\"top\":[");
+    for (int k = 0; k < top; k++) printf("%s[%d,%.9g]", k ? "," : "", order[k], probs[order[k]]);
+    printf("]}");
+}
+
+int cmd_logits(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"tokens", required_argument, 0, 'T'},
+        {"top", required_argument, 0, 'k'},     {"full", no_argument, 0, 'F'},
+        {"chunk", required_argument, 0, 'C'},   {"json", no_argument, 0, 'J'},
+        {"quality", no_argument, 0, 'Q'},       {"threads", required_argument, 0, 't'},
+        {"ctx-size", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *model = NULL, *tokens_arg = NULL;
+    int top = 10, threads = 0;
+    long chunk = 0, n_ctx = 0;
+    bool full = false, quality = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'T': tokens_arg = optarg; break;
+        case 'k': top = atoi(optarg); break;
+        case 'F': full = true; break;
+        case 'C': chunk = atol(optarg); break;
+        case 'J': break;
+        case 'Q': quality = true; break;
+        case 't': threads = atoi(optarg); break;
+        case 'c': n_ctx = atol(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model || !tokens_arg || top < 1 || chunk < 0 || n_ctx < 0 || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    int32_t *tokens = NULL;
+    int64_t n = 0;
+    if (parse_tokens(tokens_arg, &tokens, &n)) {
+        fprintf(stderr, "moestream logits: --tokens must be a comma-separated list of ids\n");
+        return 2;
+    }
+    ms_err err = {0};
+    struct ms_engine *e = NULL;
+    struct ms_session *s = NULL;
+    const struct ms_engine_params ep = {.model_path = model, .n_threads = threads, .quality = quality};
+    float *logits = NULL;
+    double *probs = NULL;
+    int *order = NULL;
+    int rc = 1;
+    if (ms_engine_load(&e, &ep, &err)) goto fail;
+    const int64_t V = ms_engine_info(e).n_vocab;
+    if (ms_session_new(&s, e, n_ctx ? n_ctx : n, &err)) goto fail;
+    logits = malloc((size_t)(n * V) * sizeof *logits);
+    probs = malloc((size_t)V * sizeof *probs);
+    order = malloc((size_t)V * sizeof *order);
+    if (!logits || !probs || !order) {
+        ms_err_set(&err, "out of memory");
+        goto fail;
+    }
+    const int64_t step = chunk > 0 ? chunk : n;
+    for (int64_t off = 0; off < n; off += step) {
+        const int64_t nb = n - off < step ? n - off : step;
+        if (ms_session_eval(s, tokens + off, nb, logits + off * V, &err)) goto fail;
+    }
+    printf("{\"tokens\":[");
+    for (int64_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", tokens[i]);
+    printf("],\"positions\":[");
+    for (int64_t i = 0; i < n; i++) print_position(i, logits + i * V, V, top, full, probs, order);
+    printf("]}\n");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "moestream logits: %s\n", err.msg);
+done:
+    free(logits);
+    free(probs);
+    free(order);
+    free(tokens);
+    ms_session_free(s);
+    ms_engine_free(e);
+    return rc;
+}

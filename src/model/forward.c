@@ -1,0 +1,523 @@
+/*
+ * forward.c - the DeepSeek V4 forward pass, layer-major over a ubatch.
+ *
+ * One layer reads top to bottom like SPEC-dsv4.md 3.4/3.7:
+ *
+ *   hc_pre(attn) -> attn_norm -> attention -> hc_post
+ *   hc_pre(ffn)  -> ffn_norm  -> routed MoE + shared expert -> hc_post
+ *
+ * Every projection runs batched over the ubatch's tokens (kernels/matmul);
+ * the steps that read and write the per-layer attention state (raw window
+ * ring, compressor frontiers, compressed rows, indexer selection) run token
+ * by token in position order inside the layer, which is what makes one-shot,
+ * chunked and token-by-token evaluation agree (SPEC 4.2). Attention for one
+ * token is split across the pool by heads.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/session_impl.h"
+
+#define MOE_WEIGHT_FLOOR 6.103515625e-5f /* SPEC 3.6: renormalisation floor */
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *x, int64_t ldx,
+              int64_t n, float *y, int64_t ldy, ms_err *err) {
+    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, err);
+}
+
+/* RoPE parameters of a layer (SPEC 3.1 table): ratio-0 layers use the plain
+ * base; compressed layers use the compress base with YaRN (or linear scaling
+ * when the type key is absent), with the YaRN magnitude factor cancelled. */
+static struct ms_rope_params rope_params(const struct dsv4_hparams *hp, uint32_t ratio) {
+    struct ms_rope_params p = {.n_rot = (int)hp->n_rot,
+                               .freq_base = hp->rope_freq_base,
+                               .freq_scale = 1.0f,
+                               .ext_factor = 0.0f,
+                               .attn_factor = 1.0f,
+                               .n_ctx_orig = (int)(hp->rope_n_ctx_orig ? hp->rope_n_ctx_orig
+                                                                       : hp->n_ctx_train),
+                               .beta_fast = hp->yarn_beta_fast,
+                               .beta_slow = hp->yarn_beta_slow};
+    if (ratio == 0) return p;
+    p.freq_base = hp->compress_rope_freq_base;
+    if (hp->rope_scaling_factor > 0.0f) p.freq_scale = 1.0f / hp->rope_scaling_factor;
+    if (!strcmp(hp->rope_scaling_type, "yarn")) {
+        p.ext_factor = 1.0f;
+        p.attn_factor = 1.0f / (1.0f + 0.1f * logf(1.0f / p.freq_scale));
+    }
+    return p;
+}
+
+/* ---- hyper-connections (SPEC 3.3) -------------------------------------- */
+
+/* HC-pre for n tokens: fills sc->pre/post/comb and writes the mixed input
+ * sum_s pre_s X_s into sc->h (before the sublayer norm). */
+static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const float *base,
+                  const float *scale, int64_t n, ms_err *err) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D, nmix = (2 + nh) * nh;
+    for (int64_t t = 0; t < n; t++) ms_rmsnorm(sc->flat + t * w, sc->X + t * w, NULL, w, hp->rms_eps);
+    if (mm(s, fn, sc->flat, w, n, sc->mix, nmix, err)) return -1;
+    for (int64_t t = 0; t < n; t++) {
+        const float *mu = sc->mix + t * nmix;
+        float *pre = sc->pre + t * nh, *post = sc->post + t * nh, *comb = sc->comb + t * nh * nh;
+        for (int64_t k = 0; k < nh; k++) {
+            pre[k] = sigmoidf(mu[k] * scale[0] + base[k]) + hp->hc_eps;
+            post[k] = 2.0f * sigmoidf(mu[nh + k] * scale[1] + base[nh + k]);
+        }
+        float z[16];
+        for (int64_t k = 0; k < nh * nh; k++) z[k] = mu[2 * nh + k] * scale[2] + base[2 * nh + k];
+        ms_sinkhorn4(comb, z, (int)hp->n_sinkhorn_iter, hp->hc_eps);
+        float *x = sc->h + t * D;
+        const float *X = sc->X + t * w;
+        for (int64_t i = 0; i < D; i++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < nh; k++) acc += pre[k] * X[k * D + i];
+            x[i] = acc;
+        }
+    }
+    return 0;
+}
+
+/* HC-post: X'_d = post_d * f + sum_s C[d][s] X_s, for n tokens; f = sc->a. */
+static void hc_post(struct dsv4_session *s, int64_t n) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D;
+    for (int64_t t = 0; t < n; t++) {
+        float *X = sc->X + t * w, *old = sc->flat + t * w;
+        const float *f = sc->a + t * D, *post = sc->post + t * nh, *C = sc->comb + t * nh * nh;
+        memcpy(old, X, (size_t)w * sizeof(float));
+        for (int64_t d = 0; d < nh; d++) {
+            for (int64_t i = 0; i < D; i++) {
+                float acc = post[d] * f[i];
+                for (int64_t k = 0; k < nh; k++) acc += C[d + nh * k] * old[k * D + i];
+                X[d * D + i] = acc;
+            }
+        }
+    }
+}
+
+/* ---- attention (SPEC 3.5) ---------------------------------------------- */
+
+/* Emits compressed row m of a compressor with output width dc from its
+ * frontier (slot = position % S), then RMSNorm with `norm` and tail RoPE at
+ * the block's first position r*m. p is the position that completes block m. */
+static void compressor_emit(const float *fa, const float *fb, int64_t S, int64_t dc, uint32_t r,
+                            int64_t p, const float *norm, float eps,
+                            const struct ms_rope_params *rp, float *row) {
+    const int64_t W = (r == 4 ? 2 : 1) * dc; /* frontier row width */
+    const int64_t m = (p + 1) / r - 1;
+    for (int64_t c = 0; c < dc; c++) {
+        float sc[128], va[128];
+        int nc = 0;
+        if (r == 4) {
+            /* previous window: first halves; current window: second halves */
+            for (int64_t q = p - 7; q <= p; q++) {
+                if (q < 0) continue;
+                const int64_t slot = q % S, off = q <= p - 4 ? 0 : dc;
+                sc[nc] = fb[slot * W + off + c];
+                va[nc++] = fa[slot * W + off + c];
+            }
+        } else {
+            for (int64_t q = p + 1 - r; q <= p; q++) {
+                const int64_t slot = q % S;
+                sc[nc] = fb[slot * W + c];
+                va[nc++] = fa[slot * W + c];
+            }
+        }
+        float mx = -INFINITY;
+        for (int j = 0; j < nc; j++) mx = fmaxf(mx, sc[j]);
+        float den = 0.0f, num = 0.0f;
+        for (int j = 0; j < nc; j++) {
+            const float e = expf(sc[j] - mx);
+            den += e;
+            num += e * va[j];
+        }
+        row[c] = num / den;
+    }
+    ms_rmsnorm(row, row, norm, dc, eps);
+    ms_rope_tail(row, dc, (int64_t)r * m, rp, false);
+}
+
+struct attn_job {
+    struct dsv4_session *s;
+    const struct dsv4_layer_state *st;
+    uint32_t ratio;
+    int64_t t, p;     /* token index in the ubatch, its position */
+    int64_t n_comp;   /* compressed rows visible (before indexer selection) */
+    const uint8_t *sel; /* ratio 4: which of them the indexer kept (NULL: all) */
+    const float *sinks; /* [H] this layer's sink logits */
+};
+
+/* Sink softmax attention of heads [h0, h1) of one token (SPEC 3.5, "Attention
+ * core"), then inverse RoPE of each head's output at the query position. */
+static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
+    const struct attn_job *j = ctx;
+    const struct dsv4_session *s = j->s;
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t d = hp->n_embd_head, n_swa = hp->n_swa, H = hp->n_head;
+    const float kq_scale = 1.0f / sqrtf((float)d);
+    const int64_t lo = j->p - n_swa + 1 > 0 ? j->p - n_swa + 1 : 0;
+    float *score = s->sc.att + (size_t)ith * (size_t)(n_swa + s->comp_cap);
+    const struct ms_rope_params rp = rope_params(hp, j->ratio);
+    for (int64_t h = h0; h < h1; h++) {
+        const float *q = s->sc.q + (j->t * H + h) * d;
+        float *o = s->sc.o + (j->t * H + h) * d;
+        int ns = 0;
+        float mx = -INFINITY;
+        for (int64_t q_pos = lo; q_pos <= j->p; q_pos++) {
+            const float *k = j->st->raw + (q_pos % n_swa) * d;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < d; i++) dot += q[i] * k[i];
+            score[ns] = dot * kq_scale;
+            mx = fmaxf(mx, score[ns++]);
+        }
+        for (int64_t m = 0; m < j->n_comp; m++) {
+            if (j->sel && !j->sel[m]) continue;
+            const float *k = j->st->comp + m * d;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < d; i++) dot += q[i] * k[i];
+            score[ns] = dot * kq_scale;
+            mx = fmaxf(mx, score[ns++]);
+        }
+        const float sink = j->sinks[h];
+        mx = fmaxf(mx, sink);
+        float den = expf(sink - mx);
+        memset(o, 0, (size_t)d * sizeof(float));
+        int js = 0;
+        for (int64_t q_pos = lo; q_pos <= j->p; q_pos++, js++) {
+            const float w = expf(score[js] - mx);
+            const float *v = j->st->raw + (q_pos % n_swa) * d;
+            den += w;
+            for (int64_t i = 0; i < d; i++) o[i] += w * v[i];
+        }
+        for (int64_t m = 0; m < j->n_comp; m++) {
+            if (j->sel && !j->sel[m]) continue;
+            const float w = expf(score[js++] - mx);
+            const float *v = j->st->comp + m * d;
+            den += w;
+            for (int64_t i = 0; i < d; i++) o[i] += w * v[i];
+        }
+        const float inv = 1.0f / den;
+        for (int64_t i = 0; i < d; i++) o[i] *= inv;
+        ms_rope_tail(o, d, j->p, &rp, true);
+    }
+}
+
+/* Lightning indexer (SPEC 3.5): marks in sc->isel which of the n_comp
+ * visible compressed rows token t attends to. */
+static void indexer_select(struct dsv4_session *s, const struct dsv4_layer_state *st, int64_t t,
+                           int64_t n_comp) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, K = hp->indexer_top_k;
+    if (n_comp <= K) {
+        memset(sc->isel, 1, (size_t)n_comp);
+        return;
+    }
+    for (int64_t m = 0; m < n_comp; m++) {
+        const float *key = st->idx_keys + m * dI;
+        float score = 0.0f;
+        for (int64_t h = 0; h < HI; h++) {
+            const float *qh = sc->iq + (t * HI + h) * dI;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < dI; i++) dot += qh[i] * key[i];
+            score += sc->iw[t * HI + h] * (dot > 0.0f ? dot : 0.0f);
+        }
+        sc->iscore[m] = score;
+    }
+    ms_topk_heap(sc->iscore, (int)n_comp, (int)K, sc->itop);
+    memset(sc->isel, 0, (size_t)n_comp);
+    for (int64_t i = 0; i < K; i++) sc->isel[sc->itop[i]] = 1;
+}
+
+static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const struct dsv4_hparams *hp = &m->hp;
+    const struct dsv4_layer *L = &m->layers[il];
+    struct dsv4_layer_state *st = &s->ls[il];
+    struct dsv4_scratch *sc = &s->sc;
+    const uint32_t r = L->ratio;
+    const int64_t D = hp->n_embd, d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
+    const int64_t n_swa = hp->n_swa, G = hp->n_out_group, ro = hp->o_lora_rank;
+    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const struct ms_rope_params rp = rope_params(hp, r);
+    const struct ms_rope_params rpc = rope_params(hp, r ? r : 4); /* compressed rows */
+    const float eps = hp->rms_eps;
+
+    /* Queries: qr = RMSNorm(q_a h) * q_a_norm; q = q_b qr, per-head RMSNorm, RoPE. */
+    if (mm(s, &L->t[DSV4_ATTN_Q_A], sc->h, D, n, sc->qr, rq, err)) return -1;
+    for (int64_t t = 0; t < n; t++)
+        ms_rmsnorm(sc->qr + t * rq, sc->qr + t * rq, L->t[DSV4_ATTN_Q_A_NORM].f32, rq, eps);
+    if (mm(s, &L->t[DSV4_ATTN_Q_B], sc->qr, rq, n, sc->q, H * d, err)) return -1;
+    /* Key = value: kv = RMSNorm(kv h) * kv_norm, RoPE. */
+    if (mm(s, &L->t[DSV4_ATTN_KV], sc->h, D, n, sc->kv, d, err)) return -1;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t p = s->n_past + t;
+        for (int64_t h = 0; h < H; h++) {
+            float *qh = sc->q + (t * H + h) * d;
+            ms_rmsnorm(qh, qh, NULL, d, eps);
+            ms_rope_tail(qh, d, p, &rp, false);
+        }
+        ms_rmsnorm(sc->kv + t * d, sc->kv + t * d, L->t[DSV4_ATTN_KV_A_NORM].f32, d, eps);
+        ms_rope_tail(sc->kv + t * d, d, p, &rp, false);
+    }
+
+    /* Compressor (and indexer) projections for all tokens; ape goes to the
+     * gate branch, row p mod r. */
+    const int64_t Wc = (r == 4 ? 2 : 1) * d, Wi = 2 * dI;
+    if (r) {
+        if (mm(s, &L->t[DSV4_ATTN_COMP_KV], sc->h, D, n, sc->ca, Wc, err)) return -1;
+        if (mm(s, &L->t[DSV4_ATTN_COMP_GATE], sc->h, D, n, sc->cb, Wc, err)) return -1;
+        for (int64_t t = 0; t < n; t++) {
+            const float *ape = L->t[DSV4_ATTN_COMP_APE].f32 + ((s->n_past + t) % r) * Wc;
+            for (int64_t i = 0; i < Wc; i++) sc->cb[t * Wc + i] += ape[i];
+        }
+    }
+    if (r == 4) {
+        if (mm(s, &L->t[DSV4_IDX_COMP_KV], sc->h, D, n, sc->cia, Wi, err)) return -1;
+        if (mm(s, &L->t[DSV4_IDX_COMP_GATE], sc->h, D, n, sc->cib, Wi, err)) return -1;
+        for (int64_t t = 0; t < n; t++) {
+            const float *ape = L->t[DSV4_IDX_COMP_APE].f32 + ((s->n_past + t) % 4) * Wi;
+            for (int64_t i = 0; i < Wi; i++) sc->cib[t * Wi + i] += ape[i];
+        }
+        if (mm(s, &L->t[DSV4_IDX_ATTN_Q_B], sc->qr, rq, n, sc->iq, HI * dI, err)) return -1;
+        if (mm(s, &L->t[DSV4_IDX_PROJ], sc->h, D, n, sc->iw, HI, err)) return -1;
+        const float wscale = 1.0f / sqrtf((float)(dI * HI));
+        for (int64_t t = 0; t < n; t++) {
+            for (int64_t h = 0; h < HI; h++) {
+                ms_rope_tail(sc->iq + (t * HI + h) * dI, dI, s->n_past + t, &rpc, false);
+                sc->iw[t * HI + h] *= wscale;
+            }
+        }
+    }
+
+    /* Token by token, in position order: update the state, then attend. */
+    const int64_t S = r == 4 ? 8 : 128;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t p = s->n_past + t;
+        memcpy(st->raw + (p % n_swa) * d, sc->kv + t * d, (size_t)d * sizeof(float));
+        if (r) {
+            memcpy(st->fa + (p % S) * Wc, sc->ca + t * Wc, (size_t)Wc * sizeof(float));
+            memcpy(st->fb + (p % S) * Wc, sc->cb + t * Wc, (size_t)Wc * sizeof(float));
+            if (r == 4) {
+                memcpy(st->ia + (p % S) * Wi, sc->cia + t * Wi, (size_t)Wi * sizeof(float));
+                memcpy(st->ib + (p % S) * Wi, sc->cib + t * Wi, (size_t)Wi * sizeof(float));
+            }
+            if ((p + 1) % r == 0) {
+                compressor_emit(st->fa, st->fb, S, d, r, p, L->t[DSV4_ATTN_COMP_NORM].f32, eps,
+                                &rpc, st->comp + st->n_comp * d);
+                if (r == 4)
+                    compressor_emit(st->ia, st->ib, S, dI, r, p, L->t[DSV4_IDX_COMP_NORM].f32,
+                                    eps, &rpc, st->idx_keys + st->n_comp * dI);
+                st->n_comp++;
+            }
+        }
+        struct attn_job job = {.s = s, .st = st, .ratio = r, .t = t, .p = p,
+                               .n_comp = r ? st->n_comp : 0, .sel = NULL,
+                               .sinks = L->t[DSV4_ATTN_SINKS].f32};
+        if (r == 4) {
+            indexer_select(s, st, t, st->n_comp);
+            job.sel = sc->isel;
+        }
+        ms_pool_for(s->p.pool, H, 1, attn_heads, &job);
+    }
+
+    /* Grouped output projection: u_g = Wa_g O_g, then a = Wb u. */
+    const int64_t gw = H * d / G;
+    for (int64_t g = 0; g < G; g++) {
+        struct dsv4_tensor wa = L->t[DSV4_ATTN_OUTPUT_A];
+        wa.mat.data = (const char *)wa.mat.data + (size_t)(g * ro) * wa.mat.row_stride;
+        wa.mat.n_rows = ro;
+        if (mm(s, &wa, sc->o + g * gw, H * d, n, sc->u + g * ro, G * ro, err)) return -1;
+    }
+    return mm(s, &L->t[DSV4_ATTN_OUTPUT_B], sc->u, G * ro, n, sc->a, D, err);
+}
+
+/* ---- MoE (SPEC 3.6) ----------------------------------------------------- */
+
+static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
+               ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const struct dsv4_hparams *hp = &m->hp;
+    const struct dsv4_layer *L = &m->layers[il];
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    const int64_t F = hp->n_ff_exp, Fs = F * hp->n_expert_shared;
+    const bool hash = il < hp->n_hash_layer;
+
+    /* Router: pi_e = sqrt(softplus(l_e)); the bias only picks, pi weighs. */
+    if (mm(s, &L->t[DSV4_FFN_GATE_INP], sc->h, D, n, sc->router, E, err)) return -1;
+    for (int64_t t = 0; t < n; t++) {
+        float *pi = sc->router + t * E;
+        int32_t *sel = sc->sel + t * k;
+        float *w = sc->selw + t * k;
+        for (int64_t e = 0; e < E; e++) pi[e] = sqrtf(ms_softplus(pi[e]));
+        if (hash) {
+            memcpy(sel, L->t[DSV4_FFN_GATE_TID2EID].i32 + (int64_t)tokens[t] * k,
+                   (size_t)k * sizeof(int32_t));
+        } else {
+            float *biased = sc->biased;
+            int *idx = sc->topidx;
+            const float *bias = L->t[DSV4_EXP_PROBS_B].f32;
+            for (int64_t e = 0; e < E; e++) biased[e] = pi[e] + bias[e];
+            ms_topk_heap(biased, (int)E, (int)k, idx);
+            /* slot order: best first (fixes the summation order) */
+            for (int64_t a = 1; a < k; a++)
+                for (int64_t b = a; b > 0 && biased[idx[b]] > biased[idx[b - 1]]; b--) {
+                    int tmp = idx[b];
+                    idx[b] = idx[b - 1];
+                    idx[b - 1] = tmp;
+                }
+            for (int64_t j = 0; j < k; j++) sel[j] = idx[j];
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < k; j++) sum += (w[j] = pi[sel[j]]);
+        if (hp->expert_weights_norm) {
+            const float den = fmaxf(sum, MOE_WEIGHT_FLOOR);
+            for (int64_t j = 0; j < k; j++) w[j] /= den;
+        }
+        const float scale = hp->expert_weights_scale;
+        if (scale != 0.0f && scale != 1.0f)
+            for (int64_t j = 0; j < k; j++) w[j] *= scale;
+    }
+
+    /* Experts: gather each expert's tokens, run it once over all of them. */
+    int32_t *used = sc->used;
+    int n_used = 0;
+    for (int64_t e = 0; e < E; e++) {
+        bool any = false;
+        for (int64_t i = 0; i < n * k && !any; i++) any = sc->sel[i] == e;
+        if (any) used[n_used++] = (int32_t)e;
+    }
+    struct dsv4_expert_view *views = sc->views;
+    if (m->experts.acquire(m->experts.ctx, il, used, n_used, views, err)) return -1;
+    const float limit = hp->swiglu_clamp_exp[il];
+    int rc = 0;
+    for (int u = 0; u < n_used && !rc; u++) {
+        int64_t rows = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < k; j++)
+                if (sc->sel[t * k + j] == used[u]) {
+                    memcpy(sc->eh + rows * D, sc->h + t * D, (size_t)D * sizeof(float));
+                    sc->etok[rows] = (int32_t)t;
+                    sc->eslot[rows++] = (int32_t)j;
+                }
+        const struct dsv4_expert_view *v = &views[u];
+        rc = ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, err) ||
+             ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, err);
+        if (rc) break;
+        for (int64_t i = 0; i < rows; i++)
+            ms_swiglu_clamped(sc->eg + i * F, sc->eg + i * F, sc->eu + i * F, F, limit);
+        /* down: into eh (free now), then scale into the (token, slot) row */
+        rc = ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, err);
+        for (int64_t i = 0; i < rows && !rc; i++) {
+            const int64_t t = sc->etok[i], j = sc->eslot[i];
+            const float w = sc->selw[t * k + j];
+            float *dst = sc->eo + (t * k + j) * D;
+            for (int64_t c = 0; c < D; c++) dst[c] = w * sc->eh[i * D + c];
+        }
+    }
+    m->experts.release(m->experts.ctx, il, used, n_used);
+    if (rc) return -1;
+
+    /* Shared expert, then routed slots added in slot order. */
+    if (mm(s, &L->t[DSV4_FFN_GATE_SHEXP], sc->h, D, n, sc->sg, Fs, err) ||
+        mm(s, &L->t[DSV4_FFN_UP_SHEXP], sc->h, D, n, sc->su, Fs, err))
+        return -1;
+    for (int64_t t = 0; t < n; t++)
+        ms_swiglu_clamped(sc->sg + t * Fs, sc->sg + t * Fs, sc->su + t * Fs, Fs,
+                          hp->swiglu_clamp_shexp[il]);
+    if (mm(s, &L->t[DSV4_FFN_DOWN_SHEXP], sc->sg, Fs, n, sc->a, D, err)) return -1;
+    for (int64_t t = 0; t < n; t++) {
+        float *a = sc->a + t * D;
+        for (int64_t c = 0; c < D; c++) {
+            float routed = 0.0f;
+            for (int64_t j = 0; j < k; j++) routed += sc->eo[(t * k + j) * D + c];
+            a[c] += routed;
+        }
+    }
+    return 0;
+}
+
+/* ---- the whole model ---------------------------------------------------- */
+
+static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
+                         ms_err *err) {
+    const struct dsv4_layer *L = &s->m->layers[il];
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t D = hp->n_embd;
+    struct dsv4_scratch *sc = &s->sc;
+
+    if (hc_pre(s, &L->t[DSV4_HC_ATTN_FN], L->t[DSV4_HC_ATTN_BASE].f32,
+               L->t[DSV4_HC_ATTN_SCALE].f32, n, err))
+        return -1;
+    for (int64_t t = 0; t < n; t++)
+        ms_rmsnorm(sc->h + t * D, sc->h + t * D, L->t[DSV4_ATTN_NORM].f32, D, hp->rms_eps);
+    if (attention(s, il, n, err)) return -1;
+    hc_post(s, n);
+
+    if (hc_pre(s, &L->t[DSV4_HC_FFN_FN], L->t[DSV4_HC_FFN_BASE].f32, L->t[DSV4_HC_FFN_SCALE].f32,
+               n, err))
+        return -1;
+    for (int64_t t = 0; t < n; t++)
+        ms_rmsnorm(sc->h + t * D, sc->h + t * D, L->t[DSV4_FFN_NORM].f32, D, hp->rms_eps);
+    if (moe(s, il, tokens, n, err)) return -1;
+    hc_post(s, n);
+    return 0;
+}
+
+/* HC-head, output norm and LM head for tokens [t0, n): logits rows into out
+ * (ld n_vocab). */
+static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out, ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const struct dsv4_hparams *hp = &m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D;
+    const int64_t cnt = n - t0;
+    for (int64_t t = t0; t < n; t++) ms_rmsnorm(sc->flat + t * w, sc->X + t * w, NULL, w, hp->rms_eps);
+    if (mm(s, &m->glob[DSV4_OUTPUT_HC_FN], sc->flat + t0 * w, w, cnt, sc->mix, nh, err)) return -1;
+    const float *base = m->glob[DSV4_OUTPUT_HC_BASE].f32, *scale = m->glob[DSV4_OUTPUT_HC_SCALE].f32;
+    for (int64_t i = 0; i < cnt; i++) {
+        const float *X = sc->X + (t0 + i) * w;
+        float ws[DSV4_N_HC];
+        for (int64_t k = 0; k < nh; k++)
+            ws[k] = sigmoidf(sc->mix[i * nh + k] * scale[0] + base[k]) + hp->hc_eps;
+        float *y = sc->h + i * D;
+        for (int64_t c = 0; c < D; c++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < nh; k++) acc += ws[k] * X[k * D + c];
+            y[c] = acc;
+        }
+        ms_rmsnorm(y, y, m->glob[DSV4_OUTPUT_NORM].f32, D, hp->rms_eps);
+    }
+    return mm(s, &m->glob[DSV4_OUTPUT], sc->h, D, cnt, out, (int64_t)hp->n_vocab, err);
+}
+
+int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
+                 ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const struct dsv4_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, V = hp->n_vocab;
+    const struct dsv4_tensor *emb = &m->glob[DSV4_TOKEN_EMBD];
+    const struct ms_type_traits *et = ms_type_traits(emb->mat.type);
+    for (int64_t t = 0; t < n; t++) {
+        float *X = s->sc.X + t * nh * D;
+        et->to_float((const char *)emb->mat.data + (size_t)tokens[t] * emb->mat.row_stride, X, D);
+        for (int64_t k = 1; k < nh; k++) memcpy(X + k * D, X, (size_t)D * sizeof(float));
+    }
+    for (uint32_t il = 0; il < m->n_layer; il++)
+        if (layer_forward(s, il, tokens, n, err)) return ms_err_prefix(err, "layer %u", il);
+    if (logits) {
+        if (output_head(s, 0, n, logits, err)) return -1;
+        memcpy(s->logits, logits + (n - 1) * V, (size_t)V * sizeof(float));
+    } else if (output_head(s, n - 1, n, s->logits, err)) {
+        return -1;
+    }
+    return 0;
+}

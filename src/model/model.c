@@ -1,0 +1,179 @@
+/*
+ * model.c - loading and binding a deepseek4 GGUF (see model.h), and the
+ * resident expert source.
+ */
+#include "model/model.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "util/mem.h"
+
+static bool role_is_table(enum dsv4_role r) {
+    return r == DSV4_ATTN_COMP_APE || r == DSV4_IDX_COMP_APE;
+}
+
+/* Binds one layout entry to the file's tensor of the same name. Vectors and
+ * ape tables are converted into *arena (advanced past what was used). */
+static int bind_tensor(struct dsv4_model *m, const struct dsv4_tensor_info *info,
+                       struct dsv4_tensor *out, float **arena, ms_err *err) {
+    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, info->name);
+    if (!t) return ms_err_set(err, "tensor '%s' is missing", info->name);
+    for (int d = 0; d < 4; d++) {
+        if (t->ne[d] != info->ne[d])
+            return ms_err_set(err,
+                              "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected "
+                              "[%lld, %lld, %lld, %lld]",
+                              info->name, (long long)t->ne[0], (long long)t->ne[1],
+                              (long long)t->ne[2], (long long)t->ne[3], (long long)info->ne[0],
+                              (long long)info->ne[1], (long long)info->ne[2],
+                              (long long)info->ne[3]);
+    }
+    const char *data = (const char *)m->map + m->gguf->data_offset + t->offset;
+    const struct ms_type_traits *tt = ms_type_traits(t->type);
+    out->present = true;
+    memcpy(out->ne, info->ne, sizeof out->ne);
+
+    if (info->role == DSV4_FFN_GATE_TID2EID) {
+        if (t->type != MS_TYPE_I32)
+            return ms_err_set(err, "tensor '%s' must be i32, found %s", info->name, tt->name);
+        out->i32 = (const int32_t *)data;
+        return 0;
+    }
+    if (info->n_dims == 1 || role_is_table(info->role)) {
+        if (!tt->has_kernels || tt->is_quantized)
+            return ms_err_set(err, "tensor '%s' must be f32, f16 or bf16, found %s", info->name,
+                              tt->name);
+        const int64_t n = info->ne[0] * info->ne[1];
+        tt->to_float(data, *arena, n);
+        out->f32 = *arena;
+        *arena += ms_align_up((uint64_t)n, 16);
+        return 0;
+    }
+    if (!tt->has_kernels)
+        return ms_err_set(err, "tensor '%s' has type %s, which moestream cannot compute with",
+                          info->name, tt->name);
+    out->mat = (struct ms_mat){.data = data,
+                               .type = t->type,
+                               .n_rows = info->ne[1] * info->ne[2],
+                               .n_cols = info->ne[0],
+                               .row_stride = ms_row_size(t->type, info->ne[0])};
+    return 0;
+}
+
+/* Resident experts: views into the mapping, nothing to release. */
+static int resident_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
+                            struct dsv4_expert_view *views, ms_err *err) {
+    const struct dsv4_model *m = ctx;
+    const struct dsv4_layer *L = &m->layers[il];
+    const int64_t E = m->hp.n_expert;
+    const struct dsv4_tensor *g = &L->t[DSV4_FFN_GATE_EXPS], *u = &L->t[DSV4_FFN_UP_EXPS],
+                             *d = &L->t[DSV4_FFN_DOWN_EXPS];
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= E)
+            return ms_err_set(err, "layer %u: expert id %d out of range [0, %lld)", il, ids[i],
+                              (long long)E);
+        const struct dsv4_tensor *src[3] = {g, u, d};
+        struct ms_mat *dst[3] = {&views[i].gate, &views[i].up, &views[i].down};
+        for (int k = 0; k < 3; k++) {
+            const int64_t rows = src[k]->ne[1];
+            *dst[k] = src[k]->mat;
+            dst[k]->n_rows = rows;
+            dst[k]->data = (const char *)src[k]->mat.data +
+                           (size_t)ids[i] * (size_t)rows * src[k]->mat.row_stride;
+        }
+    }
+    return 0;
+}
+
+static void resident_release(void *ctx, uint32_t il, const int32_t *ids, int n) {
+    (void)ctx, (void)il, (void)ids, (void)n;
+}
+
+int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err) {
+    struct dsv4_model *m = calloc(1, sizeof *m);
+    struct dsv4_layout lay = {0};
+    if (!m) return ms_err_set(err, "out of memory");
+    if (gguf_open(&m->gguf, path, err)) goto fail;
+    if (dsv4_hparams_read(&m->hp, m->gguf, err)) goto fail;
+    dsv4_hparams_probe_nextn(&m->hp, m->gguf);
+    m->n_layer = dsv4_n_layer(&m->hp);
+    if (dsv4_layout_build(&m->hp, &lay, err)) goto fail;
+
+    m->map_size = m->gguf->file_size;
+    m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE, m->gguf->fd, 0);
+    if (m->map == MAP_FAILED) {
+        m->map = NULL;
+        ms_err_errno(err, errno, "cannot map %s", path);
+        goto fail;
+    }
+
+    /* Room for the converted vectors and tables (16-float aligned each). */
+    uint64_t arena_floats = 0;
+    for (size_t i = 0; i < lay.n; i++) {
+        const struct dsv4_tensor_info *ti = &lay.t[i];
+        if (ti->n_dims == 1 || role_is_table(ti->role))
+            arena_floats += ms_align_up((uint64_t)(ti->ne[0] * ti->ne[1]), 16);
+    }
+    m->f32_arena = ms_aligned_alloc(MS_ALIGN, arena_floats * sizeof(float));
+    m->layers = calloc(m->n_layer ? m->n_layer : 1, sizeof *m->layers);
+    if (!m->f32_arena || !m->layers) {
+        ms_err_set(err, "out of memory binding %s", path);
+        goto fail;
+    }
+    float *arena = m->f32_arena;
+    for (size_t i = 0; i < lay.n; i++) {
+        const struct dsv4_tensor_info *ti = &lay.t[i];
+        struct dsv4_tensor *dst = ti->layer < 0 ? &m->glob[ti->role] : &m->layers[ti->layer].t[ti->role];
+        if (bind_tensor(m, ti, dst, &arena, err)) goto fail;
+    }
+    for (uint32_t il = 0; il < m->n_layer; il++) m->layers[il].ratio = m->hp.compress_ratio[il];
+
+    /* tid2eid entries index experts: check them once here, not per token. */
+    const int64_t E = m->hp.n_expert;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const struct dsv4_tensor *t = &m->layers[il].t[DSV4_FFN_GATE_TID2EID];
+        if (!t->present) continue;
+        for (int64_t i = 0; i < t->ne[0] * t->ne[1]; i++) {
+            if (t->i32[i] < 0 || t->i32[i] >= E) {
+                ms_err_set(err, "blk.%u.ffn_gate_tid2eid.weight: entry %lld is %d, not an expert "
+                           "id in [0, %lld)", il, (long long)i, t->i32[i], (long long)E);
+                goto fail;
+            }
+        }
+    }
+
+    m->experts = (struct dsv4_expert_source){
+        .ctx = m, .acquire = resident_acquire, .release = resident_release};
+    dsv4_layout_free(&lay);
+    *out = m;
+    return 0;
+fail:
+    ms_err_prefix(err, "%s", path);
+    dsv4_layout_free(&lay);
+    dsv4_model_free(m);
+    return -1;
+}
+
+void dsv4_model_free(struct dsv4_model *m) {
+    if (!m) return;
+    if (m->map) munmap(m->map, m->map_size);
+    gguf_close(m->gguf);
+    free(m->layers);
+    ms_free(m->f32_arena);
+    free(m);
+}
+
+uint64_t dsv4_model_routed_bytes(const struct dsv4_model *m) {
+    uint64_t total = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const enum dsv4_role r[3] = {DSV4_FFN_GATE_EXPS, DSV4_FFN_UP_EXPS, DSV4_FFN_DOWN_EXPS};
+        for (int k = 0; k < 3; k++) {
+            const struct ms_mat *mt = &m->layers[il].t[r[k]].mat;
+            total += (uint64_t)mt->n_rows * mt->row_stride;
+        }
+    }
+    return total;
+}

@@ -1,0 +1,85 @@
+/*
+ * model.h - a loaded DeepSeek V4 model: hyperparameters, every tensor bound
+ * by role, and the interface through which the forward pass reaches routed
+ * experts.
+ *
+ * Binding checks every tensor of the layout (model/layout.h) against the
+ * file: a missing, mis-shaped or wrongly typed tensor is an error naming it.
+ * Weight matrices are used in place (the file is mapped read-only); vectors
+ * (norms, HC base/scale, sinks, selection bias) and the compressor position
+ * tables (ape) are converted to f32 arrays owned by the model, since they are
+ * small and read element by element.
+ *
+ * Routed experts are never touched directly: the forward pass asks an
+ * expert source for the experts a layer's tokens route to and releases them
+ * when done. The resident source here hands out pointers into the mapping;
+ * the streaming expert store (stream/) implements the same interface.
+ */
+#ifndef MS_MODEL_MODEL_H
+#define MS_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "model/hparams.h"
+#include "model/layout.h"
+#include "util/err.h"
+
+/* One bound tensor. For matrices `mat` describes rows (ne[1] * ne[2] rows of
+ * ne[0] elements; 3-D expert tensors are expert-major). For vectors and ape
+ * tables `f32` holds the converted values (ne[0] * ne[1] floats). */
+struct dsv4_tensor {
+    bool present;
+    int64_t ne[3];
+    struct ms_mat mat;
+    const float *f32;
+    const int32_t *i32; /* tid2eid: [n_vocab][n_expert_used] */
+};
+
+struct dsv4_layer {
+    uint32_t ratio; /* 0, 4 or 128 */
+    struct dsv4_tensor t[DSV4_ROLE_COUNT];
+};
+
+/* The three matrices of one routed expert: gate and up [n_ff_exp x n_embd],
+ * down [n_embd x n_ff_exp]. */
+struct dsv4_expert_view {
+    struct ms_mat gate, up, down;
+};
+
+/* Where routed experts come from (resident mapping or the expert store). */
+struct dsv4_expert_source {
+    void *ctx;
+    /* Makes experts ids[0..n) of layer il readable and fills views[0..n);
+     * they stay valid until the matching release. -1 with err on I/O error. */
+    int (*acquire)(void *ctx, uint32_t il, const int32_t *ids, int n,
+                   struct dsv4_expert_view *views, ms_err *err);
+    void (*release)(void *ctx, uint32_t il, const int32_t *ids, int n);
+};
+
+struct dsv4_model {
+    struct dsv4_hparams hp;
+    uint32_t n_layer;          /* main layers */
+    struct gguf_file *gguf;
+    void *map;                 /* read-only mapping of the whole file */
+    size_t map_size;
+    struct dsv4_tensor glob[DSV4_ROLE_COUNT]; /* global roles */
+    struct dsv4_layer *layers; /* [n_layer] */
+    struct dsv4_expert_source experts;
+    float *f32_arena;          /* backing store of every dsv4_tensor.f32 */
+};
+
+/*
+ * Opens `path`, reads and validates the hyperparameters, binds every tensor
+ * and maps the file. The model owns the gguf_file and the mapping; free with
+ * dsv4_model_free. Errors name the file and the offending key or tensor.
+ */
+int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err);
+void dsv4_model_free(struct dsv4_model *m);
+
+/* Bytes of routed expert weights in the file, and of everything else. */
+uint64_t dsv4_model_routed_bytes(const struct dsv4_model *m);
+
+#endif

@@ -1,0 +1,295 @@
+/*
+ * session.c - session state, the eval loop over ubatches, and snapshots
+ * (see session.h). The layer math is in forward.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/session_impl.h"
+#include "util/mem.h"
+
+#define DEFAULT_UBATCH 512
+
+/* Allocation helper: all buffers are zeroed and 64-byte aligned. */
+static void *zalloc(size_t n_elem, size_t elem, bool *ok) {
+    size_t bytes;
+    if (!ms_mul_size(n_elem ? n_elem : 1, elem, &bytes)) {
+        *ok = false;
+        return NULL;
+    }
+    void *p = ms_aligned_alloc(MS_ALIGN, bytes);
+    if (!p) *ok = false;
+    else memset(p, 0, bytes);
+    return p;
+}
+
+struct state_dims {
+    size_t raw, comp, idx, front, ifront; /* floats per buffer */
+};
+
+static struct state_dims layer_dims(const struct dsv4_session *s, uint32_t il) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const uint32_t r = s->m->layers[il].ratio;
+    const size_t d = hp->n_embd_head, dI = hp->indexer_head_size;
+    struct state_dims sd = {.raw = hp->n_swa * d};
+    if (r) {
+        sd.comp = (size_t)(s->p.n_ctx / r + 1) * d;
+        sd.front = (r == 4 ? 8 * 2 * d : 128 * d);
+    }
+    if (r == 4) {
+        sd.idx = (size_t)(s->p.n_ctx / 4 + 1) * dI;
+        sd.ifront = 8 * 2 * dI;
+    }
+    return sd;
+}
+
+static void free_state(struct dsv4_layer_state *st) {
+    ms_free(st->raw);
+    ms_free(st->comp);
+    ms_free(st->idx_keys);
+    ms_free(st->fa);
+    ms_free(st->fb);
+    ms_free(st->ia);
+    ms_free(st->ib);
+}
+
+static void free_scratch(struct dsv4_scratch *sc) {
+    void *bufs[] = {sc->X,      sc->flat,  sc->mix,    sc->pre,  sc->post, sc->comb, sc->h,
+                    sc->qr,     sc->q,     sc->kv,     sc->o,    sc->u,    sc->a,    sc->ca,
+                    sc->cb,     sc->cia,   sc->cib,    sc->iq,   sc->iw,   sc->router, sc->sel,
+                    sc->selw,   sc->eo,    sc->eh,     sc->eg,   sc->eu,   sc->etok, sc->eslot,
+                    sc->sg,     sc->su,    sc->att,    sc->iscore, sc->itop, sc->isel,
+                    sc->biased, sc->topidx, sc->used,  sc->views};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ms_free(bufs[i]);
+}
+
+void dsv4_session_free(struct dsv4_session *s) {
+    if (!s) return;
+    if (s->ls)
+        for (uint32_t il = 0; il < s->m->n_layer; il++) free_state(&s->ls[il]);
+    free(s->ls);
+    free_scratch(&s->sc);
+    ms_matmul_ctx_free(&s->mm);
+    ms_free(s->tokens);
+    ms_free(s->logits);
+    free(s);
+}
+
+int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
+                     const struct dsv4_session_params *p, ms_err *err) {
+    if (p->n_ctx <= 0) return ms_err_set(err, "context size must be positive (got %lld)",
+                                         (long long)p->n_ctx);
+    struct dsv4_session *s = calloc(1, sizeof *s);
+    if (!s) return ms_err_set(err, "out of memory");
+    s->m = m;
+    s->p = *p;
+    if (s->p.n_ubatch <= 0) s->p.n_ubatch = DEFAULT_UBATCH;
+    if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
+    s->mm.pool = p->pool;
+    s->mm.quality = p->quality;
+    s->comp_cap = s->p.n_ctx / 4 + 1;
+
+    const struct dsv4_hparams *hp = &m->hp;
+    const size_t n = (size_t)s->p.n_ubatch, D = hp->n_embd, nh = hp->n_hc;
+    const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
+    const size_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const size_t E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp;
+    const size_t Fs = F * hp->n_expert_shared, G = hp->n_out_group, ro = hp->o_lora_rank;
+    const size_t nt = (size_t)ms_pool_n_threads(p->pool);
+    const size_t V = hp->n_vocab, cc = (size_t)s->comp_cap;
+    bool ok = true;
+    struct dsv4_scratch *sc = &s->sc;
+    sc->X = zalloc(n * nh * D, 4, &ok);
+    sc->flat = zalloc(n * nh * D, 4, &ok);
+    sc->mix = zalloc(n * (2 + nh) * nh, 4, &ok);
+    sc->pre = zalloc(n * nh, 4, &ok);
+    sc->post = zalloc(n * nh, 4, &ok);
+    sc->comb = zalloc(n * nh * nh, 4, &ok);
+    sc->h = zalloc(n * D, 4, &ok);
+    sc->qr = zalloc(n * rq, 4, &ok);
+    sc->q = zalloc(n * H * d, 4, &ok);
+    sc->kv = zalloc(n * d, 4, &ok);
+    sc->o = zalloc(n * H * d, 4, &ok);
+    sc->u = zalloc(n * G * ro, 4, &ok);
+    sc->a = zalloc(n * D, 4, &ok);
+    sc->ca = zalloc(n * 2 * d, 4, &ok);
+    sc->cb = zalloc(n * 2 * d, 4, &ok);
+    sc->cia = zalloc(n * 2 * dI, 4, &ok);
+    sc->cib = zalloc(n * 2 * dI, 4, &ok);
+    sc->iq = zalloc(n * HI * dI, 4, &ok);
+    sc->iw = zalloc(n * HI, 4, &ok);
+    sc->router = zalloc(n * E, 4, &ok);
+    sc->sel = zalloc(n * k, 4, &ok);
+    sc->selw = zalloc(n * k, 4, &ok);
+    sc->eo = zalloc(n * k * D, 4, &ok);
+    sc->eh = zalloc(n * k * D, 4, &ok);
+    sc->eg = zalloc(n * k * F, 4, &ok);
+    sc->eu = zalloc(n * k * F, 4, &ok);
+    sc->etok = zalloc(n * k, 4, &ok);
+    sc->eslot = zalloc(n * k, 4, &ok);
+    sc->sg = zalloc(n * Fs, 4, &ok);
+    sc->su = zalloc(n * Fs, 4, &ok);
+    sc->att = zalloc(nt * (hp->n_swa + cc), 4, &ok);
+    sc->iscore = zalloc(cc, 4, &ok);
+    sc->itop = zalloc(cc, sizeof(int), &ok);
+    sc->isel = zalloc(cc, 1, &ok);
+    sc->biased = zalloc(E, 4, &ok);
+    sc->topidx = zalloc(E, sizeof(int), &ok);
+    sc->used = zalloc(E, 4, &ok);
+    sc->views = zalloc(E, sizeof(struct dsv4_expert_view), &ok);
+    s->tokens = zalloc((size_t)s->p.n_ctx, 4, &ok);
+    s->logits = zalloc(V, 4, &ok);
+    s->ls = calloc(m->n_layer ? m->n_layer : 1, sizeof *s->ls);
+    if (!s->ls) ok = false;
+    for (uint32_t il = 0; ok && il < m->n_layer; il++) {
+        const struct state_dims sd = layer_dims(s, il);
+        struct dsv4_layer_state *st = &s->ls[il];
+        st->raw = zalloc(sd.raw, 4, &ok);
+        if (sd.comp) {
+            st->comp = zalloc(sd.comp, 4, &ok);
+            st->fa = zalloc(sd.front, 4, &ok);
+            st->fb = zalloc(sd.front, 4, &ok);
+        }
+        if (sd.idx) {
+            st->idx_keys = zalloc(sd.idx, 4, &ok);
+            st->ia = zalloc(sd.ifront, 4, &ok);
+            st->ib = zalloc(sd.ifront, 4, &ok);
+        }
+    }
+    if (!ok) {
+        dsv4_session_free(s);
+        return ms_err_set(err, "out of memory allocating a session of %lld positions",
+                          (long long)p->n_ctx);
+    }
+    *out = s;
+    return 0;
+}
+
+void dsv4_session_reset(struct dsv4_session *s) {
+    s->n_past = 0;
+    s->has_logits = false;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) s->ls[il].n_comp = 0;
+}
+
+int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
+                      ms_err *err) {
+    const int64_t V = s->m->hp.n_vocab;
+    if (n <= 0) return 0;
+    if (n > s->p.n_ctx - s->n_past)
+        return ms_err_set(err, "context full: %lld positions used, %lld more requested, "
+                          "context size %lld", (long long)s->n_past, (long long)n,
+                          (long long)s->p.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return ms_err_set(err, "token id %d at index %lld is outside the vocabulary "
+                              "[0, %lld)", tokens[i], (long long)i, (long long)V);
+    for (int64_t off = 0; off < n; off += s->p.n_ubatch) {
+        const int64_t nb = n - off < s->p.n_ubatch ? n - off : s->p.n_ubatch;
+        if (dsv4_forward(s, tokens + off, nb, logits ? logits + off * V : NULL, err)) {
+            dsv4_session_reset(s);
+            return -1;
+        }
+        memcpy(s->tokens + s->n_past, tokens + off, (size_t)nb * sizeof(int32_t));
+        s->n_past += nb;
+        s->has_logits = true;
+    }
+    return 0;
+}
+
+int64_t dsv4_session_n_past(const struct dsv4_session *s) { return s->n_past; }
+const int32_t *dsv4_session_tokens(const struct dsv4_session *s) { return s->tokens; }
+const float *dsv4_session_logits(const struct dsv4_session *s) {
+    return s->has_logits ? s->logits : NULL;
+}
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+struct dsv4_snapshot {
+    const struct dsv4_model *m;
+    int64_t n_ctx, n_past;
+    bool has_logits;
+    int32_t *tokens;
+    float *logits;
+    struct dsv4_layer_state *ls;
+};
+
+void dsv4_snapshot_free(struct dsv4_snapshot *snap) {
+    if (!snap) return;
+    if (snap->ls)
+        for (uint32_t il = 0; il < snap->m->n_layer; il++) free_state(&snap->ls[il]);
+    free(snap->ls);
+    ms_free(snap->tokens);
+    ms_free(snap->logits);
+    free(snap);
+}
+
+/* Copies n floats into a new buffer (or NULL for n == 0 / src NULL). */
+static float *dup_floats(const float *src, size_t n, bool *ok) {
+    if (!src || !n) return NULL;
+    float *p = zalloc(n, 4, ok);
+    if (p) memcpy(p, src, n * sizeof(float));
+    return p;
+}
+
+struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s) {
+    struct dsv4_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return NULL;
+    const struct dsv4_hparams *hp = &s->m->hp;
+    bool ok = true;
+    snap->m = s->m;
+    snap->n_ctx = s->p.n_ctx;
+    snap->n_past = s->n_past;
+    snap->has_logits = s->has_logits;
+    snap->tokens = zalloc((size_t)s->n_past, 4, &ok);
+    if (snap->tokens) memcpy(snap->tokens, s->tokens, (size_t)s->n_past * 4);
+    snap->logits = dup_floats(s->logits, hp->n_vocab, &ok);
+    snap->ls = calloc(s->m->n_layer ? s->m->n_layer : 1, sizeof *snap->ls);
+    if (!snap->ls) ok = false;
+    for (uint32_t il = 0; ok && il < s->m->n_layer; il++) {
+        const struct state_dims sd = layer_dims(s, il);
+        const struct dsv4_layer_state *src = &s->ls[il];
+        struct dsv4_layer_state *dst = &snap->ls[il];
+        dst->n_comp = src->n_comp;
+        dst->raw = dup_floats(src->raw, sd.raw, &ok);
+        dst->comp = dup_floats(src->comp, (size_t)src->n_comp * hp->n_embd_head, &ok);
+        dst->idx_keys = dup_floats(src->idx_keys, (size_t)src->n_comp * hp->indexer_head_size, &ok);
+        dst->fa = dup_floats(src->fa, sd.front, &ok);
+        dst->fb = dup_floats(src->fb, sd.front, &ok);
+        dst->ia = dup_floats(src->ia, sd.ifront, &ok);
+        dst->ib = dup_floats(src->ib, sd.ifront, &ok);
+    }
+    if (!ok) {
+        dsv4_snapshot_free(snap);
+        return NULL;
+    }
+    return snap;
+}
+
+static void copy_floats(float *dst, const float *src, size_t n) {
+    if (dst && src && n) memcpy(dst, src, n * sizeof(float));
+}
+
+int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *snap, ms_err *err) {
+    if (snap->m != s->m || snap->n_ctx != s->p.n_ctx)
+        return ms_err_set(err, "snapshot was taken from a session of another model or context "
+                          "size");
+    const struct dsv4_hparams *hp = &s->m->hp;
+    s->n_past = snap->n_past;
+    s->has_logits = snap->has_logits;
+    memcpy(s->tokens, snap->tokens, (size_t)snap->n_past * 4);
+    copy_floats(s->logits, snap->logits, hp->n_vocab);
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        const struct state_dims sd = layer_dims(s, il);
+        const struct dsv4_layer_state *src = &snap->ls[il];
+        struct dsv4_layer_state *dst = &s->ls[il];
+        dst->n_comp = src->n_comp;
+        copy_floats(dst->raw, src->raw, sd.raw);
+        copy_floats(dst->comp, src->comp, (size_t)src->n_comp * hp->n_embd_head);
+        copy_floats(dst->idx_keys, src->idx_keys, (size_t)src->n_comp * hp->indexer_head_size);
+        copy_floats(dst->fa, src->fa, sd.front);
+        copy_floats(dst->fb, src->fb, sd.front);
+        copy_floats(dst->ia, src->ia, sd.ifront);
+        copy_floats(dst->ib, src->ib, sd.ifront);
+    }
+    return 0;
+}

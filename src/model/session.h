@@ -1,0 +1,69 @@
+/*
+ * session.h - one mutable timeline over a loaded model: the tokens seen so
+ * far, the per-layer attention state they left behind, and the logits of the
+ * last position.
+ *
+ * State per layer (SPEC-dsv4.md 4.1): a ring of the last n_swa raw KV rows,
+ * the compressed rows emitted so far (and the indexer's keys on ratio-4
+ * layers), and the compressor frontiers (the projections of the positions of
+ * the block being filled). That is everything a later token can see, so
+ * evaluating a sequence in one call, in pieces, or token by token gives the
+ * same result (up to float summation order), and a snapshot of this state
+ * is a complete checkpoint.
+ */
+#ifndef MS_MODEL_SESSION_H
+#define MS_MODEL_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/err.h"
+#include "util/pool.h"
+
+struct dsv4_session;
+struct dsv4_snapshot;
+
+struct dsv4_session_params {
+    int64_t n_ctx;       /* positions the session can hold (> 0) */
+    int64_t n_ubatch;    /* tokens per forward step (activation memory bound);
+                            0 = 512 */
+    bool quality;        /* F32 activations (exact math on stored weights) */
+    struct ms_pool *pool; /* borrowed; NULL = single-threaded */
+};
+
+/* Creates an empty session. The model must outlive it. Errors: OOM, bad
+ * parameters. */
+int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
+                     const struct dsv4_session_params *p, ms_err *err);
+void dsv4_session_free(struct dsv4_session *s);
+
+/*
+ * Appends tokens[0..n) at positions n_past .. n_past+n-1 and runs the model
+ * over them, layer-major, in steps of at most n_ubatch tokens.
+ * logits: NULL, or [n][n_vocab] f32 receiving the next-token logits after
+ * every appended position. The last position's logits are always kept
+ * (dsv4_session_logits). Errors: a token id outside [0, n_vocab) or a
+ * context that would exceed n_ctx (the session is unchanged), OOM or an
+ * expert-source failure in the middle of a step (the session is reset to
+ * empty, since its state would be half-updated).
+ */
+int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
+                      ms_err *err);
+
+int64_t dsv4_session_n_past(const struct dsv4_session *s);
+const int32_t *dsv4_session_tokens(const struct dsv4_session *s);
+/* Logits [n_vocab] after the last evaluated position, or NULL if none. */
+const float *dsv4_session_logits(const struct dsv4_session *s);
+
+/* Drops all state (n_past = 0). */
+void dsv4_session_reset(struct dsv4_session *s);
+
+/* A deep copy of the session's state (tokens, per-layer state, logits).
+ * NULL on OOM. Restoring it into any session of the same model and n_ctx
+ * brings that session back to exactly this point. */
+struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s);
+int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *snap, ms_err *err);
+void dsv4_snapshot_free(struct dsv4_snapshot *snap);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * moestream.h - the public engine API. The CLI and the server see only this
+ * header.
+ *
+ * An engine is a loaded model plus the thread pool and kernel mode that
+ * evaluate it; a session is one mutable timeline over an engine (tokens,
+ * attention state, logits). Several sessions may share an engine but must
+ * not be evaluated concurrently (they share the pool).
+ */
+#ifndef MOESTREAM_H
+#define MOESTREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define MOESTREAM_VERSION "0.1.0"
+
+struct ms_engine;
+struct ms_session;
+struct ms_snapshot;
+
+struct ms_engine_params {
+    const char *model_path; /* deepseek4 GGUF */
+    int n_threads;          /* <= 0: all online CPUs */
+    bool quality;           /* F32 activations: exact math on the stored weights */
+};
+
+struct ms_model_info {
+    uint32_t n_vocab, n_ctx_train, n_layer, n_embd, n_expert, n_expert_used;
+    uint64_t routed_bytes;  /* routed expert bytes in the file */
+    uint64_t file_bytes;
+};
+
+/* Loads a model. Errors (missing file, not deepseek4, bad metadata, a
+ * missing or mis-shaped tensor) come back as one line naming the problem. */
+int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_err *err);
+void ms_engine_free(struct ms_engine *e);
+struct ms_model_info ms_engine_info(const struct ms_engine *e);
+int ms_engine_n_threads(const struct ms_engine *e);
+
+/* A new empty session holding up to n_ctx positions (n_ctx <= 0: the
+ * model's training context, capped at 4096). */
+int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err);
+void ms_session_free(struct ms_session *s);
+int64_t ms_session_n_ctx(const struct ms_session *s);
+
+/* Appends tokens[0..n) and evaluates them. logits: NULL or [n][n_vocab]
+ * receiving the next-token logits after every position. Token ids outside
+ * the vocabulary and context overflow are errors that change nothing. */
+int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
+                    ms_err *err);
+int64_t ms_session_n_past(const struct ms_session *s);
+/* [n_vocab] logits after the last position, or NULL before any eval. */
+const float *ms_session_logits(const struct ms_session *s);
+void ms_session_reset(struct ms_session *s);
+
+/* In-memory checkpoints of a session's whole state. */
+struct ms_snapshot *ms_session_snapshot(const struct ms_session *s);
+int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_err *err);
+void ms_snapshot_free(struct ms_snapshot *snap);
+
+#endif

@@ -1,0 +1,77 @@
+// record_logits.mjs - llama.cpp's next-token probabilities for a token
+// sequence, the reference side of the differential tests.
+//
+// Runs llama.cpp (node-llama-cpp 3.22.1) with the settings of ORACLE-NOTES.md
+// that make it a precise reference: CPU, F32 K/V cache, flash attention off,
+// the whole sequence in one decode call (batch = ubatch = context >= n).
+// Probabilities are the softmax of the raw logits, computed here in double.
+//
+// usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin
+// OUT.bin: little-endian; u32 magic "MSPR", u32 version 1, u32 n_tokens,
+// u32 n_vocab, then n_tokens u32 token ids, then n_tokens x n_vocab f32
+// probabilities (position-major).
+// env: ORACLE_DIR (default ~/.cache/moestream/oracle), ORACLE_THREADS (1).
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [modelPath, csv, outPath] = process.argv.slice(2);
+if (!modelPath || !csv || !outPath) {
+    console.error("usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin");
+    process.exit(2);
+}
+const tokens = csv.split(",").map((s) => Number.parseInt(s, 10));
+if (tokens.some((t) => !Number.isInteger(t) || t < 0)) {
+    console.error("record_logits: bad token list");
+    process.exit(2);
+}
+
+const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
+const entry = path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js");
+const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
+const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
+const n = tokens.length;
+const ctxSize = Math.max(64, Math.ceil(n / 64) * 64);
+const context = await model.createContext({
+    contextSize: ctxSize,
+    batchSize: ctxSize,
+    sequences: 1,
+    threads: Number(process.env.ORACLE_THREADS || 1),
+    flashAttention: false,
+    experimentalKvCacheKeyType: "F32",
+    experimentalKvCacheValueType: "F32",
+});
+const seq = context.getSequence();
+const out = await seq.controlledEvaluate(
+    tokens.map((t) => [t, { generateNext: { logits: true } }]));
+const held = seq.contextTokens;
+if (held.length !== n || held.some((t, i) => t !== tokens[i])) {
+    console.error(`record_logits: sequence holds ${held.length} tokens, not the ${n} fed`);
+    process.exit(1);
+}
+const V = out[0].next.logits.size;
+const buf = Buffer.alloc(16 + 4 * n + 4 * n * V);
+buf.write("MSPR", 0, "latin1");
+buf.writeUInt32LE(1, 4);
+buf.writeUInt32LE(n, 8);
+buf.writeUInt32LE(V, 12);
+for (let i = 0; i < n; i++) buf.writeUInt32LE(tokens[i], 16 + 4 * i);
+let off = 16 + 4 * n;
+for (let p = 0; p < n; p++) {
+    const logit = new Float64Array(V);
+    let mx = -Infinity;
+    for (const [tok, v] of out[p].next.logits) {
+        logit[tok] = v;
+        if (v > mx) mx = v;
+    }
+    let z = 0;
+    for (let i = 0; i < V; i++) z += Math.exp(logit[i] - mx);
+    for (let i = 0; i < V; i++, off += 4) buf.writeFloatLE(Math.exp(logit[i] - mx) / z, off);
+}
+fs.writeFileSync(outPath, buf);
+await context.dispose();
+await model.dispose();
+console.log(`record_logits: ${n} positions x ${V} probabilities -> ${outPath}`);
