@@ -41,13 +41,13 @@ static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
 }
 
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
-              int64_t n_tok, float *y, int64_t ldy, ms_err *err) {
+              int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err) {
     const struct ms_type_traits *tt = ms_type_traits(w->type);
     if (!tt || !tt->has_kernels)
         return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(w->type));
     struct mm_job j = {.w = w, .n_tok = n_tok, .y = y, .ldy = ldy};
-    if (c->quality || tt->vec_dot_type == MS_TYPE_F32) {
-        j.dot = c->quality ? tt->vec_dot_f32 : tt->vec_dot;
+    if (exact || tt->vec_dot_type == MS_TYPE_F32) {
+        j.dot = exact ? tt->vec_dot_f32 : tt->vec_dot;
         j.act = x;
         j.act_stride = (size_t)ldx * sizeof(float);
     } else {

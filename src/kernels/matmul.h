@@ -19,11 +19,10 @@
 #include "util/err.h"
 #include "util/pool.h"
 
-/* Per-engine matmul context: the pool, the mode, and a growable scratch
- * buffer for converted activations (one context per concurrent caller). */
+/* Per-session matmul context: the pool and a growable scratch buffer for
+ * converted activations (one context per concurrent caller). */
 struct ms_matmul_ctx {
     struct ms_pool *pool; /* may be NULL: single-threaded */
-    bool quality;
     void *scratch;
     size_t scratch_cap;
 };
@@ -42,9 +41,11 @@ struct ms_mat {
 /*
  * Y[t][r] = sum_c W[r][c] * X[t][c] for t < n_tok, r < W.n_rows.
  * X: [n_tok][ldx] f32 (ldx >= n_cols), Y: [n_tok][ldy] f32 (ldy >= n_rows).
+ * exact: dot products against the f32 activations (quality mode) instead of
+ * activations converted to the weight's vec_dot_type (fast mode).
  * Returns 0, or -1 (OOM for the scratch, or a type without kernels).
  */
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
-              int64_t n_tok, float *y, int64_t ldy, ms_err *err);
+              int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err);
 
 #endif

@@ -23,9 +23,17 @@
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* Dense projections take f32 activations in both modes; only the routed
+ * experts (most of the FLOPs and nearly all the bytes of a DeepSeek V4 model)
+ * use quantized activations in fast mode. Measured on the tiny test models
+ * against llama.cpp on their F32 twins: activation rounding in the dense
+ * projections (attention, compressor, HC mix, router, indexer) accounted for
+ * most of the fast mode's divergence, because it flips near-tied expert and
+ * indexer selections; with f32 activations there the mean KL per position
+ * fell 2-3x, below llama.cpp's on the same quantized file. */
 static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *x, int64_t ldx,
               int64_t n, float *y, int64_t ldy, ms_err *err) {
-    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, err);
+    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, true, err);
 }
 
 /* RoPE parameters of a layer (SPEC 3.1 table): ratio-0 layers use the plain
@@ -409,13 +417,14 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
                     sc->eslot[rows++] = (int32_t)j;
                 }
         const struct dsv4_expert_view *v = &views[u];
-        rc = ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, err) ||
-             ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, err);
+        const bool exact = s->p.quality;
+        rc = ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, exact, err) ||
+             ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, exact, err);
         if (rc) break;
         for (int64_t i = 0; i < rows; i++)
             ms_swiglu_clamped(sc->eg + i * F, sc->eg + i * F, sc->eu + i * F, F, limit);
         /* down: into eh (free now), then scale into the (token, slot) row */
-        rc = ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, err);
+        rc = ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, exact, err);
         for (int64_t i = 0; i < rows && !rc; i++) {
             const int64_t t = sc->etok[i], j = sc->eslot[i];
             const float w = sc->selw[t * k + j];
@@ -481,7 +490,8 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
     const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D;
     const int64_t cnt = n - t0;
     for (int64_t t = t0; t < n; t++) ms_rmsnorm(sc->flat + t * w, sc->X + t * w, NULL, w, hp->rms_eps);
-    if (mm(s, &m->glob[DSV4_OUTPUT_HC_FN], sc->flat + t0 * w, w, cnt, sc->mix, nh, err)) return -1;
+    if (mm(s, &m->glob[DSV4_OUTPUT_HC_FN], sc->flat + t0 * w, w, cnt, sc->mix, nh, err))
+        return -1;
     const float *base = m->glob[DSV4_OUTPUT_HC_BASE].f32, *scale = m->glob[DSV4_OUTPUT_HC_SCALE].f32;
     for (int64_t i = 0; i < cnt; i++) {
         const float *X = sc->X + (t0 + i) * w;

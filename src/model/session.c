@@ -86,7 +86,6 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     if (s->p.n_ubatch <= 0) s->p.n_ubatch = DEFAULT_UBATCH;
     if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
     s->mm.pool = p->pool;
-    s->mm.quality = p->quality;
     s->comp_cap = s->p.n_ctx / 4 + 1;
 
     const struct dsv4_hparams *hp = &m->hp;
