@@ -10,6 +10,7 @@
 
 struct ms_engine {
     struct dsv4_model *model;
+    struct ms_tokenizer *tok;
     struct ms_pool *pool;
     bool quality;
 };
@@ -28,12 +29,19 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
+    if (gguf_find_kv(e->model->gguf, "tokenizer.ggml.model") &&
+        ms_tokenizer_load(&e->tok, e->model->gguf, err)) {
+        ms_err_prefix(err, "%s: tokenizer", p->model_path);
+        ms_engine_free(e);
+        return -1;
+    }
     *out = e;
     return 0;
 }
 
 void ms_engine_free(struct ms_engine *e) {
     if (!e) return;
+    ms_tokenizer_free(e->tok);
     ms_pool_free(e->pool);
     dsv4_model_free(e->model);
     free(e);
@@ -52,6 +60,7 @@ struct ms_model_info ms_engine_info(const struct ms_engine *e) {
 }
 
 int ms_engine_n_threads(const struct ms_engine *e) { return ms_pool_n_threads(e->pool); }
+const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e) { return e->tok; }
 
 int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err) {
     if (n_ctx <= 0) {

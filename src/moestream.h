@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "text/tokenizer.h"
 #include "util/err.h"
 
 #define MOESTREAM_VERSION "0.1.0"
@@ -39,6 +40,9 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
 void ms_engine_free(struct ms_engine *e);
 struct ms_model_info ms_engine_info(const struct ms_engine *e);
 int ms_engine_n_threads(const struct ms_engine *e);
+/* The model's tokenizer (text/tokenizer.h), or NULL when the file carries no
+ * tokenizer.ggml.* vocabulary. Owned by the engine. */
+const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e);
 
 /* A new empty session holding up to n_ctx positions (n_ctx <= 0: the
  * model's training context, capped at 4096). */
