@@ -148,7 +148,8 @@ static int parse_ratios(const char *s, uint32_t *ratio, uint32_t *n) {
     return *n ? 0 : -1;
 }
 
-/* Appends an argument to the provenance string (all options except -o). */
+/* Appends an argument to the provenance string (all options except -o and
+ * --threads, so the bytes depend on nothing else). */
 static void prov_add(char *buf, size_t cap, const char *a) {
     size_t len = strlen(buf);
     if (len + strlen(a) + 2 < cap) snprintf(buf + len, cap - len, "%s%s", len ? " " : "", a);
@@ -186,8 +187,10 @@ int cmd_mkmodel(int argc, char **argv) {
             i++;
             continue;
         }
-        prov_add(prov, sizeof prov, a);
-        if (!flag) prov_add(prov, sizeof prov, v);
+        if (strcmp(a, "--threads")) { /* the thread count never changes a byte */
+            prov_add(prov, sizeof prov, a);
+            if (!flag) prov_add(prov, sizeof prov, v);
+        }
         if (!strcmp(a, "--ds4-mix")) {
             o.ds4_mix = true;
             continue;

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# cli_inspect.sh - `moestream inspect` from the outside: the report of a
+# tiny model (metadata, totals, bytes per expert, layout, check), the full
+# tensor table, JSON that parses and agrees with the file size, a GGUF of
+# another architecture, and one-line errors (exit 1) for missing, non-GGUF,
+# truncated files; usage errors exit 2.
+# Usage: bash cli_inspect.sh BIN TMPDIR
+set -u
+BIN=$1
+TMP=$2
+mkdir -p "$TMP"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+M="$TMP/tiny.gguf"
+"$BIN" mkmodel --preset tiny --experts-type q4_k --dense-type q8_0 --seed 5 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+
+"$BIN" inspect "$M" >"$TMP/out" 2>"$TMP/err" || fail "inspect exit $?"
+for pat in '^file: .*GGUF v3' '^metadata: [0-9]* keys' 'general.architecture = "deepseek4"' \
+           'tokenizer.ggml.tokens = \[str x 512\] ' '^tensors: 126 ' '^dense bytes: [0-9]' \
+           '^routed expert bytes: [0-9]' '^bytes by type: .*q4_K [0-9]' \
+           '^bytes per expert: [0-9]* (4 layers x 8 experts)' \
+           '^layout: llama.cpp deepseek4 (no MTP block)' \
+           '^check: all 126 expected deepseek4 tensors present'; do
+    grep -q -- "$pat" "$TMP/out" || fail "report lacks /$pat/"
+done
+# The tensor table is only printed with --tensors.
+grep -q 'blk.0.attn_q_a.weight' "$TMP/out" && fail "tensor table shown without --tensors"
+
+"$BIN" inspect "$M" --tensors >"$TMP/outt" || fail "--tensors exit $?"
+grep -Eq '^  blk\.2\.ffn_down_exps\.weight +q4_K +\{256, 256, 8\} +[0-9]+ +[0-9]+  exp_down$' "$TMP/outt" \
+    || fail "tensor table row for ffn_down_exps"
+grep -Eq '^  blk\.0\.ffn_gate_tid2eid\.weight +i32 +\{3, 512\} ' "$TMP/outt" || fail "tid2eid row"
+[ "$(grep -c '^  blk\.' "$TMP/outt")" -eq 120 ] || fail "expected 120 per-layer rows"
+
+if command -v python3 >/dev/null; then
+    "$BIN" inspect "$M" --json >"$TMP/j" || fail "--json exit $?"
+    python3 - "$TMP/j" "$M" <<'PY' || fail "json content"
+import json, os, sys
+j = json.load(open(sys.argv[1]))
+assert j["deepseek4"] is True and j["problem_count"] == 0, j["problems"]
+assert len(j["tensors"]) == 126
+t = {x["name"]: x for x in j["tensors"]}
+assert t["blk.1.attn_output_a.weight"]["shape"] == [256, 256]
+routed = sum(x["bytes"] for x in j["tensors"] if x["class"].startswith("exp_"))
+assert routed == j["routed_bytes"] and routed + j["dense_bytes"] == j["total_bytes"]
+end = max(x["offset"] + x["bytes"] for x in j["tensors"])
+assert j["data_offset"] + end <= os.path.getsize(sys.argv[2]) == j["file_size"]
+assert j["metadata"]["deepseek4.attention.compress_ratios"]["head"] == [0, 4, 128, 4]
+assert len(j["expert_bytes_by_layer"]) == 4
+PY
+fi
+
+# Another architecture: a minimal hand-made GGUF v3 (one key, no tensors).
+python3 - "$TMP/llama.gguf" <<'PY'
+import struct, sys
+k, v = b"general.architecture", b"llama"
+d = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(k)) + k \
+    + struct.pack("<I", 8) + struct.pack("<Q", len(v)) + v
+open(sys.argv[1], "wb").write(d)
+PY
+"$BIN" inspect "$TMP/llama.gguf" >"$TMP/ol" 2>&1 || fail "other arch exit $?"
+grep -q '^layout: unknown/not deepseek4 (general.architecture = llama)' "$TMP/ol" || fail "other arch: $(cat "$TMP/ol")"
+
+# Runtime errors: one line on stderr, exit 1.
+expect_err() {
+    local what=$1; shift
+    "$BIN" inspect "$@" >"$TMP/o" 2>"$TMP/e"
+    local rc=$?
+    [ $rc -eq 1 ] || fail "$what: exit $rc, expected 1"
+    [ "$(wc -l <"$TMP/e")" -eq 1 ] || fail "$what: not one line: $(cat "$TMP/e")"
+    grep -q '^moestream inspect: ' "$TMP/e" || fail "$what: message $(cat "$TMP/e")"
+}
+expect_err "missing file" "$TMP/nope.gguf"
+printf 'this is not a gguf file at all\n' >"$TMP/text.gguf"
+expect_err "non-GGUF" "$TMP/text.gguf"
+head -c 20000 "$M" >"$TMP/trunc.gguf"
+expect_err "truncated" "$TMP/trunc.gguf"
+
+# Usage errors: exit 2.
+"$BIN" inspect >/dev/null 2>&1; [ $? -eq 2 ] || fail "no file: not exit 2"
+"$BIN" inspect "$M" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad option: not exit 2"
+
+rm -f "$TMP"/*.gguf
+[ $fails -eq 0 ] && echo "cli_inspect: all passed"
+exit $((fails > 0))

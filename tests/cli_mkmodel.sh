@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cli_mkmodel.sh - `moestream mkmodel` from the outside: exit codes and
+# one-line messages for bad input (2), determinism of the written bytes,
+# a different seed giving different bytes, --f32-twin, mixed expert types,
+# --ds4-mix, and hyperparameter overrides landing in the metadata.
+# Usage: bash cli_mkmodel.sh BIN TMPDIR
+set -u
+BIN=$1
+TMP=$2
+mkdir -p "$TMP"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_usage "what" args... : exit 2 and a one-line "moestream mkmodel:" message
+expect_usage() {
+    local what=$1; shift
+    "$BIN" mkmodel "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
+    grep -q '^moestream mkmodel: ' "$TMP/err" || fail "$what: no clear message: $(cat "$TMP/err")"
+    [ -s "$TMP/out" ] && fail "$what: wrote to stdout"
+    [ -e "$TMP/bad.gguf" ] && fail "$what: left a file behind"
+    rm -f "$TMP/bad.gguf"
+}
+expect_usage "unknown type" --preset tiny --experts-type q5_k -o "$TMP/bad.gguf"
+expect_usage "unknown dense type" --preset tiny --dense-type bogus -o "$TMP/bad.gguf"
+expect_usage "bad preset" --preset huge -o "$TMP/bad.gguf"
+expect_usage "missing preset" -o "$TMP/bad.gguf"
+expect_usage "missing -o" --preset tiny
+expect_usage "unknown option" --preset tiny --frobnicate 3 -o "$TMP/bad.gguf"
+expect_usage "non-numeric override" --preset tiny --n-embd abc -o "$TMP/bad.gguf"
+expect_usage "n_hc != 4" --preset tiny --n-hc 3 -o "$TMP/bad.gguf"
+expect_usage "bad ratio" --preset tiny --compress-ratios 0,5,4,128 -o "$TMP/bad.gguf"
+expect_usage "no ratio-4 layer" --preset tiny --compress-ratios 0,128,0,128 -o "$TMP/bad.gguf"
+expect_usage "ratio count vs layers" --preset tiny --n-layer 3 --compress-ratios 0,4,128,4 -o "$TMP/bad.gguf"
+expect_usage "q4_K with n_embd 288" --preset tiny --n-embd 288 --experts-type q4_k -o "$TMP/bad.gguf"
+expect_usage "--size outside bench" --preset tiny --size 1G -o "$TMP/bad.gguf"
+expect_usage "bad last-layers spec" --preset tiny --experts-type-last-layers q4_k -o "$TMP/bad.gguf"
+"$BIN" mkmodel --preset tiny --n-embd 288 --experts-type q4_k -o "$TMP/bad.gguf" 2>"$TMP/err"
+grep -q "not a multiple of q4_K's block size 256" "$TMP/err" || fail "divisibility message: $(cat "$TMP/err")"
+
+# --help works and exits 0
+"$BIN" mkmodel --help >"$TMP/out" 2>&1 || fail "--help exit $?"
+grep -q -- '--experts-type' "$TMP/out" || fail "--help lacks --experts-type"
+
+# Determinism
+"$BIN" mkmodel --preset tiny --seed 3 --experts-type q4_k --dense-type q8_0 -o "$TMP/a.gguf" 2>/dev/null || fail "write a"
+"$BIN" mkmodel --preset tiny --seed 3 --experts-type q4_k --dense-type q8_0 --threads 1 -o "$TMP/b.gguf" 2>/dev/null || fail "write b"
+"$BIN" mkmodel --preset tiny --seed 4 --experts-type q4_k --dense-type q8_0 -o "$TMP/c.gguf" 2>/dev/null || fail "write c"
+cmp -s "$TMP/a.gguf" "$TMP/b.gguf" || fail "same seed differs"
+cmp -s "$TMP/a.gguf" "$TMP/c.gguf" && fail "different seed gives the same file"
+"$BIN" inspect "$TMP/a.gguf" >"$TMP/ia" || fail "inspect a"
+grep -q 'general.name = "moestream mkmodel tiny seed 3"' "$TMP/ia" || fail "provenance name"
+grep -q 'moestream.mkmodel.options = .*--experts-type q4_k' "$TMP/ia" || fail "provenance options"
+
+# Twin: same tensors, all float types F32
+"$BIN" mkmodel --preset tiny --seed 3 --experts-type q4_k --dense-type q8_0 --f32-twin -o "$TMP/t.gguf" 2>/dev/null || fail "twin"
+"$BIN" inspect "$TMP/t.gguf" >"$TMP/it"
+grep -q '^bytes by type: f32 [0-9]* i32 [0-9]*$' "$TMP/it" || fail "twin not all f32: $(grep 'by type' "$TMP/it")"
+grep -q '^check: all' "$TMP/it" || fail "twin check"
+
+# Overrides land in the metadata
+"$BIN" mkmodel --preset tiny --n-layer 5 --n-expert 16 --sinkhorn-iters 2 --hc-eps 0.05 \
+    --experts-type f16 --dense-type f16 -o "$TMP/o.gguf" 2>/dev/null || fail "overrides"
+"$BIN" inspect "$TMP/o.gguf" >"$TMP/io"
+grep -q 'deepseek4.block_count = 5' "$TMP/io" || fail "n-layer override"
+grep -q 'deepseek4.expert_count = 16' "$TMP/io" || fail "n-expert override"
+grep -q 'sinkhorn_iterations = 2' "$TMP/io" || fail "sinkhorn override"
+grep -q 'hyper_connection.epsilon = 0.0500' "$TMP/io" || fail "hc-eps override"
+grep -q 'compress_ratios = \[u32 x 5\] 0, 4, 128, 4, 128' "$TMP/io" || fail "default ratios for 5 layers"
+grep -q '^check: all' "$TMP/io" || fail "override check"
+
+# Mixed expert sizes: per-layer bytes per expert are reported
+"$BIN" mkmodel --preset tiny --experts-type q2_k --experts-type-last-layers q8_0:2 -o "$TMP/m.gguf" 2>/dev/null || fail "mixed"
+"$BIN" inspect "$TMP/m.gguf" >"$TMP/im"
+grep -q '^bytes per expert by layer: 0:[0-9]* 1:[0-9]* 2:[0-9]* 3:[0-9]*' "$TMP/im" || fail "per-layer expert bytes"
+
+# ds4 mix is recognised
+"$BIN" mkmodel --preset tiny --ds4-mix -o "$TMP/d.gguf" 2>/dev/null || fail "ds4-mix"
+"$BIN" inspect "$TMP/d.gguf" | grep -q '^layout: ds4' || fail "ds4 layout not detected"
+
+rm -f "$TMP"/*.gguf
+[ $fails -eq 0 ] && echo "cli_mkmodel: all passed"
+exit $((fails > 0))
