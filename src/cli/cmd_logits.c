@@ -2,7 +2,9 @@
  * cmd_logits.c - `moestream logits`: next-token probabilities after every
  * position of a token sequence, as JSON. This is the differential-testing
  * interface: the probabilities are the softmax of the raw logits at
- * temperature 1, computed in double, with no filtering.
+ * temperature 1, computed in double, with no filtering. The sequence is
+ * either token ids (--tokens) or text (--text), tokenized as `run` does:
+ * BOS when the model asks for it, special-token text parsed.
  *
  *   {"tokens":[...], "positions":[{"pos":0,"top":[[id,prob],...]}, ...]}
  *   with --full: "probs":[p_0, ..., p_{V-1}] instead of "top".
@@ -19,9 +21,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moestream logits -m MODEL --tokens ID,ID,... [options]\n"
+            "usage: moestream logits -m MODEL (--tokens ID,ID,... | --text TEXT) [options]\n"
             "  -m, --model FILE     deepseek4 GGUF\n"
             "      --tokens LIST    comma-separated token ids\n"
+            "      --text TEXT      text, tokenized with the model's tokenizer (BOS as it asks)\n"
             "      --top K          the K most likely tokens per position (default 10)\n"
             "      --full           every probability instead of the top K\n"
             "      --chunk N        feed the sequence in pieces of N tokens (default: all at once)\n"
@@ -97,12 +100,13 @@ static void print_position(int64_t pos, const float *logits, int64_t V, int top,
 int cmd_logits(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"tokens", required_argument, 0, 'T'},
+        {"text", required_argument, 0, 'X'},
         {"top", required_argument, 0, 'k'},     {"full", no_argument, 0, 'F'},
         {"chunk", required_argument, 0, 'C'},   {"json", no_argument, 0, 'J'},
         {"quality", no_argument, 0, 'Q'},       {"threads", required_argument, 0, 't'},
         {"ctx-size", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *model = NULL, *tokens_arg = NULL;
+    const char *model = NULL, *tokens_arg = NULL, *text_arg = NULL;
     int top = 10, threads = 0;
     long chunk = 0, n_ctx = 0;
     bool full = false, quality = false;
@@ -112,6 +116,7 @@ int cmd_logits(int argc, char **argv) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'T': tokens_arg = optarg; break;
+        case 'X': text_arg = optarg; break;
         case 'k': top = atoi(optarg); break;
         case 'F': full = true; break;
         case 'C': chunk = atol(optarg); break;
@@ -123,13 +128,17 @@ int cmd_logits(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (!model || !tokens_arg || top < 1 || chunk < 0 || n_ctx < 0 || optind != argc) {
+    if (!model || !tokens_arg == !text_arg || top < 1 || chunk < 0 || n_ctx < 0 || optind != argc) {
         usage(stderr);
         return 2;
     }
     int32_t *tokens = NULL;
     int64_t n = 0;
-    if (parse_tokens(tokens_arg, &tokens, &n)) {
+    if (text_arg && !*text_arg) {
+        fprintf(stderr, "moestream logits: --text is empty\n");
+        return 2;
+    }
+    if (tokens_arg && parse_tokens(tokens_arg, &tokens, &n)) {
         fprintf(stderr, "moestream logits: --tokens must be a comma-separated list of ids\n");
         return 2;
     }
@@ -142,6 +151,22 @@ int cmd_logits(int argc, char **argv) {
     int *order = NULL;
     int rc = 1;
     if (ms_engine_load(&e, &ep, &err)) goto fail;
+    if (text_arg) {
+        const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
+        size_t n_ids = 0;
+        if (!tok) {
+            ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);
+            goto fail;
+        }
+        if (ms_tokenizer_encode(tok, text_arg, strlen(text_arg), ms_tokenizer_add_bos(tok), true,
+                                &tokens, &n_ids, &err))
+            goto fail;
+        n = (int64_t)n_ids;
+        if (n == 0) {
+            ms_err_set(&err, "--text has no tokens");
+            goto fail;
+        }
+    }
     const int64_t V = ms_engine_info(e).n_vocab;
     if (ms_session_new(&s, e, n_ctx ? n_ctx : n, &err)) goto fail;
     logits = malloc((size_t)(n * V) * sizeof *logits);

@@ -1,0 +1,176 @@
+/*
+ * gen.c - the generation steps `run` and `chat` share (see gen.h).
+ */
+#include "cli/gen.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double gen_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t gen_clock_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}
+
+int gen_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_params *p,
+                     bool *seeded) {
+    long v;
+    switch (c) {
+    case GEN_OPT_TEMP:
+        if (!parse_float(arg, &p->temp)) return 1;
+        fprintf(stderr, "moestream %s: --temp must be a number\n", cmd);
+        return -1;
+    case GEN_OPT_TOP_K:
+        if (!gen_parse_long(arg, 0, INT32_MAX, &v)) {
+            p->top_k = (int)v;
+            return 1;
+        }
+        fprintf(stderr, "moestream %s: --top-k must be an integer >= 0\n", cmd);
+        return -1;
+    case GEN_OPT_TOP_P:
+        if (!parse_float(arg, &p->top_p) && p->top_p >= 0.0f && p->top_p <= 1.0f) return 1;
+        fprintf(stderr, "moestream %s: --top-p must be in [0, 1]\n", cmd);
+        return -1;
+    case GEN_OPT_MIN_P:
+        if (!parse_float(arg, &p->min_p) && p->min_p >= 0.0f && p->min_p <= 1.0f) return 1;
+        fprintf(stderr, "moestream %s: --min-p must be in [0, 1]\n", cmd);
+        return -1;
+    case GEN_OPT_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(arg, &end, 10);
+        if (end == arg || *end || errno || arg[0] == '-') {
+            fprintf(stderr, "moestream %s: --seed must be an integer >= 0\n", cmd);
+            return -1;
+        }
+        p->seed = (uint64_t)s;
+        *seeded = true;
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
+enum { PREFILL_CHUNK = 64, BAR_WIDTH = 40 };
+
+static void draw_bar(int64_t done, int64_t n, double t0) {
+    const int fill = (int)(BAR_WIDTH * done / n);
+    const double dt = gen_now() - t0;
+    fprintf(stderr, "\rprefill [%.*s%*s] %lld/%lld tokens, %.1f tok/s", fill,
+            "########################################", BAR_WIDTH - fill, "", (long long)done,
+            (long long)n, dt > 0 ? (double)done / dt : 0.0);
+    fflush(stderr);
+}
+
+int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
+                volatile sig_atomic_t *stop, ms_err *err) {
+    /* Chunks only for the bar: a chunked prefill reads the routed weights
+     * once per chunk, so without a terminal to show progress on, the whole
+     * prompt goes in one layer-major pass. */
+    if (n <= PREFILL_CHUNK || !isatty(STDERR_FILENO)) return ms_session_eval(s, tokens, n, NULL, err);
+    const double t0 = gen_now();
+    int rc = 0;
+    for (int64_t off = 0; off < n && rc == 0; off += PREFILL_CHUNK) {
+        if (stop && *stop) {
+            rc = ms_err_set(err, "interrupted");
+            break;
+        }
+        const int64_t nb = n - off < PREFILL_CHUNK ? n - off : PREFILL_CHUNK;
+        rc = ms_session_eval(s, tokens + off, nb, NULL, err);
+        if (rc == 0) draw_bar(off + nb, n, t0);
+    }
+    fprintf(stderr, "\r%*s\r", BAR_WIDTH + 48, "");
+    fflush(stderr);
+    return rc;
+}
+
+static int push(struct gen_out *o, int32_t tok) {
+    if (o->n == o->cap) {
+        const int64_t cap = o->cap ? 2 * o->cap : 64;
+        int32_t *nt = realloc(o->tokens, (size_t)cap * sizeof *nt);
+        if (!nt) return -1;
+        o->tokens = nt;
+        o->cap = cap;
+    }
+    o->tokens[o->n++] = tok;
+    return 0;
+}
+
+void gen_out_free(struct gen_out *o) {
+    free(o->tokens);
+    memset(o, 0, sizeof *o);
+}
+
+int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
+               int64_t n_max, bool eval_last, volatile sig_atomic_t *stop, FILE *out_f,
+               struct gen_out *out, double *t_decode, ms_err *err) {
+    const double t0 = gen_now();
+    const int32_t eos = ms_tokenizer_eos(t);
+    /* the thinking markers are shown even where the vocabulary marks them
+     * CONTROL, so the reader sees where the reasoning ends */
+    const int32_t think = ms_tokenizer_find(t, "<think>", 7);
+    const int32_t end_think = ms_tokenizer_find(t, "</think>", 8);
+    int rc = 0;
+    for (int64_t i = 0; i < n_max; i++) {
+        if (stop && *stop) {
+            out->interrupted = true;
+            break;
+        }
+        const float *logits = ms_session_logits(s);
+        if (!logits) {
+            rc = ms_err_set(err, "no logits to sample from (empty session)");
+            break;
+        }
+        const int32_t tok = ms_sampler_sample(smp, logits);
+        if (tok == eos) {
+            out->eos = true;
+            break;
+        }
+        if (push(out, tok)) {
+            rc = ms_err_set(err, "out of memory");
+            break;
+        }
+        const char *piece;
+        size_t len;
+        ms_tokenizer_piece(t, tok, tok == think || tok == end_think, &piece, &len);
+        fwrite(piece, 1, len, out_f);
+        fflush(out_f);
+        if (i + 1 == n_max && !eval_last) break;
+        if (ms_session_n_past(s) >= ms_session_n_ctx(s)) {
+            out->ctx_full = true;
+            break;
+        }
+        if ((rc = ms_session_eval(s, &tok, 1, NULL, err))) break;
+        out->n_eval++;
+    }
+    *t_decode = gen_now() - t0;
+    return rc;
+}

@@ -1,0 +1,80 @@
+/*
+ * gen.h - what `run` and `chat` share: the sampling options, prefill with a
+ * progress bar, and the decode loop that streams text to stdout.
+ */
+#ifndef MS_CLI_GEN_H
+#define MS_CLI_GEN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moestream.h"
+#include "sample/sampler.h"
+
+/* getopt_long codes of the sampling options (above any short option). */
+enum {
+    GEN_OPT_TEMP = 1000,
+    GEN_OPT_TOP_K,
+    GEN_OPT_TOP_P,
+    GEN_OPT_MIN_P,
+    GEN_OPT_SEED,
+};
+#define GEN_SAMPLING_OPTIONS                                                                   \
+    {"temp", required_argument, 0, GEN_OPT_TEMP}, {"top-k", required_argument, 0, GEN_OPT_TOP_K}, \
+        {"top-p", required_argument, 0, GEN_OPT_TOP_P},                                        \
+        {"min-p", required_argument, 0, GEN_OPT_MIN_P}, {"seed", required_argument, 0, GEN_OPT_SEED}
+#define GEN_SAMPLING_HELP                                                                  \
+    "      --temp T         temperature (default 0.8; <= 0: greedy)\n"                      \
+    "      --top-k K        keep the K most likely tokens (default 40; 0: off)\n"           \
+    "      --top-p P        keep the smallest set with mass >= P (default 0.95; 1: off)\n"  \
+    "      --min-p P        keep tokens with p >= P * p_max (default 0.05; 0: off)\n"       \
+    "      --seed S         sampling seed (default: from the clock)\n"
+
+/* Handles one sampling option c with argument arg into *p. Returns 1 when c
+ * was a sampling option, 0 when it was not, -1 (after printing "moestream
+ * <cmd>: ..." on stderr) when its value is malformed. *seeded is set when
+ * --seed was given. */
+int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_params *p,
+                     bool *seeded);
+/* A seed from the clock and the pid, for runs without --seed. */
+uint64_t gen_clock_seed(void);
+
+/* Strict decimal parse of s into [lo, hi]; -1 when malformed or out of range. */
+int gen_parse_long(const char *s, long lo, long hi, long *out);
+/* Monotonic time in seconds. */
+double gen_now(void);
+
+/* Evaluates tokens[0..n) into s. When stderr is a terminal and n is larger
+ * than one chunk, feeds 64-token chunks and draws a progress bar on stderr;
+ * otherwise evaluates all n at once (one pass over the weights). stop (may be
+ * NULL) is checked between chunks: a stop is an error "interrupted". */
+int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
+                volatile sig_atomic_t *stop, ms_err *err);
+
+/* The tokens a decode produced (not counting a final end-of-sentence). */
+struct gen_out {
+    int32_t *tokens; /* malloc'd [n] */
+    int64_t n, cap;
+    int64_t n_eval;  /* how many of them were evaluated into the session */
+    bool eos;        /* stopped at end of sentence */
+    bool interrupted;
+    bool ctx_full;
+};
+
+/*
+ * Samples up to n_max tokens from s's current logits, writing each token's
+ * bytes to out_f as soon as it is chosen (and flushing; a UTF-8 character
+ * split over tokens is completed by the terminal). Each token but the last is
+ * evaluated; the last too when eval_last (so the session holds every
+ * produced token, as chat needs). Stops early at the tokenizer's EOS (not
+ * evaluated, not stored), when *stop becomes non-zero, or when the context is
+ * full. *t_decode receives the seconds spent. Errors: an eval failure, OOM.
+ */
+int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
+               int64_t n_max, bool eval_last, volatile sig_atomic_t *stop, FILE *out_f,
+               struct gen_out *out, double *t_decode, ms_err *err);
+void gen_out_free(struct gen_out *o);
+
+#endif
