@@ -1,0 +1,393 @@
+/*
+ * expert_cache.c - the decode expert cache (contract in expert_cache.h).
+ *
+ * Keys are layer * n_expert + expert. entry_slot[key] is the slot holding
+ * the expert, or -1. Slots live in a growable array with a free list; each
+ * owns one buffer while it holds an expert. Evicted experts' buffers go to
+ * a pool and are reused by the next install of the same size (the common
+ * case: all layers alike), so steady-state decode allocates nothing. A new
+ * buffer is allocated only after pool buffers were freed far enough that
+ * the total stays within the budget.
+ *
+ * Victim choice scans the resident slots: a few thousand at most for a
+ * DeepSeek V4 Flash cache, a few microseconds per miss, against the
+ * milliseconds a miss costs in I/O.
+ */
+#include "stream/expert_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream/io.h"
+#include "util/mem.h"
+
+struct slot {
+    void *buf;
+    uint64_t bytes;
+    uint64_t last_use; /* tick of the last pin */
+    uint32_t key;
+    uint32_t pins;
+    bool live;         /* holds an expert (else on the free list) */
+    bool loading;      /* installed by the last pin, not filled yet */
+};
+
+struct pooled {
+    void *buf;
+    uint64_t bytes;
+};
+
+struct ms_expert_cache {
+    uint32_t n_layer, n_expert;
+    uint64_t *slot_bytes;       /* [n_layer] */
+    uint64_t budget;
+    struct ms_cache_policy pol;
+    int32_t *entry_slot;        /* [n_layer * n_expert] */
+    uint64_t *mark;             /* [n_layer * n_expert]: duplicate check stamp */
+    struct slot *slots;
+    uint32_t n_slots, cap_slots;
+    uint32_t *free_slots;       /* indices of !live slots */
+    uint32_t n_free;
+    struct pooled *pool;        /* capacity >= n_buffers, so drop_slot never fails */
+    uint32_t n_pool, cap_pool, n_buffers;
+    uint64_t tick;
+    struct ms_cache_stats st;
+    ms_cache_install_fn hook;
+    void *hook_ctx;
+};
+
+/* ---- default policy: decayed selection counts ------------------------- */
+
+#define PRIO_COUNT_MAX (1u << 20)
+
+struct prio_policy {
+    uint32_t *count;
+    uint32_t n_keys;
+    uint64_t decay_every, n_selected;
+};
+
+static void prio_seed(void *ctx, uint32_t key, uint32_t priority) {
+    struct prio_policy *p = ctx;
+    if (key < p->n_keys && p->count[key] < priority) p->count[key] = priority;
+}
+static void prio_selected(void *ctx, uint32_t key) {
+    struct prio_policy *p = ctx;
+    if (key < p->n_keys && p->count[key] < PRIO_COUNT_MAX) p->count[key]++;
+    if (++p->n_selected % p->decay_every == 0)
+        for (uint32_t k = 0; k < p->n_keys; k++) p->count[k] >>= 1;
+}
+static uint32_t prio_rank(void *ctx, uint32_t key) {
+    const struct prio_policy *p = ctx;
+    return key < p->n_keys ? p->count[key] : 0;
+}
+static void prio_free(void *ctx) {
+    struct prio_policy *p = ctx;
+    if (p) free(p->count);
+    free(p);
+}
+
+int ms_policy_prio_recency(struct ms_cache_policy *out, uint32_t n_keys, uint64_t decay_every,
+                           ms_err *err) {
+    struct prio_policy *p = calloc(1, sizeof *p);
+    if (p) p->count = calloc(n_keys ? n_keys : 1, sizeof *p->count);
+    if (!p || !p->count) {
+        prio_free(p);
+        return ms_err_set(err, "out of memory for the cache policy");
+    }
+    p->n_keys = n_keys;
+    p->decay_every = decay_every ? decay_every : 4096;
+    *out = (struct ms_cache_policy){.name = "priority+recency", .ctx = p, .seed = prio_seed,
+                                    .selected = prio_selected, .rank = prio_rank,
+                                    .free = prio_free};
+    return 0;
+}
+
+static void lru_seed(void *ctx, uint32_t key, uint32_t priority) { (void)ctx, (void)key, (void)priority; }
+static void lru_selected(void *ctx, uint32_t key) { (void)ctx, (void)key; }
+static uint32_t lru_rank(void *ctx, uint32_t key) { return (void)ctx, (void)key, 0; }
+static void lru_free(void *ctx) { (void)ctx; }
+
+void ms_policy_lru(struct ms_cache_policy *out) {
+    *out = (struct ms_cache_policy){.name = "lru", .seed = lru_seed, .selected = lru_selected,
+                                    .rank = lru_rank, .free = lru_free};
+}
+
+/* ---- construction ------------------------------------------------------ */
+
+void ms_expert_cache_free(struct ms_expert_cache *c) {
+    if (!c) return;
+    for (uint32_t i = 0; i < c->n_slots; i++)
+        if (c->slots[i].live) ms_free(c->slots[i].buf);
+    for (uint32_t i = 0; i < c->n_pool; i++) ms_free(c->pool[i].buf);
+    if (c->pol.free) c->pol.free(c->pol.ctx);
+    free(c->slot_bytes);
+    free(c->entry_slot);
+    free(c->mark);
+    free(c->slots);
+    free(c->free_slots);
+    free(c->pool);
+    free(c);
+}
+
+int ms_expert_cache_new(struct ms_expert_cache **out, const struct ms_expert_cache_params *p,
+                        ms_err *err) {
+    struct ms_cache_policy pol = p->policy;
+    const uint64_t n_keys = (uint64_t)p->n_layer * p->n_expert;
+    if (!p->n_layer || !p->n_expert || n_keys > INT32_MAX || !p->budget_bytes || !p->slot_bytes) {
+        if (pol.free) pol.free(pol.ctx);
+        return ms_err_set(err, "expert cache: bad shape (%u layers x %u experts) or budget %llu",
+                          p->n_layer, p->n_expert, (unsigned long long)p->budget_bytes);
+    }
+    if (!pol.rank && ms_policy_prio_recency(&pol, (uint32_t)n_keys, 0, err)) return -1;
+    struct ms_expert_cache *c = calloc(1, sizeof *c);
+    if (!c) {
+        if (pol.free) pol.free(pol.ctx);
+        return ms_err_set(err, "out of memory");
+    }
+    c->pol = pol;
+    c->n_layer = p->n_layer;
+    c->n_expert = p->n_expert;
+    c->budget = c->st.budget_bytes = p->budget_bytes;
+    c->slot_bytes = malloc(p->n_layer * sizeof *c->slot_bytes);
+    c->entry_slot = malloc(n_keys * sizeof *c->entry_slot);
+    c->mark = calloc(n_keys, sizeof *c->mark);
+    if (!c->slot_bytes || !c->entry_slot || !c->mark) {
+        ms_expert_cache_free(c);
+        return ms_err_set(err, "out of memory");
+    }
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+        if (!p->slot_bytes[il] || p->slot_bytes[il] % MS_IO_ALIGN) {
+            ms_expert_cache_free(c);
+            return ms_err_set(err, "expert cache: layer %u slot size %llu is not a positive "
+                              "multiple of %u", il, (unsigned long long)p->slot_bytes[il],
+                              MS_IO_ALIGN);
+        }
+        c->slot_bytes[il] = p->slot_bytes[il];
+    }
+    for (uint64_t k = 0; k < n_keys; k++) c->entry_slot[k] = -1;
+    *out = c;
+    return 0;
+}
+
+/* ---- slots and buffers ------------------------------------------------- */
+
+static uint32_t key_of(const struct ms_expert_cache *c, uint32_t il, int32_t e) {
+    return il * c->n_expert + (uint32_t)e;
+}
+
+static void report(struct ms_expert_cache *c) {
+    if (c->st.resident_bytes > c->st.peak_resident_bytes)
+        c->st.peak_resident_bytes = c->st.resident_bytes;
+    if (c->hook) c->hook(c->hook_ctx, c->st.resident_bytes, c->budget);
+}
+
+/* Moves slot s's buffer to the pool and frees the slot. */
+static void drop_slot(struct ms_expert_cache *c, uint32_t s) {
+    struct slot *sl = &c->slots[s];
+    c->pool[c->n_pool++] = (struct pooled){sl->buf, sl->bytes};
+    c->entry_slot[sl->key] = -1;
+    c->st.used_bytes -= sl->bytes;
+    c->st.n_resident--;
+    *sl = (struct slot){0};
+    c->free_slots[c->n_free++] = s;
+}
+
+/* The unpinned slot to evict: lowest rank, then least recent use; -1 if all
+ * are pinned. */
+static int64_t pick_victim(struct ms_expert_cache *c) {
+    int64_t best = -1;
+    uint32_t best_rank = 0;
+    for (uint32_t s = 0; s < c->n_slots; s++) {
+        const struct slot *sl = &c->slots[s];
+        if (!sl->live || sl->pins) continue;
+        const uint32_t r = c->pol.rank(c->pol.ctx, sl->key);
+        if (best < 0 || r < best_rank ||
+            (r == best_rank && sl->last_use < c->slots[best].last_use)) {
+            best = s;
+            best_rank = r;
+        }
+    }
+    return best;
+}
+
+/* A buffer of `bytes` within the budget: reuses a pooled one of that size,
+ * else frees pooled buffers until a new one fits. The caller made sure
+ * used_bytes + bytes <= budget. */
+static void *take_buffer(struct ms_expert_cache *c, uint64_t bytes) {
+    for (uint32_t i = 0; i < c->n_pool; i++)
+        if (c->pool[i].bytes == bytes) {
+            void *b = c->pool[i].buf;
+            c->pool[i] = c->pool[--c->n_pool];
+            return b;
+        }
+    while (c->st.resident_bytes + bytes > c->budget && c->n_pool) {
+        struct pooled pb = c->pool[--c->n_pool];
+        ms_free(pb.buf);
+        c->n_buffers--;
+        c->st.resident_bytes -= pb.bytes;
+    }
+    if (c->n_buffers == c->cap_pool) {
+        const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
+        struct pooled *np = realloc(c->pool, cap * sizeof *np);
+        if (!np) return NULL;
+        c->pool = np;
+        c->cap_pool = cap;
+    }
+    void *b = ms_aligned_alloc(MS_IO_ALIGN, bytes);
+    if (b) {
+        c->n_buffers++;
+        c->st.resident_bytes += bytes;
+        report(c);
+    }
+    return b;
+}
+
+static int grow(struct ms_expert_cache *c, ms_err *err) {
+    const uint32_t cap = c->cap_slots ? 2 * c->cap_slots : 64;
+    struct slot *ns = realloc(c->slots, cap * sizeof *ns);
+    if (ns) c->slots = ns;
+    uint32_t *nf = ns ? realloc(c->free_slots, cap * sizeof *nf) : NULL;
+    if (!nf) return ms_err_set(err, "expert cache: out of memory for %u slots", cap);
+    c->free_slots = nf;
+    c->cap_slots = cap;
+    return 0;
+}
+
+/* Installs key (layer il) into a new pinned, loading slot. */
+static int install(struct ms_expert_cache *c, uint32_t il, uint32_t key, ms_err *err) {
+    const uint64_t bytes = c->slot_bytes[il];
+    while (c->st.used_bytes + bytes > c->budget) {
+        const int64_t v = pick_victim(c);
+        if (v < 0)
+            return ms_err_set(err, "expert cache: no room for an expert of layer %u (%llu "
+                              "bytes): %llu of the %llu-byte budget are pinned", il,
+                              (unsigned long long)bytes, (unsigned long long)c->st.used_bytes,
+                              (unsigned long long)c->budget);
+        drop_slot(c, (uint32_t)v);
+        c->st.evictions++;
+    }
+    if (!c->n_free && c->n_slots == c->cap_slots && grow(c, err)) return -1;
+    void *buf = take_buffer(c, bytes);
+    if (!buf)
+        return ms_err_set(err, "expert cache: out of memory for a %llu-byte slot",
+                          (unsigned long long)bytes);
+    const uint32_t s = c->n_free ? c->free_slots[--c->n_free] : c->n_slots++;
+    c->slots[s] = (struct slot){.buf = buf, .bytes = bytes, .last_use = c->tick, .key = key,
+                                .pins = 1, .live = true, .loading = true};
+    c->entry_slot[key] = (int32_t)s;
+    c->st.used_bytes += bytes;
+    c->st.n_resident++;
+    report(c);
+    return 0;
+}
+
+/* ---- pin / load / unpin ------------------------------------------------ */
+
+int ms_expert_cache_pin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                        void **bufs, bool *miss, ms_err *err) {
+    if (il >= c->n_layer) return ms_err_set(err, "expert cache: layer %u out of range", il);
+    const uint64_t stamp = ++c->tick;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= c->n_expert)
+            return ms_err_set(err, "layer %u: expert id %d out of range [0, %u)", il, ids[i],
+                              c->n_expert);
+        const uint32_t k = key_of(c, il, ids[i]);
+        if (c->mark[k] == stamp)
+            return ms_err_set(err, "layer %u: expert %d requested twice in one acquire", il,
+                              ids[i]);
+        c->mark[k] = stamp;
+        const int32_t s = c->entry_slot[k];
+        if (s >= 0 && c->slots[s].loading)
+            return ms_err_set(err, "layer %u: expert %d is still being loaded", il, ids[i]);
+    }
+    const uint64_t need = (uint64_t)n * c->slot_bytes[il];
+    if (need > c->budget)
+        return ms_err_set(err, "layer %u: %d experts need %llu bytes, more than the expert "
+                          "cache budget of %llu bytes (the experts of one step must fit: "
+                          "raise the budget or use smaller ubatches)", il, n,
+                          (unsigned long long)need, (unsigned long long)c->budget);
+    /* Hits first, so installing the misses cannot evict them. */
+    for (int i = 0; i < n; i++) {
+        const int32_t s = c->entry_slot[key_of(c, il, ids[i])];
+        miss[i] = s < 0;
+        if (miss[i]) continue;
+        c->slots[s].pins++;
+        c->slots[s].last_use = stamp;
+        bufs[i] = c->slots[s].buf;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!miss[i]) continue;
+        const uint32_t k = key_of(c, il, ids[i]);
+        if (install(c, il, k, err)) { /* undo: drop this call's installs, unpin its hits */
+            for (int j = 0; j < n; j++) {
+                const int32_t s = c->entry_slot[key_of(c, il, ids[j])];
+                if (miss[j] && j < i) drop_slot(c, (uint32_t)s);
+                else if (!miss[j]) c->slots[s].pins--;
+            }
+            return -1;
+        }
+        bufs[i] = c->slots[c->entry_slot[k]].buf;
+    }
+    for (int i = 0; i < n; i++) {
+        c->pol.selected(c->pol.ctx, key_of(c, il, ids[i]));
+        if (miss[i]) c->st.misses++;
+        else c->st.hits++;
+    }
+    return 0;
+}
+
+void ms_expert_cache_loaded(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                            const bool *miss) {
+    for (int i = 0; i < n; i++) {
+        if (!miss[i]) continue;
+        const int32_t s = c->entry_slot[key_of(c, il, ids[i])];
+        if (s >= 0) c->slots[s].loading = false;
+    }
+}
+
+void ms_expert_cache_abort(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                           const bool *miss) {
+    for (int i = 0; i < n; i++) {
+        const int32_t s = c->entry_slot[key_of(c, il, ids[i])];
+        if (s < 0) continue;
+        if (miss[i] && c->slots[s].loading) drop_slot(c, (uint32_t)s);
+        else if (c->slots[s].pins) c->slots[s].pins--;
+    }
+}
+
+void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= c->n_expert) continue;
+        const int32_t s = c->entry_slot[key_of(c, il, ids[i])];
+        if (s >= 0 && c->slots[s].pins) c->slots[s].pins--;
+    }
+}
+
+/* ---- seeding and counters ---------------------------------------------- */
+
+void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h) {
+    for (size_t i = 0; i < h->n; i++)
+        if (h->e[i].layer < c->n_layer && h->e[i].expert < c->n_expert)
+            c->pol.seed(c->pol.ctx, key_of(c, h->e[i].layer, (int32_t)h->e[i].expert),
+                        h->e[i].priority);
+}
+
+bool ms_expert_cache_contains(const struct ms_expert_cache *c, uint32_t il, uint32_t expert) {
+    if (il >= c->n_layer || expert >= c->n_expert) return false;
+    const int32_t s = c->entry_slot[key_of(c, il, (int32_t)expert)];
+    return s >= 0 && !c->slots[s].loading;
+}
+
+const struct ms_cache_stats *ms_expert_cache_stats(const struct ms_expert_cache *c) {
+    return &c->st;
+}
+
+void ms_expert_cache_note_io(struct ms_expert_cache *c, uint64_t bytes, double seconds) {
+    c->st.bytes_read += bytes;
+    c->st.io_wait_seconds += seconds;
+}
+
+void ms_expert_cache_set_install_hook(struct ms_expert_cache *c, ms_cache_install_fn fn,
+                                      void *ctx) {
+    c->hook = fn;
+    c->hook_ctx = ctx;
+}

@@ -1,0 +1,124 @@
+/*
+ * expert_cache.h - the decode expert cache: which routed experts are in
+ * memory, in which buffer, and which one to drop when another must come in.
+ *
+ * A slot holds one whole expert (gate, up and down of one (layer, expert)) in
+ * one MS_IO_ALIGN-aligned buffer of the layer's slot size, laid out by the
+ * caller (stream/expert_source.c). The cache owns the buffers; it knows
+ * nothing about files.
+ *
+ * Budget: a byte count, accounted per buffer (layers may have different
+ * slot sizes: mixed expert types). The bytes of every buffer the cache holds
+ * (slots in use plus freed buffers kept for reuse) never exceed the budget,
+ * not even during an install: enough is evicted and freed before a buffer is
+ * allocated.
+ *
+ * Lifetime of a slot: ms_expert_cache_pin installs missing experts (evicting
+ * others) and pins every requested one; the caller fills the new ones and
+ * calls ms_expert_cache_loaded (or _abort on failure); a slot is only
+ * evicted while unpinned, so nothing a computation reads is ever overwritten.
+ *
+ * Eviction: the unpinned slot with the lowest policy rank, ties broken by
+ * least recent use. The policy is a small interface (struct
+ * ms_cache_policy) so alternatives can be measured; the default counts
+ * selections, halves all counts periodically and is seeded from a hotlist.
+ *
+ * Not thread-safe: one caller at a time.
+ */
+#ifndef MS_STREAM_EXPERT_CACHE_H
+#define MS_STREAM_EXPERT_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stream/hotlist.h"
+#include "util/err.h"
+
+/* An eviction policy over keys layer * n_expert + expert. */
+struct ms_cache_policy {
+    const char *name;
+    void *ctx;
+    /* Raises key's standing to at least `priority` (1..32, hotlist seed). */
+    void (*seed)(void *ctx, uint32_t key, uint32_t priority);
+    /* The router selected key (once per acquire that includes it). */
+    void (*selected)(void *ctx, uint32_t key);
+    /* Standing of key: lower is evicted first. */
+    uint32_t (*rank)(void *ctx, uint32_t key);
+    void (*free)(void *ctx);
+};
+
+/*
+ * The default policy: a count per expert, +1 per selection (saturating),
+ * every `decay_every` selections all counts are halved; a hotlist seed sets
+ * the count to at least its priority, so seeds start ahead and fade if the
+ * workload does not use them. decay_every 0 = 4096. Errors: OOM.
+ */
+int ms_policy_prio_recency(struct ms_cache_policy *out, uint32_t n_keys, uint64_t decay_every,
+                           ms_err *err);
+/* Pure least-recently-used (every rank equal), for comparison and tests. */
+void ms_policy_lru(struct ms_cache_policy *out);
+
+struct ms_expert_cache_params {
+    uint32_t n_layer, n_expert;
+    const uint64_t *slot_bytes;  /* [n_layer]: buffer bytes of one expert of the layer */
+    uint64_t budget_bytes;
+    struct ms_cache_policy policy; /* taken over (freed with the cache); all-zero =
+                                      ms_policy_prio_recency with default decay */
+};
+
+struct ms_cache_stats {
+    uint64_t hits, misses, evictions;
+    uint64_t bytes_read;          /* noted by the reader (ms_expert_cache_note_io) */
+    double io_wait_seconds;       /* likewise */
+    uint64_t resident_bytes;      /* buffers held: slots in use + kept for reuse */
+    uint64_t peak_resident_bytes;
+    uint64_t used_bytes;          /* slots holding an expert */
+    uint64_t n_resident;          /* experts held */
+    uint64_t budget_bytes;
+};
+
+struct ms_expert_cache;
+
+/* Errors: bad params (zero sizes, budget 0), OOM. On error the policy is
+ * freed too. */
+int ms_expert_cache_new(struct ms_expert_cache **out, const struct ms_expert_cache_params *p,
+                        ms_err *err);
+void ms_expert_cache_free(struct ms_expert_cache *c);
+
+/*
+ * Pins experts ids[0..n) of layer il (distinct, in [0, n_expert)) and sets
+ * bufs[i] to each one's slot buffer (slot_bytes[il] bytes, MS_IO_ALIGN
+ * aligned). miss[i] is set true where the expert was not resident: its
+ * buffer is new and must be filled, then ms_expert_cache_loaded (or
+ * ms_expert_cache_abort) called before the next pin. Succeeds whenever the
+ * n experts fit in the budget beside what other callers keep pinned.
+ * Errors (nothing is pinned then): bad or repeated id, the n experts alone
+ * exceed the budget, pinned slots leave no room, OOM.
+ */
+int ms_expert_cache_pin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                        void **bufs, bool *miss, ms_err *err);
+/* The misses of the last pin are filled: they become hits for later pins. */
+void ms_expert_cache_loaded(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                            const bool *miss);
+/* Filling failed: drops the misses of the last pin and unpins its hits. */
+void ms_expert_cache_abort(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,
+                           const bool *miss);
+/* Ends a pin (after _loaded): the slots may be evicted again. */
+void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n);
+
+/* Seeds the policy from a hotlist (entries outside the cache's shape are
+ * skipped). */
+void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h);
+
+bool ms_expert_cache_contains(const struct ms_expert_cache *c, uint32_t il, uint32_t expert);
+const struct ms_cache_stats *ms_expert_cache_stats(const struct ms_expert_cache *c);
+/* Adds a reader's I/O to the counters: bytes read, seconds waited. */
+void ms_expert_cache_note_io(struct ms_expert_cache *c, uint64_t bytes, double seconds);
+
+/* Test hook: called after every buffer allocation and every install with
+ * the bytes of buffers held, so a test can check the budget at each step. */
+typedef void (*ms_cache_install_fn)(void *ctx, uint64_t resident_bytes, uint64_t budget_bytes);
+void ms_expert_cache_set_install_hook(struct ms_expert_cache *c, ms_cache_install_fn fn,
+                                      void *ctx);
+
+#endif

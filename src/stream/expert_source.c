@@ -1,0 +1,214 @@
+/*
+ * expert_source.c - the streaming expert source (see expert_source.h).
+ *
+ * Per layer we precompute where each of the three expert tensors starts in
+ * the file and how many bytes one expert takes in it (n_ff_exp rows for
+ * gate/up, n_embd rows for down, expert-major), and from that the slot
+ * layout. An acquire is then: pin, one I/O batch for all misses, views.
+ */
+#include "stream/expert_source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util/mem.h"
+
+enum { PART_GATE, PART_UP, PART_DOWN, N_PART };
+
+static const enum dsv4_role part_role[N_PART] = {DSV4_FFN_GATE_EXPS, DSV4_FFN_UP_EXPS,
+                                                 DSV4_FFN_DOWN_EXPS};
+
+struct part {
+    uint64_t file_base;   /* absolute offset of the tensor's data */
+    uint64_t bytes;       /* of one expert: rows * row_stride */
+    uint64_t slot_off;    /* where this part's extent starts in the slot */
+    struct ms_mat mat;    /* one expert's matrix (data filled per acquire) */
+};
+
+struct layer_plan {
+    struct part p[N_PART];
+    uint64_t slot_bytes;
+};
+
+struct ms_stream_source {
+    const struct dsv4_model *m;
+    struct layer_plan *plan; /* [n_layer] */
+    struct ms_expert_cache *cache;
+    struct ms_io *io;
+    void **bufs;             /* [n_expert] scratch of one acquire */
+    bool *miss;              /* [n_expert] */
+    struct ms_io_req *reqs;  /* [n_expert * 3] */
+};
+
+/* Fills the plan of layer il; -1 if its expert tensors are missing. */
+static int plan_layer(const struct dsv4_model *m, uint32_t il, struct layer_plan *lp,
+                      ms_err *err) {
+    const int64_t E = m->hp.n_expert;
+    uint64_t off = 0;
+    for (int k = 0; k < N_PART; k++) {
+        const struct dsv4_tensor *t = &m->layers[il].t[part_role[k]];
+        char name[96];
+        snprintf(name, sizeof name, "blk.%u.%s", il, dsv4_role_suffix(part_role[k]));
+        const struct gguf_tensor *gt = gguf_find_tensor(m->gguf, name);
+        if (!t->present || !gt || t->ne[2] != E)
+            return ms_err_set(err, "expert streaming: tensor %s missing or not [.., .., %lld]",
+                              name, (long long)E);
+        struct part *p = &lp->p[k];
+        p->mat = t->mat;
+        p->mat.n_rows = t->ne[1];
+        p->mat.data = NULL;
+        p->bytes = (uint64_t)t->ne[1] * t->mat.row_stride;
+        p->file_base = m->gguf->data_offset + gt->offset;
+        if (p->bytes * (uint64_t)E > gt->size)
+            return ms_err_set(err, "expert streaming: tensor %s is smaller than its experts",
+                              name);
+        uint64_t extent = 0;
+        for (int64_t e = 0; e < E; e++) {
+            const uint64_t x = ms_io_extent(p->file_base + (uint64_t)e * p->bytes, p->bytes);
+            if (x > extent) extent = x;
+        }
+        p->slot_off = off;
+        off += extent;
+    }
+    lp->slot_bytes = off;
+    return 0;
+}
+
+uint64_t ms_stream_slot_bytes(const struct dsv4_model *m, uint32_t il) {
+    struct layer_plan lp;
+    ms_err e;
+    return il < m->n_layer && !plan_layer(m, il, &lp, &e) ? lp.slot_bytes : 0;
+}
+
+uint64_t ms_stream_min_budget(const struct dsv4_model *m) {
+    uint64_t best = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const uint64_t b = (uint64_t)m->hp.n_expert_used * ms_stream_slot_bytes(m, il);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
+                          struct dsv4_expert_view *views, ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
+    if (n < 0 || n > (int)s->m->hp.n_expert)
+        return ms_err_set(err, "layer %u: %d experts requested", il, n);
+    if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) return -1;
+    const struct layer_plan *lp = &s->plan[il];
+    size_t n_req = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s->miss[i]) continue;
+        for (int k = 0; k < N_PART; k++) {
+            const struct part *p = &lp->p[k];
+            s->reqs[n_req++] = (struct ms_io_req){
+                .offset = p->file_base + (uint64_t)ids[i] * p->bytes,
+                .len = (size_t)p->bytes,
+                .buf = (char *)s->bufs[i] + p->slot_off};
+        }
+    }
+    if (n_req) {
+        const uint64_t b0 = ms_io_bytes_read(s->io);
+        const double t0 = now_s();
+        const int rc = ms_io_read(s->io, s->reqs, n_req, err);
+        ms_expert_cache_note_io(s->cache, ms_io_bytes_read(s->io) - b0, now_s() - t0);
+        if (rc) {
+            ms_expert_cache_abort(s->cache, il, ids, n, s->miss);
+            return ms_err_prefix(err, "layer %u experts", il);
+        }
+        ms_expert_cache_loaded(s->cache, il, ids, n, s->miss);
+    }
+    for (int i = 0; i < n; i++) {
+        struct ms_mat *dst[N_PART] = {&views[i].gate, &views[i].up, &views[i].down};
+        for (int k = 0; k < N_PART; k++) {
+            const struct part *p = &lp->p[k];
+            const uint64_t off = p->file_base + (uint64_t)ids[i] * p->bytes;
+            *dst[k] = p->mat;
+            dst[k]->data = (const char *)s->bufs[i] + p->slot_off + off % MS_IO_ALIGN;
+        }
+    }
+    return 0;
+}
+
+static void stream_release(void *ctx, uint32_t il, const int32_t *ids, int n) {
+    struct ms_stream_source *s = ctx;
+    if (il < s->m->n_layer) ms_expert_cache_unpin(s->cache, il, ids, n);
+}
+
+void ms_stream_source_free(struct ms_stream_source *s) {
+    if (!s) return;
+    ms_expert_cache_free(s->cache);
+    ms_io_close(s->io);
+    free(s->plan);
+    free(s->bufs);
+    free(s->miss);
+    free(s->reqs);
+    free(s);
+}
+
+int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model *m,
+                         const struct ms_stream_params *p, ms_err *err) {
+    struct ms_cache_policy pol = p->policy;
+    const uint32_t E = m->hp.n_expert;
+    struct ms_stream_source *s = calloc(1, sizeof *s);
+    uint64_t *slot_bytes = calloc(m->n_layer ? m->n_layer : 1, sizeof *slot_bytes);
+    if (s) {
+        s->m = m;
+        s->plan = calloc(m->n_layer ? m->n_layer : 1, sizeof *s->plan);
+        s->bufs = calloc(E ? E : 1, sizeof *s->bufs);
+        s->miss = calloc(E ? E : 1, sizeof *s->miss);
+        s->reqs = calloc((size_t)(E ? E : 1) * N_PART, sizeof *s->reqs);
+    }
+    if (!s || !slot_bytes || !s->plan || !s->bufs || !s->miss || !s->reqs) {
+        ms_err_set(err, "out of memory");
+        goto fail;
+    }
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        if (plan_layer(m, il, &s->plan[il], err)) goto fail;
+        slot_bytes[il] = s->plan[il].slot_bytes;
+    }
+    const uint64_t min = ms_stream_min_budget(m);
+    const uint64_t budget = p->budget_bytes ? p->budget_bytes : min;
+    if (budget < min) {
+        ms_err_set(err, "expert cache budget %llu bytes is below the %llu bytes one token's "
+                   "experts need (%u experts x the largest layer's slot)",
+                   (unsigned long long)budget, (unsigned long long)min, m->hp.n_expert_used);
+        goto fail;
+    }
+    struct ms_expert_cache_params cp = {.n_layer = m->n_layer, .n_expert = E,
+                                        .slot_bytes = slot_bytes, .budget_bytes = budget,
+                                        .policy = pol};
+    pol = (struct ms_cache_policy){0}; /* the cache owns it now, even on error */
+    if (ms_expert_cache_new(&s->cache, &cp, err)) goto fail;
+    if (p->hotlist_path) {
+        struct ms_hotlist h;
+        if (ms_hotlist_load(&h, p->hotlist_path, m->n_layer, E, err)) goto fail;
+        ms_expert_cache_seed(s->cache, &h);
+        ms_hotlist_free(&h);
+    }
+    if (ms_io_open(&s->io, m->gguf->path, &p->io, err)) goto fail;
+    free(slot_bytes);
+    *out = s;
+    return 0;
+fail:
+    if (pol.free) pol.free(pol.ctx);
+    free(slot_bytes);
+    ms_stream_source_free(s);
+    return -1;
+}
+
+struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
+    return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
+                                       .release = stream_release};
+}
+
+struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
+struct ms_io *ms_stream_source_io(struct ms_stream_source *s) { return s->io; }
