@@ -6,10 +6,13 @@
 // the whole sequence in one decode call (batch = ubatch = context >= n).
 // Probabilities are the softmax of the raw logits, computed here in double.
 //
-// usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin
-// OUT.bin: little-endian; u32 magic "MSPR", u32 version 1, u32 n_tokens,
-// u32 n_vocab, then n_tokens u32 token ids, then n_tokens x n_vocab f32
-// probabilities (position-major).
+// usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin [POSITIONS]
+// POSITIONS: which positions to store, as ranges "0-7,2040-2099" (default:
+// all). Every position is still evaluated; only the file is smaller.
+// OUT.bin: little-endian; u32 magic "MSPR", u32 version 2, u32 n_tokens,
+// u32 n_vocab, u32 n_stored, then n_tokens u32 token ids, then n_stored u32
+// positions (ascending), then n_stored x n_vocab f32 probabilities
+// (position-major, in the order of the stored positions).
 // env: ORACLE_DIR (default ~/.cache/moestream/oracle), ORACLE_THREADS (1).
 
 import fs from "node:fs";
@@ -17,9 +20,9 @@ import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [modelPath, csv, outPath] = process.argv.slice(2);
+const [modelPath, csv, outPath, posSpec] = process.argv.slice(2);
 if (!modelPath || !csv || !outPath) {
-    console.error("usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin");
+    console.error("usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin [POSITIONS]");
     process.exit(2);
 }
 const tokens = csv.split(",").map((s) => Number.parseInt(s, 10));
@@ -27,13 +30,27 @@ if (tokens.some((t) => !Number.isInteger(t) || t < 0)) {
     console.error("record_logits: bad token list");
     process.exit(2);
 }
+const n = tokens.length;
+let stored = [...Array(n).keys()];
+if (posSpec) {
+    const set = new Set();
+    for (const r of posSpec.split(",")) {
+        const [a, b] = r.split("-").map((s) => Number.parseInt(s, 10));
+        const hi = b === undefined ? a : b;
+        if (!Number.isInteger(a) || !Number.isInteger(hi) || a < 0 || hi < a || hi >= n) {
+            console.error(`record_logits: bad position range '${r}' for ${n} tokens`);
+            process.exit(2);
+        }
+        for (let p = a; p <= hi; p++) set.add(p);
+    }
+    stored = [...set].sort((x, y) => x - y);
+}
 
 const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
 const entry = path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js");
 const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
 const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
-const n = tokens.length;
 const ctxSize = Math.max(64, Math.ceil(n / 64) * 64);
 const context = await model.createContext({
     contextSize: ctxSize,
@@ -53,14 +70,17 @@ if (held.length !== n || held.some((t, i) => t !== tokens[i])) {
     process.exit(1);
 }
 const V = out[0].next.logits.size;
-const buf = Buffer.alloc(16 + 4 * n + 4 * n * V);
+const ns = stored.length;
+const buf = Buffer.alloc(20 + 4 * n + 4 * ns + 4 * ns * V);
 buf.write("MSPR", 0, "latin1");
-buf.writeUInt32LE(1, 4);
+buf.writeUInt32LE(2, 4);
 buf.writeUInt32LE(n, 8);
 buf.writeUInt32LE(V, 12);
-for (let i = 0; i < n; i++) buf.writeUInt32LE(tokens[i], 16 + 4 * i);
-let off = 16 + 4 * n;
-for (let p = 0; p < n; p++) {
+buf.writeUInt32LE(ns, 16);
+let off = 20;
+for (let i = 0; i < n; i++, off += 4) buf.writeUInt32LE(tokens[i], off);
+for (let i = 0; i < ns; i++, off += 4) buf.writeUInt32LE(stored[i], off);
+for (const p of stored) {
     const logit = new Float64Array(V);
     let mx = -Infinity;
     for (const [tok, v] of out[p].next.logits) {
@@ -74,4 +94,4 @@ for (let p = 0; p < n; p++) {
 fs.writeFileSync(outPath, buf);
 await context.dispose();
 await model.dispose();
-console.log(`record_logits: ${n} positions x ${V} probabilities -> ${outPath}`);
+console.log(`record_logits: ${n} positions (${ns} stored) x ${V} probabilities -> ${outPath}`);
