@@ -23,6 +23,7 @@ $(DEMO_MODEL): | build
 
 demo: build $(DEMO_MODEL)
 	$(BUILD)/moestream inspect $(DEMO_MODEL)
+	$(BUILD)/moestream run -m $(DEMO_MODEL) -p "Once upon a time" -n 48 --seed 1
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

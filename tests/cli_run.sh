@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cli_run.sh - `moestream run` and `moestream logits --text` from the outside:
+# a fixed seed gives the same text twice and another seed other text; greedy
+# (--temp 0) ignores the seed; -n bounds the tokens; timing goes to stderr
+# only; --chat renders a chat prompt; usage errors exit 2 and runtime errors
+# exit 1, each with one "moestream run:" line; logits --text equals logits
+# --tokens of the same tokenization.
+# Usage: bash cli_run.sh BIN TMPDIR
+set -u
+BIN=$1
+TMP=$2
+mkdir -p "$TMP"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+M="$TMP/tiny.gguf"
+"$BIN" mkmodel --preset tiny --seed 1 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+P="The quick brown fox"
+
+run() { "$BIN" run -m "$M" -p "$P" -t 1 "$@"; }
+
+run -n 24 --seed 7 >"$TMP/a" 2>"$TMP/a.err" || fail "run exit $?"
+run -n 24 --seed 7 >"$TMP/b" 2>/dev/null || fail "run exit $?"
+run -n 24 --seed 8 >"$TMP/c" 2>/dev/null || fail "run exit $?"
+[ "$(wc -c <"$TMP/a")" -gt 2 ] || fail "no text generated"
+cmp -s "$TMP/a" "$TMP/b" || fail "same seed, different text"
+cmp -s "$TMP/a" "$TMP/c" && fail "different seeds, same text"
+grep -Eq '^run: prefill [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tok/s\); decode [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tok/s\)' "$TMP/a.err" \
+    || fail "stats line on stderr: $(cat "$TMP/a.err")"
+grep -q 'tok/s' "$TMP/a" && fail "stats on stdout"
+
+run -n 16 --temp 0 --seed 1 >"$TMP/g1" 2>/dev/null || fail "greedy exit $?"
+run -n 16 --temp 0 --seed 2 >"$TMP/g2" 2>/dev/null || fail "greedy exit $?"
+cmp -s "$TMP/g1" "$TMP/g2" || fail "greedy depends on the seed"
+run -n 16 --top-k 1 --seed 3 >"$TMP/k1" 2>/dev/null || fail "top-k 1 exit $?"
+cmp -s "$TMP/g1" "$TMP/k1" || fail "--top-k 1 differs from greedy"
+
+run -n 3 --seed 1 >/dev/null 2>"$TMP/n3.err" || fail "-n 3 exit $?"
+grep -Eq 'decode [0-3] tokens' "$TMP/n3.err" || fail "-n 3 decoded more: $(cat "$TMP/n3.err")"
+
+run -n 8 --chat --seed 1 >/dev/null 2>"$TMP/chat.err" || fail "--chat exit $?"
+run -n 8 --chat --nothink --seed 1 >/dev/null 2>"$TMP/nothink.err" || fail "--nothink exit $?"
+# the chat rendering adds BOS, <｜User｜>, <｜Assistant｜> and <think> or </think>
+plain=$(run -n 1 --seed 1 2>&1 >/dev/null | sed -n 's/^run: prefill \([0-9]*\) tokens.*/\1/p')
+chat=$(sed -n 's/^run: prefill \([0-9]*\) tokens.*/\1/p' "$TMP/chat.err")
+[ -n "$plain" ] && [ "$chat" = $((plain + 3)) ] || fail "chat prompt tokens $chat vs plain $plain + 3"
+
+# usage errors: exit 2, one line naming the problem
+expect() { # CODE PATTERN ARGS...
+    local code=$1 pat=$2
+    shift 2
+    "$BIN" run "$@" >"$TMP/e.out" 2>"$TMP/e.err"
+    local rc=$?
+    [ $rc -eq "$code" ] || fail "run $* exit $rc, want $code"
+    grep -q -- "$pat" "$TMP/e.err" || fail "run $*: no '$pat' in: $(head -2 "$TMP/e.err")"
+    [ -s "$TMP/e.out" ] && fail "run $*: output on stdout"
+}
+expect 2 'moestream run: -n must be an integer >= 1' -m "$M" -p x -n 0
+expect 2 'moestream run: -n must be' -m "$M" -p x -n abc
+expect 2 "moestream run: unknown option or missing value '--bogus'" -m "$M" -p x --bogus
+expect 2 'moestream run: -m MODEL is required' -p x
+expect 2 'moestream run: -p TEXT is required' -m "$M"
+expect 2 'moestream run: the prompt is empty' -m "$M" -p ""
+expect 2 'moestream run: --top-p must be in \[0, 1\]' -m "$M" -p x --top-p 2
+expect 2 'moestream run: --temp must be a number' -m "$M" -p x --temp warm
+expect 2 'moestream run: --seed must be' -m "$M" -p x --seed -1
+expect 2 "moestream run: unexpected argument 'extra'" -m "$M" -p x extra
+expect 1 'moestream run: .*cannot open' -m "$TMP/missing.gguf" -p x
+expect 1 'moestream run: the prompt is [0-9]* tokens, longer than the context (4)' -m "$M" -p "$P" -c 4
+
+# logits --text is logits --tokens of the text's tokens (BOS included)
+"$BIN" logits -m "$M" --text "$P" --top 3 -t 1 >"$TMP/lt" 2>/dev/null || fail "logits --text exit $?"
+toks=$(sed -n 's/^{"tokens":\[\([0-9,]*\)\].*/\1/p' "$TMP/lt")
+[ -n "$toks" ] || fail "logits --text: no tokens in output"
+"$BIN" logits -m "$M" --tokens "$toks" --top 3 -t 1 >"$TMP/lk" 2>/dev/null || fail "logits --tokens exit $?"
+cmp -s "$TMP/lt" "$TMP/lk" || fail "logits --text differs from --tokens $toks"
+bos=$("$BIN" inspect "$M" | sed -n 's/.*tokenizer.ggml.bos_token_id = \([0-9]*\).*/\1/p')
+[ "${toks%%,*}" = "$bos" ] || fail "logits --text does not start with BOS $bos: $toks"
+"$BIN" logits -m "$M" --text x --tokens 1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--text with --tokens not exit 2"
+"$BIN" logits -m "$M" >/dev/null 2>&1; [ $? -eq 2 ] || fail "logits without input not exit 2"
+"$BIN" logits -m "$M" --text "" >/dev/null 2>&1; [ $? -eq 2 ] || fail "logits --text '' not exit 2"
+
+[ $fails -eq 0 ] && echo "cli_run: all passed"
+exit $((fails > 0))
