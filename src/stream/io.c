@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/mem.h"
@@ -42,6 +43,7 @@ struct ms_io {
     int fd;
     char *path;
     bool direct;
+    uint64_t file_size;   /* at open: ranges beyond it fail without a read */
     enum ms_io_submit submit;
     struct io_uring ring;
     unsigned depth;
@@ -74,6 +76,9 @@ static int open_fd(struct ms_io *io, bool direct, ms_err *err) {
     if (io->fd >= 0) close(io->fd);
     io->fd = fd;
     io->direct = direct;
+    struct stat st;
+    if (fstat(fd, &st)) return ms_err_errno(err, errno, "cannot stat %s", io->path);
+    io->file_size = (uint64_t)st.st_size;
     if (!direct) posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     return 0;
 }
@@ -198,7 +203,9 @@ static void piece_done(struct ms_io *io, size_t p, long res) {
         if (!io->direct) posix_fadvise(io->fd, (off_t)pc->off, (off_t)done, POSIX_FADV_DONTNEED);
         return;
     }
-    /* Short read: resume at an aligned point in direct mode. */
+    /* Short read: resume at an aligned point in direct mode. Reads end short
+     * of a block boundary only at end of file. */
+    if (pc->off + done >= io->file_size) return fail_req(io, pc->req, ENODATA);
     const size_t adv = io->direct ? done & ~(size_t)(MS_IO_ALIGN - 1) : done;
     if (adv == 0 && ++pc->retries > IO_MAX_RETRY) return fail_req(io, pc->req, EIO);
     if (!io->direct) posix_fadvise(io->fd, (off_t)pc->off, (off_t)adv, POSIX_FADV_DONTNEED);
@@ -289,7 +296,7 @@ static int run_batch(struct ms_io *io, const size_t *idx, size_t n, ms_err *err)
     io->n_pieces = 0;
     io->fifo_head = io->fifo_len = 0;
     for (size_t i = 0; i < n; i++)
-        if (plan_request(io, idx[i], err)) return -1;
+        if (!io->reqs[idx[i]].status && plan_request(io, idx[i], err)) return -1;
     for (size_t p = 0; p < io->n_pieces; p++) fifo_push(io, p);
     if (io->submit == MS_IO_URING) run_uring(io);
     else run_pread(io);
@@ -302,6 +309,7 @@ int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err) 
     for (size_t i = 0; i < n; i++) {
         reqs[i].status = 0;
         idx[i] = i;
+        if (reqs[i].offset + reqs[i].len > io->file_size) reqs[i].status = ENODATA;
         if (((uintptr_t)reqs[i].buf & (MS_IO_ALIGN - 1)) || reqs[i].offset + reqs[i].len <
                                                                  reqs[i].offset) {
             free(idx);
