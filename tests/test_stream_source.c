@@ -1,0 +1,257 @@
+/*
+ * test_stream_source.c - streamed experts give the same logits as resident
+ * ones, bit for bit: with the smallest cache that holds one token's experts
+ * (every step evicts, the case where slot reuse bugs show), on a file whose
+ * last layers' experts are larger (mixed types), across a switch between
+ * prompts under a tight budget (checked at every install), and after an
+ * injected read error (an error for that step, then normal service).
+ * Models come from `$MS_BIN mkmodel`.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "model/session.h"
+#include "stream/expert_source.h"
+#include "util/rng.h"
+
+static char g_tiny[600], g_mixed[600], g_dir[512];
+
+static int make_model(const char *path, const char *opts) {
+    const char *bin = getenv("MS_BIN");
+    if (!bin) return -1;
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset tiny %s -o '%s' >/dev/null", bin, opts, path);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *tmp = getenv("MS_TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s", tmp ? tmp : ".");
+    mkdir(g_dir, 0755);
+    snprintf(g_tiny, sizeof g_tiny, "%s/stream_tiny_q4k.gguf", g_dir);
+    snprintf(g_mixed, sizeof g_mixed, "%s/stream_mixed.gguf", g_dir);
+    if (make_model(g_tiny, "--experts-type q4_K")) return -1;
+    return make_model(g_mixed, "--experts-type q2_K --experts-type-last-layers q4_K:2");
+}
+
+static struct dsv4_model *load(const char *path) {
+    struct dsv4_model *m = NULL;
+    ms_err e = {{0}};
+    if (dsv4_model_load(&m, path, &e)) fail_msg("%s", e.msg);
+    return m;
+}
+
+/* Logits [n][n_vocab] of tokens evaluated in steps of n_ubatch, through
+ * whatever expert source m has now. */
+static float *eval(const struct dsv4_model *m, const int32_t *tok, int64_t n, int64_t n_ubatch) {
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = n_ubatch};
+    ms_err e = {{0}};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    float *lg = malloc((size_t)n * m->hp.n_vocab * sizeof *lg);
+    if (dsv4_session_eval(s, tok, n, lg, &e)) fail_msg("%s", e.msg);
+    dsv4_session_free(s);
+    return lg;
+}
+
+static void random_tokens(int32_t *t, int64_t n, uint32_t lo, uint32_t span, uint64_t seed) {
+    ms_rng r;
+    ms_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(lo + ms_rng_u64(&r) % span);
+}
+
+static struct ms_stream_source *stream_on(struct dsv4_model *m, uint64_t budget) {
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.budget_bytes = budget};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    return src;
+}
+
+static void assert_same(const float *a, const float *b, size_t n, const char *what) {
+    if (memcmp(a, b, n * sizeof *a)) {
+        size_t i = 0;
+        while (a[i] == b[i]) i++;
+        fail_msg("%s: logit %zu differs: %.9g vs %.9g", what, i, a[i], b[i]);
+    }
+}
+
+/* Smallest cache: every decode step replaces most of it. */
+static void check_min_cache(const char *path, bool mixed) {
+    struct dsv4_model *m = load(path);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 20 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 11);
+    float *want = eval(m, tok, N, 1);
+
+    const uint64_t budget = ms_stream_min_budget(m);
+    if (mixed) /* the last layers' slots are bigger */
+        assert_true(ms_stream_slot_bytes(m, m->n_layer - 1) > ms_stream_slot_bytes(m, 0));
+    assert_int_equal(budget, m->hp.n_expert_used * ms_stream_slot_bytes(m, m->n_layer - 1));
+    struct ms_stream_source *src = stream_on(m, budget);
+    float *got = eval(m, tok, N, 1);
+    assert_same(want, got, (size_t)N * m->hp.n_vocab, path);
+
+    const struct ms_cache_stats *st = ms_expert_cache_stats(ms_stream_source_cache(src));
+    print_message("%s: %s; hits %llu misses %llu evictions %llu, %llu bytes read, peak %llu of "
+                  "%llu\n", path, ms_io_describe(ms_stream_source_io(src)),
+                  (unsigned long long)st->hits, (unsigned long long)st->misses,
+                  (unsigned long long)st->evictions, (unsigned long long)st->bytes_read,
+                  (unsigned long long)st->peak_resident_bytes, (unsigned long long)budget);
+    assert_int_equal(st->hits + st->misses, (uint64_t)N * m->n_layer * m->hp.n_expert_used);
+    assert_true(st->evictions > 0);
+    assert_true(st->peak_resident_bytes <= budget);
+    assert_true(st->bytes_read >= st->misses * 3 * 1); /* every miss was read */
+    /* A budget below one token's experts is refused up front. */
+    struct ms_stream_source *bad = NULL;
+    struct ms_stream_params p = {.budget_bytes = budget - 1};
+    ms_err e = {{0}};
+    assert_int_equal(ms_stream_source_new(&bad, m, &p, &e), -1);
+    assert_non_null(strstr(e.msg, "one token"));
+
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
+static void test_min_cache_identity(void **state) {
+    (void)state;
+    check_min_cache(g_tiny, false);
+}
+
+static void test_mixed_sizes_identity(void **state) {
+    (void)state;
+    check_min_cache(g_mixed, true);
+}
+
+struct budget_check {
+    uint64_t n;
+};
+static void on_install(void *ctx, uint64_t resident, uint64_t budget) {
+    ((struct budget_check *)ctx)->n++;
+    if (resident > budget)
+        fail_msg("resident expert bytes %llu exceed the budget %llu",
+                 (unsigned long long)resident, (unsigned long long)budget);
+}
+
+/* Two prompts over different token ranges (hash layers route by token id,
+ * so they select different experts), ubatches of 4, a budget of one layer's
+ * experts of the largest layer (1/n_layer of them all). */
+static void test_prompt_switch(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_mixed);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 16 };
+    int32_t a[N], b[N];
+    random_tokens(a, N, 3, 100, 21);
+    random_tokens(b, N, 300, 200, 22);
+    float *want_a = eval(m, a, N, 4), *want_b = eval(m, b, N, 4);
+
+    const uint64_t budget = m->hp.n_expert * ms_stream_slot_bytes(m, m->n_layer - 1);
+    struct ms_stream_source *src = stream_on(m, budget);
+    struct ms_expert_cache *c = ms_stream_source_cache(src);
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(c, on_install, &bc);
+    for (int round = 0; round < 2; round++) {
+        float *got_a = eval(m, a, N, 4);
+        assert_same(want_a, got_a, (size_t)N * m->hp.n_vocab, "prompt A");
+        float *got_b = eval(m, b, N, 4);
+        assert_same(want_b, got_b, (size_t)N * m->hp.n_vocab, "prompt B");
+        free(got_a);
+        free(got_b);
+    }
+    const struct ms_cache_stats *st = ms_expert_cache_stats(c);
+    assert_true(bc.n > 0);
+    assert_true(st->evictions > 0);
+    assert_true(st->peak_resident_bytes <= budget);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want_a);
+    free(want_b);
+    dsv4_model_free(m);
+}
+
+static long fail_nth(void *ctx, uint64_t seq, long res) {
+    return seq == *(uint64_t *)ctx ? -EIO : res;
+}
+
+/* A read error fails the evaluation with a message, not the process; the
+ * next evaluation is served normally and is still exact. */
+static void test_read_error(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 6 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, 400, 31);
+    float *want = eval(m, tok, N, 1);
+    struct ms_stream_source *src = stream_on(m, ms_stream_min_budget(m));
+    uint64_t nth = 7;
+    ms_io_set_fault_hook(ms_stream_source_io(src), fail_nth, &nth);
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 64, .n_ubatch = 1};
+    ms_err e = {{0}};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(dsv4_session_eval(s, tok, N, NULL, &e), -1);
+    assert_non_null(strstr(e.msg, strerror(EIO)));
+    assert_non_null(strstr(e.msg, "layer"));
+    dsv4_session_free(s);
+    ms_io_set_fault_hook(ms_stream_source_io(src), NULL, NULL);
+    float *got = eval(m, tok, N, 1);
+    assert_same(want, got, (size_t)N * m->hp.n_vocab, "after a read error");
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
+/* A hotlist is loaded and validated at creation. */
+static void test_hotlist_seed(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    char good[700], bad[700];
+    snprintf(good, sizeof good, "%s/stream_hot_good.txt", g_dir);
+    snprintf(bad, sizeof bad, "%s/stream_hot_bad.txt", g_dir);
+    FILE *f = fopen(good, "w");
+    fprintf(f, "# moestream expert hotlist v1\n0 1 10 1.0\n3 7 5 0.5\n");
+    fclose(f);
+    f = fopen(bad, "w");
+    fprintf(f, "# moestream expert hotlist v1\n0 1 10 1.0\n9 7 5 0.5\n");
+    fclose(f);
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.hotlist_path = good};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    ms_stream_source_free(src);
+    p.hotlist_path = bad;
+    assert_int_equal(ms_stream_source_new(&src, m, &p, &e), -1);
+    assert_non_null(strstr(e.msg, ":3:"));
+    dsv4_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_min_cache_identity),
+        cmocka_unit_test(test_mixed_sizes_identity),
+        cmocka_unit_test(test_prompt_switch),
+        cmocka_unit_test(test_read_error),
+        cmocka_unit_test(test_hotlist_seed),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
