@@ -25,8 +25,6 @@ struct ms_matmul_ctx {
     struct ms_pool *pool; /* may be NULL: single-threaded */
     void *scratch;
     size_t scratch_cap;
-    void *deq;            /* per-thread dequantized weight rows (f32) */
-    size_t deq_cap;
 };
 
 void ms_matmul_ctx_free(struct ms_matmul_ctx *c);

@@ -96,7 +96,10 @@ int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err) {
     struct dsv4_model *m = calloc(1, sizeof *m);
     struct dsv4_layout lay = {0};
     if (!m) return ms_err_set(err, "out of memory");
-    if (gguf_open(&m->gguf, path, err)) goto fail;
+    if (gguf_open(&m->gguf, path, err)) { /* its message names the file */
+        free(m);
+        return -1;
+    }
     if (dsv4_hparams_read(&m->hp, m->gguf, err)) goto fail;
     dsv4_hparams_probe_nextn(&m->hp, m->gguf);
     m->n_layer = dsv4_n_layer(&m->hp);
