@@ -12,6 +12,13 @@
  * min over 63 (Q4_K, 6-bit codes) or 15 (Q2_K, 4-bit codes), and the values
  * are re-rounded against the scales as stored.
  *
+ * Speed: the Q4_K / Q2_K fits run lane-parallel, one sub-block per SIMD lane
+ * (fit_lanes, GCC/clang vector extensions, an AVX2 build picked at run time).
+ * Each lane performs exactly the scalar fit's operations in the same order,
+ * so the bytes equal the scalar fit's on every machine (tested against it
+ * through ms_quant_kq_force_fit). This is what makes mkmodel's multi-GB
+ * bench models practical (~10x).
+ *
  * IQ2_XXS: d is taken from the block's largest magnitude so that the top
  * sub-block scale (ls = 15) maps it onto the largest grid magnitude 43. Per
  * group of 8 the signs are those of x, except that an odd count of negatives
@@ -25,6 +32,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "quant/iq2_grid.h"
@@ -107,21 +115,138 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale > 0.0f ? scale : 0.0f;
 }
 
+/* ---- lane-parallel fit */
+
+/* clang contracts a*b+c into an FMA when the target has one (the AVX2 build
+ * below does not enable FMA, but a -march build might); GCC in ISO C mode
+ * (CMAKE_C_EXTENSIONS OFF) never contracts. Contraction would break the
+ * lanes' equality with the scalar fit. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define KL 8 /* lanes: sub-blocks fitted at once */
+typedef float kvf __attribute__((vector_size(4 * KL)));
+typedef int32_t kvi __attribute__((vector_size(4 * KL)));
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Helpers are macros: vector arguments of non-inlined functions would warn
+ * about the AVX calling convention in the default (SSE2) build. Casts
+ * between same-size vector types reinterpret the bits. */
+#define VF(v) ((kvf)(v))
+#define VI(v) ((kvi)(v))
+#define VSEL(m, a, b) VF((VI(a) & (m)) | (VI(b) & ~(m))) /* m ? a : b per lane */
+#define VABS(a) VF(VI(a) & 0x7fffffff)
+/* out = clampi(nearest_int(f), 0, nmax) per lane (nearest_int's bit trick). */
+#define VROUND_CLAMP(out, f, nmax)                                        \
+    do {                                                                  \
+        kvi k_ = (VI((f) + 12582912.0f) & 0x007fffff) - 0x00400000;       \
+        k_ = k_ & ~(k_ < 0);                                              \
+        const kvi hi_ = k_ > (nmax);                                      \
+        (out) = (k_ & ~hi_) | (((kvi){0} + (nmax)) & hi_);                \
+    } while (0)
+
+/*
+ * fit_scale_min for KL sub-blocks at once (without the L output): lane j
+ * fits x[j*n .. j*n + n) with weights w = av + |x|, n <= 32. Every lane runs
+ * the scalar loop's operations in its order (selects stand in for branches),
+ * so scale[j] / min_out[j] equal fit_scale_min's bit for bit.
+ */
+static ALWAYS_INLINE void fit_lanes(int n, int nmax, const float *x, float av, float rmin, float rdelta,
+                                    int nstep, bool use_mad, float scale_out[KL], float min_out[KL]) {
+    kvf X[32], W[32], Lf[32];
+    for (int i = 0; i < n; i++) {
+        float t[KL];
+        for (int j = 0; j < KL; j++) t[j] = x[j * n + i];
+        memcpy(&X[i], t, sizeof t);
+        W[i] = av + VABS(X[i]);
+    }
+    kvf mn = X[0], mx = X[0], sum_w = {0}, sum_x = {0};
+    for (int i = 0; i < n; i++) {
+        mn = VSEL(X[i] < mn, X[i], mn);
+        mx = VSEL(X[i] > mx, X[i], mx);
+        sum_w = sum_w + W[i];
+        sum_x = sum_x + W[i] * X[i];
+    }
+    mn = VSEL(mn > 0.0f, (kvf){0}, mn);
+    const kvi degenerate = ~(mx > mn);
+    const kvf mn0 = mn;
+    kvf iscale = (float)nmax / (mx - mn);
+    kvf scale = 1.0f / iscale, best = {0};
+    for (int i = 0; i < n; i++) {
+        kvi li;
+        VROUND_CLAMP(li, iscale * (X[i] - mn), nmax);
+        const kvf l = __builtin_convertvector(li, kvf);
+        const kvf diff = scale * l + mn - X[i];
+        best = best + W[i] * (use_mad ? VABS(diff) : diff * diff);
+    }
+    for (int k = 0; k <= nstep; k++) {
+        iscale = (rmin + rdelta * (float)k + (float)nmax) / (mx - mn);
+        kvf sum_l = {0}, sum_l2 = {0}, sum_xl = {0};
+        for (int i = 0; i < n; i++) {
+            kvi li;
+            VROUND_CLAMP(li, iscale * (X[i] - mn), nmax);
+            const kvf l = __builtin_convertvector(li, kvf);
+            Lf[i] = l;
+            sum_l = sum_l + W[i] * l;
+            sum_l2 = sum_l2 + W[i] * (l * l);
+            sum_xl = sum_xl + W[i] * l * X[i];
+        }
+        const kvf D = sum_w * sum_l2 - sum_l * sum_l;
+        kvf this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        kvf this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        const kvi pos = this_min > 0.0f;
+        this_min = VSEL(pos, (kvf){0}, this_min);
+        this_scale = VSEL(pos, sum_xl / sum_l2, this_scale);
+        kvf err = {0};
+        for (int i = 0; i < n; i++) {
+            const kvf diff = this_scale * Lf[i] + this_min - X[i];
+            err = err + W[i] * (use_mad ? VABS(diff) : diff * diff);
+        }
+        const kvi better = (D > 0.0f) & (err < best);
+        best = VSEL(better, err, best);
+        scale = VSEL(better, this_scale, scale);
+        mn = VSEL(better, this_min, mn);
+    }
+    scale = VSEL(degenerate, (kvf){0}, VSEL(scale > 0.0f, scale, (kvf){0}));
+    mn = VSEL(degenerate, -mn0, -mn);
+    memcpy(scale_out, &scale, sizeof scale);
+    memcpy(min_out, &mn, sizeof mn);
+}
+
+/* L[l] = d > 0 ? clampi(nearest_int((x[l] + m) / d), 0, nmax) : 0 for
+ * l < n (n a multiple of KL); elementwise, so identical to the scalar form. */
+static ALWAYS_INLINE void round_codes(const float *x, float d, float m, int nmax, int n, uint8_t *L) {
+    if (!(d > 0.0f)) {
+        memset(L, 0, (size_t)n);
+        return;
+    }
+    for (int l = 0; l < n; l += KL) {
+        kvf v;
+        memcpy(&v, x + l, sizeof v);
+        kvi k;
+        VROUND_CLAMP(k, (v + m) / d, nmax);
+        for (int j = 0; j < KL; j++) L[l + j] = (uint8_t)k[j];
+    }
+}
+
 /* ---- Q4_K */
 
-MS_DECL_QUANT(q4_K, ref) {
-    block_q4_K *b = y;
-    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+static ALWAYS_INLINE void q4_K_blocks(const float *x, block_q4_K *b, int64_t nb, bool lanes) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K], sc[8], m[8];
         float scales[8], mins[8], w[32];
         float sum_x2 = 0.0f;
         for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
         const float av_x = sqrtf(sum_x2 / QK_K);
         float max_scale = 0.0f, max_min = 0.0f;
+        if (lanes) fit_lanes(32, 15, x, av_x, -1.0f, 0.1f, 20, false, scales, mins);
         for (int j = 0; j < 8; j++) {
-            /* ggml's weighting: larger values matter more, none count zero */
-            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-            scales[j] = fit_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
+            if (!lanes) {
+                /* ggml's weighting: larger values matter more, none count zero */
+                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+                scales[j] = fit_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
+            }
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -135,11 +260,7 @@ MS_DECL_QUANT(q4_K, ref) {
         b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
         b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
         const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int j = 0; j < 8; j++) {
-            const float dj = d * sc[j], mj = dmin * m[j];
-            for (int l = 0; l < 32; l++)
-                L[32 * j + l] = dj > 0.0f ? (uint8_t)clampi(nearest_int((x[32 * j + l] + mj) / dj), 0, 15) : 0;
-        }
+        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 15, 32, L + 32 * j);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++)
                 b[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
@@ -148,15 +269,20 @@ MS_DECL_QUANT(q4_K, ref) {
 
 /* ---- Q2_K */
 
-MS_DECL_QUANT(q2_K, ref) {
-    block_q2_K *b = y;
-    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+static ALWAYS_INLINE void q2_K_blocks(const float *x, block_q2_K *b, int64_t nb, bool lanes) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K];
         float scales[16], mins[16], w[16];
         float max_scale = 0.0f, max_min = 0.0f;
+        if (lanes) {
+            fit_lanes(16, 3, x, 0.0f, -0.5f, 0.1f, 15, true, scales, mins);
+            fit_lanes(16, 3, x + 16 * KL, 0.0f, -0.5f, 0.1f, 15, true, scales + KL, mins + KL);
+        }
         for (int k = 0; k < 16; k++) {
-            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * k + l]);
-            scales[k] = fit_scale_min(16, 3, x + 16 * k, w, L + 16 * k, &mins[k], -0.5f, 0.1f, 15, true);
+            if (!lanes) {
+                for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * k + l]);
+                scales[k] = fit_scale_min(16, 3, x + 16 * k, w, L + 16 * k, &mins[k], -0.5f, 0.1f, 15, true);
+            }
             if (scales[k] > max_scale) max_scale = scales[k];
             if (mins[k] > max_min) max_min = mins[k];
         }
@@ -170,16 +296,81 @@ MS_DECL_QUANT(q2_K, ref) {
         b[i].d = ms_fp32_to_fp16(max_scale / 15.0f);
         b[i].dmin = ms_fp32_to_fp16(max_min / 15.0f);
         const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int k = 0; k < 16; k++) {
-            const float dk = d * (float)(b[i].scales[k] & 0x0f), mk = dmin * (float)(b[i].scales[k] >> 4);
-            for (int l = 0; l < 16; l++)
-                L[16 * k + l] = dk > 0.0f ? (uint8_t)clampi(nearest_int((x[16 * k + l] + mk) / dk), 0, 3) : 0;
-        }
+        for (int k = 0; k < 16; k++)
+            round_codes(x + 16 * k, d * (float)(b[i].scales[k] & 0x0f), dmin * (float)(b[i].scales[k] >> 4), 3,
+                        16, L + 16 * k);
         for (int h = 0; h < 2; h++)
             for (int l = 0; l < 32; l++) {
                 const uint8_t *Lh = L + 128 * h + l;
                 b[i].qs[32 * h + l] = (uint8_t)(Lh[0] | Lh[32] << 2 | Lh[64] << 4 | Lh[96] << 6);
             }
+    }
+}
+
+/* ---- entry points: one instantiation per fit and ISA */
+
+static void q4_K_scalar(const float *x, void *y, int64_t nb) { q4_K_blocks(x, y, nb, false); }
+static void q4_K_lanes(const float *x, void *y, int64_t nb) { q4_K_blocks(x, y, nb, true); }
+static void q2_K_scalar(const float *x, void *y, int64_t nb) { q2_K_blocks(x, y, nb, false); }
+static void q2_K_lanes(const float *x, void *y, int64_t nb) { q2_K_blocks(x, y, nb, true); }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_LANES 1
+__attribute__((target("avx2"))) static void q4_K_lanes_avx2(const float *x, void *y, int64_t nb) {
+    q4_K_blocks(x, y, nb, true);
+}
+__attribute__((target("avx2"))) static void q2_K_lanes_avx2(const float *x, void *y, int64_t nb) {
+    q2_K_blocks(x, y, nb, true);
+}
+#endif
+
+enum { FIT_UNSET, FIT_SCALAR, FIT_LANES, FIT_LANES_AVX2 };
+static atomic_int g_fit = FIT_UNSET;
+
+/* Test hook (tests/test_quant_kq_fit.c declares it; no header, since nothing
+ * else may call it): which Q4_K / Q2_K fit the quantizers use from now on.
+ * 0 = the fastest the CPU has (default), 1 = the scalar fit_scale_min,
+ * 2 = the lanes in the baseline build, 3 = the AVX2 lanes (2 without AVX2).
+ * Not thread-safe against running quantizers; the bytes never change. */
+void ms_quant_kq_force_fit(int kind);
+void ms_quant_kq_force_fit(int kind) {
+    int f = kind == 1 ? FIT_SCALAR : kind == 2 ? FIT_LANES : FIT_UNSET;
+#ifdef HAVE_AVX2_LANES
+    if (kind == 3) f = __builtin_cpu_supports("avx2") ? FIT_LANES_AVX2 : FIT_LANES;
+#else
+    if (kind == 3) f = FIT_LANES;
+#endif
+    atomic_store(&g_fit, f);
+}
+
+static int fit_kind(void) {
+    int f = atomic_load_explicit(&g_fit, memory_order_relaxed);
+    if (f != FIT_UNSET) return f;
+    f = FIT_LANES;
+#ifdef HAVE_AVX2_LANES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) f = FIT_LANES_AVX2;
+#endif
+    atomic_store(&g_fit, f);
+    return f;
+}
+
+MS_DECL_QUANT(q4_K, ref) {
+    switch (fit_kind()) {
+    case FIT_SCALAR: q4_K_scalar(x, y, n / QK_K); break;
+#ifdef HAVE_AVX2_LANES
+    case FIT_LANES_AVX2: q4_K_lanes_avx2(x, y, n / QK_K); break;
+#endif
+    default: q4_K_lanes(x, y, n / QK_K); break;
+    }
+}
+
+MS_DECL_QUANT(q2_K, ref) {
+    switch (fit_kind()) {
+    case FIT_SCALAR: q2_K_scalar(x, y, n / QK_K); break;
+#ifdef HAVE_AVX2_LANES
+    case FIT_LANES_AVX2: q2_K_lanes_avx2(x, y, n / QK_K); break;
+#endif
+    default: q2_K_lanes(x, y, n / QK_K); break;
     }
 }
 
