@@ -1,19 +1,84 @@
 /*
  * engine.c - the public API of moestream.h over model/ (loading, sessions).
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "model/model.h"
 #include "model/session.h"
 #include "moestream.h"
+#include "stream/budget.h"
+#include "stream/expert_source.h"
 #include "util/pool.h"
 
 struct ms_engine {
     struct dsv4_model *model;
     struct ms_tokenizer *tok;
     struct ms_pool *pool;
+    struct ms_stream_source *stream; /* NULL when resident */
     bool quality;
+    int64_t n_ctx;
+    char plan_line[256];
 };
+
+#define DEFAULT_N_CTX 4096
+#define GiB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+
+struct ms_engine_params ms_engine_params_default(const char *model_path) {
+    return (struct ms_engine_params){.model_path = model_path, .stream = MS_STREAM_AUTO};
+}
+
+static int64_t default_n_ctx(const struct dsv4_model *m, int64_t n_ctx) {
+    if (n_ctx > 0) return n_ctx;
+    n_ctx = m->hp.n_ctx_train;
+    return n_ctx <= 0 || n_ctx > DEFAULT_N_CTX ? DEFAULT_N_CTX : n_ctx;
+}
+
+/* Decides residency from the memory plan and, when streaming, swaps the
+ * model's expert source for the SSD expert store. */
+static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p, ms_err *err) {
+    struct dsv4_model *m = e->model;
+    uint64_t max_layer = 0, max_slot = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const uint64_t slot = ms_stream_slot_bytes(m, il);
+        if (slot > max_slot) max_slot = slot;
+        if (slot * m->hp.n_expert > max_layer) max_layer = slot * m->hp.n_expert;
+    }
+    uint64_t limit;
+    const char *source;
+    if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) return -1;
+    const struct dsv4_session_params sp = {.n_ctx = e->n_ctx};
+    struct ms_mem_plan_in in = {.limit_bytes = limit,
+                                .pct = p->cache_pct,
+                                .file_bytes = m->gguf->file_size,
+                                .routed_bytes = dsv4_model_routed_bytes(m),
+                                .max_layer_routed = max_layer,
+                                .session_bytes = dsv4_session_bytes(m, &sp),
+                                .min_cache_bytes = ms_stream_min_budget(m),
+                                .stream = p->stream,
+                                .cache_bytes = p->cache_experts ? p->cache_experts * max_slot
+                                                                : p->cache_bytes};
+    struct ms_mem_plan plan;
+    if (ms_mem_plan(&in, &plan, err)) return -1;
+    if (!plan.stream) {
+        snprintf(e->plan_line, sizeof e->plan_line,
+                 "resident: %.2f GiB of weights + %.2f GiB of sessions, %.2f GiB usable (%s)",
+                 GiB(in.file_bytes), GiB(in.session_bytes), GiB(plan.usable_bytes), source);
+        return 0;
+    }
+    const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
+                                          .hotlist_path = p->hotlist};
+    if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
+    m->experts = ms_stream_source_iface(e->stream);
+    snprintf(e->plan_line, sizeof e->plan_line,
+             "streaming experts: %.2f GiB resident need > %.2f GiB usable (%s)%s; expert cache "
+             "%.2f GiB (%.1f%% of %.2f GiB routed)",
+             GiB(plan.resident_need), GiB(plan.usable_bytes), source,
+             p->stream == MS_STREAM_ON ? ", --stream" : "", GiB(plan.cache_bytes),
+             100.0 * (double)plan.cache_bytes / (double)(in.routed_bytes ? in.routed_bytes : 1),
+             GiB(in.routed_bytes));
+    return 0;
+}
 
 struct ms_session {
     struct dsv4_session *s;
@@ -29,6 +94,13 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
+    e->n_ctx = default_n_ctx(e->model, p->n_ctx);
+    if (p->stream != MS_STREAM_OFF && setup_streaming(e, p, err)) {
+        ms_engine_free(e);
+        return -1;
+    }
+    if (p->stream == MS_STREAM_OFF)
+        snprintf(e->plan_line, sizeof e->plan_line, "resident (--no-stream)");
     if (gguf_find_kv(e->model->gguf, "tokenizer.ggml.model") &&
         ms_tokenizer_load(&e->tok, e->model->gguf, err)) {
         ms_err_prefix(err, "%s: tokenizer", p->model_path);
@@ -43,6 +115,7 @@ void ms_engine_free(struct ms_engine *e) {
     if (!e) return;
     ms_tokenizer_free(e->tok);
     ms_pool_free(e->pool);
+    ms_stream_source_free(e->stream);
     dsv4_model_free(e->model);
     free(e);
 }
@@ -61,12 +134,24 @@ struct ms_model_info ms_engine_info(const struct ms_engine *e) {
 
 int ms_engine_n_threads(const struct ms_engine *e) { return ms_pool_n_threads(e->pool); }
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e) { return e->tok; }
+const char *ms_engine_plan_line(const struct ms_engine *e) { return e->plan_line; }
+
+struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
+    struct ms_stream_stats st = {0};
+    if (!e->stream) return st;
+    const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(e->stream));
+    st.streaming = true;
+    st.cache_budget_bytes = cs->budget_bytes;
+    st.cache_hits = cs->hits;
+    st.cache_misses = cs->misses;
+    st.bytes_read = cs->bytes_read;
+    st.io_wait_seconds = cs->io_wait_seconds;
+    st.peak_cache_bytes = cs->peak_resident_bytes;
+    return st;
+}
 
 int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err) {
-    if (n_ctx <= 0) {
-        n_ctx = e->model->hp.n_ctx_train;
-        if (n_ctx <= 0 || n_ctx > 4096) n_ctx = 4096;
-    }
+    if (n_ctx <= 0) n_ctx = e->n_ctx;
     struct ms_session *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, "out of memory");
     const struct dsv4_session_params sp = {.n_ctx = n_ctx, .quality = e->quality, .pool = e->pool};

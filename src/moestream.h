@@ -22,10 +22,39 @@ struct ms_engine;
 struct ms_session;
 struct ms_snapshot;
 
+/* Where routed experts live. */
+enum ms_stream_mode {
+    MS_STREAM_AUTO = -1, /* stream when the resident plan does not fit memory */
+    MS_STREAM_OFF = 0,   /* keep the whole model resident */
+    MS_STREAM_ON = 1,    /* always stream experts from disk */
+};
+
 struct ms_engine_params {
     const char *model_path; /* deepseek4 GGUF */
     int n_threads;          /* <= 0: all online CPUs */
     bool quality;           /* F32 activations: exact math on the stored weights */
+    /* Streaming (zero values are the defaults: resident, see ms_engine_params_default). */
+    int stream;             /* enum ms_stream_mode */
+    int64_t n_ctx;          /* context the sessions will use, for the memory plan
+                               and the default of ms_session_new; 0 = 4096 or the
+                               training context if smaller */
+    uint64_t cache_bytes;   /* expert cache target in bytes (fitted), 0 = auto */
+    uint32_t cache_experts; /* or: this many expert slots (of the largest layer) */
+    double cache_pct;       /* share of available memory the plan may use; 0 = 80 */
+    const char *hotlist;    /* expert hotlist seeding the cache priorities, or NULL */
+};
+
+/* The defaults: all cores, fast mode, automatic streaming. */
+struct ms_engine_params ms_engine_params_default(const char *model_path);
+
+/* Counters of the expert store (all zero when resident). */
+struct ms_stream_stats {
+    bool streaming;
+    uint64_t cache_budget_bytes;
+    uint64_t cache_hits, cache_misses;
+    uint64_t bytes_read;       /* expert bytes read from disk */
+    double io_wait_seconds;    /* time the forward pass waited for reads */
+    uint64_t peak_cache_bytes; /* expert buffers held at most */
 };
 
 struct ms_model_info {
@@ -40,6 +69,9 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
 void ms_engine_free(struct ms_engine *e);
 struct ms_model_info ms_engine_info(const struct ms_engine *e);
 int ms_engine_n_threads(const struct ms_engine *e);
+struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e);
+/* One line describing the memory plan (resident or streaming, budgets). */
+const char *ms_engine_plan_line(const struct ms_engine *e);
 /* The model's tokenizer (text/tokenizer.h), or NULL when the file carries no
  * tokenizer.ggml.* vocabulary. Owned by the engine. */
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e);

@@ -4,12 +4,14 @@
  * prefills it, then samples up to -n tokens, streaming their bytes to stdout
  * as they come; timing goes to stderr at the end.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "cli/gen.h"
 #include "moestream.h"
 #include "text/chat_template.h"
@@ -17,14 +19,13 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moestream run -m MODEL -p TEXT [options]\n"
-            "  -m, --model FILE     deepseek4 GGUF\n"
             "  -p, --prompt TEXT    the prompt (special-token text such as <｜User｜> is parsed)\n"
             "  -n, --n-predict N    generate at most N tokens (default 256)\n"
             "      --chat           render the prompt as one user turn of the chat template\n"
-            "      --nothink        with --chat: non-thinking mode (the turn opens with </think>)\n" GEN_SAMPLING_HELP
-            "  -t, --threads N      worker threads (default: all cores)\n"
-            "  -c, --ctx-size N     context size (default: the model's, at most 4096)\n"
-            "      --quality        F32 activations (exact math on the stored weights)\n");
+            "      --nothink        with --chat: non-thinking mode (the turn opens with </think>)\n"
+            "      --stats          print a JSON line of figures to stderr at the end\n"
+            "      --stats-json FILE  write that JSON object to FILE\n" GEN_SAMPLING_HELP
+            ENGINE_HELP);
 }
 
 /* The prompt's tokens: plain text gets BOS when the model asks for it; a
@@ -44,27 +45,27 @@ static int prompt_tokens(const struct ms_tokenizer *t, const char *prompt, bool 
 }
 
 int cmd_run(int argc, char **argv) {
-    enum { OPT_CHAT = 2000, OPT_NOTHINK, OPT_QUALITY };
+    enum { OPT_CHAT = 2000, OPT_NOTHINK, OPT_STATS, OPT_STATS_JSON };
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
-        {"n-predict", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
-        {"ctx-size", required_argument, 0, 'c'}, {"chat", no_argument, 0, OPT_CHAT},
-        {"nothink", no_argument, 0, OPT_NOTHINK}, {"quality", no_argument, 0, OPT_QUALITY},
-        {"help", no_argument, 0, 'h'},         GEN_SAMPLING_OPTIONS,
-        {0, 0, 0, 0}};
-    const char *model = NULL, *prompt = NULL;
-    long n_predict = 256, threads = 0, n_ctx = 0;
-    bool chat = false, think = true, quality = false, seeded = false;
+        {"prompt", required_argument, 0, 'p'},   {"n-predict", required_argument, 0, 'n'},
+        {"chat", no_argument, 0, OPT_CHAT},      {"nothink", no_argument, 0, OPT_NOTHINK},
+        {"stats", no_argument, 0, OPT_STATS},    {"stats-json", required_argument, 0, OPT_STATS_JSON},
+        {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
+        ENGINE_OPTIONS,                          {0, 0, 0, 0}};
+    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    const char *prompt = NULL, *stats_json = NULL;
+    long n_predict = 256;
+    bool chat = false, think = true, seeded = false, stats = false;
     struct ms_sampler_params sp = ms_sampler_defaults(0);
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", opts, NULL)) != -1) {
-        const int r = gen_sampling_opt("run", c, optarg, &sp, &seeded);
+        int r = gen_sampling_opt("run", c, optarg, &sp, &seeded);
+        if (r == 0) r = engine_opt("run", c, optarg, &ep);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (c) {
-        case 'm': model = optarg; break;
         case 'p': prompt = optarg; break;
         case 'n':
             if (gen_parse_long(optarg, 1, INT32_MAX, &n_predict)) {
@@ -72,21 +73,10 @@ int cmd_run(int argc, char **argv) {
                 return 2;
             }
             break;
-        case 't':
-            if (gen_parse_long(optarg, 0, 4096, &threads)) {
-                fprintf(stderr, "moestream run: -t must be an integer in [0, 4096]\n");
-                return 2;
-            }
-            break;
-        case 'c':
-            if (gen_parse_long(optarg, 1, INT32_MAX, &n_ctx)) {
-                fprintf(stderr, "moestream run: -c must be an integer >= 1\n");
-                return 2;
-            }
-            break;
         case OPT_CHAT: chat = true; break;
         case OPT_NOTHINK: think = false; break;
-        case OPT_QUALITY: quality = true; break;
+        case OPT_STATS: stats = true; break;
+        case OPT_STATS_JSON: stats_json = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream run: unknown option or missing value '%s'\n",
@@ -99,6 +89,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "moestream run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    const char *model = ep.model_path;
     if (!model || !prompt) {
         fprintf(stderr, "moestream run: %s\n", !model ? "-m MODEL is required" : "-p TEXT is required");
         usage(stderr);
@@ -118,9 +109,8 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     struct gen_out out = {0};
     int rc = 1;
-    const struct ms_engine_params ep = {.model_path = model, .n_threads = (int)threads,
-                                       .quality = quality};
     if (ms_engine_load(&e, &ep, &err)) goto fail;
+    if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
     if (!tok) {
         ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);
@@ -131,7 +121,7 @@ int cmd_run(int argc, char **argv) {
         ms_err_set(&err, "the prompt has no tokens");
         goto fail;
     }
-    if (ms_session_new(&s, e, n_ctx, &err)) goto fail;
+    if (ms_session_new(&s, e, 0, &err)) goto fail;
     if ((int64_t)n_ids > ms_session_n_ctx(s)) {
         ms_err_set(&err, "the prompt is %zu tokens, longer than the context (%lld); raise -c",
                    n_ids, (long long)ms_session_n_ctx(s));
@@ -139,9 +129,11 @@ int cmd_run(int argc, char **argv) {
     }
     if (ms_sampler_new(&smp, &sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
 
+    const uint64_t read0 = ms_engine_stream_stats(e).bytes_read;
     const double t0 = gen_now();
     if (gen_prefill(s, ids, (int64_t)n_ids, NULL, &err)) goto fail;
     const double t_prefill = gen_now() - t0;
+    const uint64_t prefill_read = ms_engine_stream_stats(e).bytes_read - read0;
     double t_decode = 0.0;
     if (gen_decode(s, smp, tok, n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
     printf("\n");
@@ -152,6 +144,22 @@ int cmd_run(int argc, char **argv) {
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
             (unsigned long long)sp.seed);
+    const struct run_stats rs = {.prefill_tokens = (int64_t)n_ids, .decode_tokens = out.n,
+                                 .prefill_seconds = t_prefill, .decode_seconds = t_decode,
+                                 .prefill_bytes_read = prefill_read};
+    if (stats && write_run_stats(stderr, e, &rs)) {
+        ms_err_set(&err, "cannot write the stats");
+        goto fail;
+    }
+    if (stats_json) {
+        FILE *f = fopen(stats_json, "w");
+        int werr = !f || write_run_stats(f, e, &rs);
+        if (f && fclose(f)) werr = 1;
+        if (werr) {
+            ms_err_errno(&err, errno, "cannot write %s", stats_json);
+            goto fail;
+        }
+    }
     rc = 0;
     goto done;
 fail:

@@ -349,6 +349,40 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
 
 /* ---- MoE (SPEC 3.6) ----------------------------------------------------- */
 
+/* One routed expert over the ubatch tokens that selected it: gather their
+ * inputs, clamped SwiGLU, down projection, and the router weight; the result
+ * goes to the (token, slot) rows of sc->eo. */
+static int expert_ffn(struct dsv4_session *s, uint32_t il, int32_t expert,
+                      const struct dsv4_expert_view *v, int64_t n, ms_err *err) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, k = hp->n_expert_used, F = hp->n_ff_exp;
+    const bool exact = s->p.quality;
+    int64_t rows = 0;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < k; j++)
+            if (sc->sel[t * k + j] == expert) {
+                memcpy(sc->eh + rows * D, sc->h + t * D, (size_t)D * sizeof(float));
+                sc->etok[rows] = (int32_t)t;
+                sc->eslot[rows++] = (int32_t)j;
+            }
+    if (ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, exact, err) ||
+        ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, exact, err))
+        return -1;
+    for (int64_t i = 0; i < rows; i++)
+        ms_swiglu_clamped(sc->eg + i * F, sc->eg + i * F, sc->eu + i * F, F,
+                          hp->swiglu_clamp_exp[il]);
+    /* down: into eh (free now), then scaled into the (token, slot) row */
+    if (ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, exact, err)) return -1;
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t t = sc->etok[i], j = sc->eslot[i];
+        const float w = sc->selw[t * k + j];
+        float *dst = sc->eo + (t * k + j) * D;
+        for (int64_t c = 0; c < D; c++) dst[c] = w * sc->eh[i * D + c];
+    }
+    return 0;
+}
+
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -403,37 +437,18 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
         for (int64_t i = 0; i < n * k && !any; i++) any = sc->sel[i] == e;
         if (any) used[n_used++] = (int32_t)e;
     }
-    struct dsv4_expert_view *views = sc->views;
-    if (m->experts.acquire(m->experts.ctx, il, used, n_used, views, err)) return -1;
-    const float limit = hp->swiglu_clamp_exp[il];
-    int rc = 0;
-    for (int u = 0; u < n_used && !rc; u++) {
-        int64_t rows = 0;
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t j = 0; j < k; j++)
-                if (sc->sel[t * k + j] == used[u]) {
-                    memcpy(sc->eh + rows * D, sc->h + t * D, (size_t)D * sizeof(float));
-                    sc->etok[rows] = (int32_t)t;
-                    sc->eslot[rows++] = (int32_t)j;
-                }
-        const struct dsv4_expert_view *v = &views[u];
-        const bool exact = s->p.quality;
-        rc = ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, exact, err) ||
-             ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, exact, err);
-        if (rc) break;
-        for (int64_t i = 0; i < rows; i++)
-            ms_swiglu_clamped(sc->eg + i * F, sc->eg + i * F, sc->eu + i * F, F, limit);
-        /* down: into eh (free now), then scale into the (token, slot) row */
-        rc = ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, exact, err);
-        for (int64_t i = 0; i < rows && !rc; i++) {
-            const int64_t t = sc->etok[i], j = sc->eslot[i];
-            const float w = sc->selw[t * k + j];
-            float *dst = sc->eo + (t * k + j) * D;
-            for (int64_t c = 0; c < D; c++) dst[c] = w * sc->eh[i * D + c];
-        }
+    /* Acquired in groups the expert source can hold at once (all of them
+     * when resident); each group is computed, then released. */
+    const int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
+    for (int g0 = 0; g0 < n_used; g0 += group) {
+        const int ng = n_used - g0 < group ? n_used - g0 : group;
+        if (m->experts.acquire(m->experts.ctx, il, used + g0, ng, sc->views, err)) return -1;
+        int rc = 0;
+        for (int u = 0; u < ng && !rc; u++)
+            rc = expert_ffn(s, il, used[g0 + u], &sc->views[u], n, err);
+        m->experts.release(m->experts.ctx, il, used + g0, ng);
+        if (rc) return -1;
     }
-    m->experts.release(m->experts.ctx, il, used, n_used);
-    if (rc) return -1;
 
     /* Shared expert, then routed slots added in slot order. */
     if (mm(s, &L->t[DSV4_FFN_GATE_SHEXP], sc->h, D, n, sc->sg, Fs, err) ||

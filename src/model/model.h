@@ -57,6 +57,9 @@ struct dsv4_expert_source {
     int (*acquire)(void *ctx, uint32_t il, const int32_t *ids, int n,
                    struct dsv4_expert_view *views, ms_err *err);
     void (*release)(void *ctx, uint32_t il, const int32_t *ids, int n);
+    /* Most experts one acquire may hold (the cache's capacity); 0 = no limit.
+     * The forward pass acquires a layer's experts in groups of at most this. */
+    int max_per_acquire;
 };
 
 struct dsv4_model {

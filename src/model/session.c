@@ -164,6 +164,29 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     return 0;
 }
 
+uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p) {
+    const struct dsv4_hparams *hp = &m->hp;
+    const uint64_t n_ctx = p->n_ctx > 0 ? (uint64_t)p->n_ctx : 1;
+    uint64_t n = p->n_ubatch > 0 ? (uint64_t)p->n_ubatch : DEFAULT_UBATCH;
+    if (n > n_ctx) n = n_ctx;
+    const uint64_t D = hp->n_embd, nh = hp->n_hc, d = hp->n_embd_head, H = hp->n_head;
+    const uint64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, E = hp->n_expert;
+    const uint64_t k = hp->n_expert_used, F = hp->n_ff_exp, Fs = F * hp->n_expert_shared;
+    uint64_t floats = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) { /* the state of layer_dims() */
+        const uint32_t r = m->layers[il].ratio;
+        floats += hp->n_swa * d;
+        if (r) floats += (n_ctx / r + 1) * d + 2 * (r == 4 ? 16 * d : 128 * d);
+        if (r == 4) floats += (n_ctx / 4 + 1) * dI + 4 * 8 * dI;
+    }
+    /* the larger scratch buffers of dsv4_session_new, per ubatch token */
+    floats += n * (2 * nh * D + 4 * D + hp->q_lora_rank + 2 * H * d + 5 * d + 4 * dI +
+                   HI * dI + HI + E + k * (3 * D + 2 * F) + 2 * Fs +
+                   hp->n_out_group * hp->o_lora_rank);
+    floats += hp->n_vocab + n_ctx; /* logits, tokens */
+    return floats * sizeof(float);
+}
+
 void dsv4_session_reset(struct dsv4_session *s) {
     s->n_past = 0;
     s->has_logits = false;

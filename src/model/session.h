@@ -32,6 +32,10 @@ struct dsv4_session_params {
     struct ms_pool *pool; /* borrowed; NULL = single-threaded */
 };
 
+/* Bytes a session with these parameters allocates (state + scratch), for
+ * memory planning before any session exists. */
+uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p);
+
 /* Creates an empty session. The model must outlive it. Errors: OOM, bad
  * parameters. */
 int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,

@@ -206,8 +206,18 @@ fail:
 }
 
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
+    /* Group size: as many experts of the largest layer as the budget holds
+     * (at least one token's worth: the budget is never below that). */
+    uint64_t max_slot = 1;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        const uint64_t b = ms_stream_slot_bytes(s->m, il);
+        if (b > max_slot) max_slot = b;
+    }
+    uint64_t fit = ms_expert_cache_stats(s->cache)->budget_bytes / max_slot;
+    if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
+    if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
-                                       .release = stream_release};
+                                       .release = stream_release, .max_per_acquire = (int)fit};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }

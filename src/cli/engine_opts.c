@@ -1,0 +1,122 @@
+/*
+ * engine_opts.c - shared engine options and the stats report (see
+ * engine_opts.h).
+ */
+#include "cli/engine_opts.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "stream/budget.h"
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p) {
+    long v;
+    switch (c) {
+    case 'm': p->model_path = arg; return 1;
+    case 't':
+        if (parse_long(arg, 0, 4096, &v)) {
+            fprintf(stderr, "moestream %s: -t must be an integer in [0, 4096]\n", cmd);
+            return -1;
+        }
+        p->n_threads = (int)v;
+        return 1;
+    case 'c':
+        if (parse_long(arg, 1, INT32_MAX, &v)) {
+            fprintf(stderr, "moestream %s: -c must be an integer >= 1\n", cmd);
+            return -1;
+        }
+        p->n_ctx = v;
+        return 1;
+    case ENG_OPT_QUALITY: p->quality = true; return 1;
+    case ENG_OPT_STREAM: p->stream = MS_STREAM_ON; return 1;
+    case ENG_OPT_NO_STREAM: p->stream = MS_STREAM_OFF; return 1;
+    case ENG_OPT_CACHE_EXPERTS: {
+        /* all digits: a slot count; otherwise a size with a unit */
+        if (arg[0] && strspn(arg, "0123456789") == strlen(arg)) {
+            if (parse_long(arg, 1, UINT32_MAX, &v)) goto bad_cache;
+            p->cache_experts = (uint32_t)v;
+            p->cache_bytes = 0;
+        } else {
+            if (ms_parse_size(arg, &p->cache_bytes) || !p->cache_bytes) goto bad_cache;
+            p->cache_experts = 0;
+        }
+        return 1;
+    bad_cache:
+        fprintf(stderr, "moestream %s: --cache-experts takes a slot count (e.g. 512) or a size "
+                        "(e.g. 12GB), got '%s'\n", cmd, arg);
+        return -1;
+    }
+    case ENG_OPT_CACHE_PCT: {
+        char *end;
+        errno = 0;
+        const double pct = strtod(arg, &end);
+        if (!*arg || *end || errno || !(pct > 0 && pct <= 100)) {
+            fprintf(stderr, "moestream %s: --cache-pct must be in (0, 100]\n", cmd);
+            return -1;
+        }
+        p->cache_pct = pct;
+        return 1;
+    }
+    case ENG_OPT_HOTLIST: p->hotlist = arg; return 1;
+    case ENG_OPT_COLD: p->hotlist = NULL; return 1;
+    default: return 0;
+    }
+}
+
+/* read_bytes of /proc/self/io: what this process made the kernel read from
+ * storage (page cache misses and direct reads alike). 0 if unreadable. */
+static uint64_t proc_read_bytes(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f) return 0;
+    char line[128];
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *rs) {
+    const struct ms_stream_stats ss = ms_engine_stream_stats(e);
+    const struct ms_model_info info = ms_engine_info(e);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double total = rs->prefill_seconds + rs->decode_seconds;
+    json_t *o = json_object();
+    json_object_set_new(o, "streaming", json_boolean(ss.streaming));
+    json_object_set_new(o, "prefill_tokens", json_integer(rs->prefill_tokens));
+    json_object_set_new(o, "prefill_seconds", json_real(rs->prefill_seconds));
+    json_object_set_new(o, "decode_tokens", json_integer(rs->decode_tokens));
+    json_object_set_new(o, "decode_seconds", json_real(rs->decode_seconds));
+    json_object_set_new(o, "bytes_read", json_integer((json_int_t)ss.bytes_read));
+    json_object_set_new(o, "proc_read_bytes", json_integer((json_int_t)proc_read_bytes()));
+    json_object_set_new(o, "routed_bytes", json_integer((json_int_t)info.routed_bytes));
+    json_object_set_new(o, "passes", json_real(info.routed_bytes ? (double)rs->prefill_bytes_read /
+                                                                     (double)info.routed_bytes
+                                                               : 0.0));
+    json_object_set_new(o, "cache_hits", json_integer((json_int_t)ss.cache_hits));
+    json_object_set_new(o, "cache_misses", json_integer((json_int_t)ss.cache_misses));
+    json_object_set_new(o, "io_wait_seconds", json_real(ss.io_wait_seconds));
+    json_object_set_new(o, "compute_seconds",
+                        json_real(total > ss.io_wait_seconds ? total - ss.io_wait_seconds : 0.0));
+    json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
+    json_object_set_new(o, "cache_budget_bytes", json_integer((json_int_t)ss.cache_budget_bytes));
+    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!text) return -1;
+    const int rc = fprintf(f, "%s\n", text) < 0 || fflush(f) ? -1 : 0;
+    free(text);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/*
+ * engine_opts.h - the options every model-evaluating subcommand shares
+ * (model, threads, context, kernel mode, streaming and the expert cache),
+ * and the --stats report of run and bench.
+ */
+#ifndef MS_CLI_ENGINE_OPTS_H
+#define MS_CLI_ENGINE_OPTS_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moestream.h"
+
+/* getopt_long codes of the long-only engine options. */
+enum {
+    ENG_OPT_QUALITY = 3000,
+    ENG_OPT_STREAM,
+    ENG_OPT_NO_STREAM,
+    ENG_OPT_CACHE_EXPERTS,
+    ENG_OPT_CACHE_PCT,
+    ENG_OPT_HOTLIST,
+    ENG_OPT_COLD,
+};
+
+/* Short options they use: "m:t:c:". */
+#define ENGINE_OPTIONS                                                                           \
+    {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},                \
+        {"ctx-size", required_argument, 0, 'c'}, {"quality", no_argument, 0, ENG_OPT_QUALITY},   \
+        {"stream", no_argument, 0, ENG_OPT_STREAM},                                              \
+        {"no-stream", no_argument, 0, ENG_OPT_NO_STREAM},                                        \
+        {"cache-experts", required_argument, 0, ENG_OPT_CACHE_EXPERTS},                          \
+        {"cache-pct", required_argument, 0, ENG_OPT_CACHE_PCT},                                  \
+        {"hotlist", required_argument, 0, ENG_OPT_HOTLIST}, {"cold", no_argument, 0, ENG_OPT_COLD}
+
+#define ENGINE_HELP                                                                               \
+    "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
+    "  -t, --threads N      worker threads (default: all cores)\n"                                \
+    "  -c, --ctx-size N     context size (default: the model's, at most 4096)\n"                  \
+    "      --quality        F32 activations (exact math on the stored weights)\n"                 \
+    "      --stream         stream routed experts from disk even if the model fits in memory\n"   \
+    "      --no-stream      keep the whole model resident\n"                                      \
+    "                       (default: stream when the resident plan does not fit)\n"              \
+    "      --cache-experts N|SIZE  expert cache: N expert slots, or a byte target such as 12GB\n" \
+    "                       fitted to what remains after weights, KV and buffers (default: auto)\n" \
+    "      --cache-pct P    share of available memory (cgroup limit or MemAvailable) the\n"        \
+    "                       automatic plan may use (default 80)\n"                                 \
+    "      --hotlist FILE   seed expert priorities from a routing profile\n"                       \
+    "      --cold           no hotlist seeding\n"
+
+/* Handles engine option c with argument arg into *p. Returns 1 when c was
+ * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on
+ * stderr) when its value is malformed. */
+int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p);
+
+/* What one run measured, for --stats / --stats-json. */
+struct run_stats {
+    int64_t prefill_tokens, decode_tokens;
+    double prefill_seconds, decode_seconds;
+    uint64_t prefill_bytes_read; /* expert bytes read during prefill */
+};
+
+/* Writes the stats JSON object (one line) to f: the run's figures, the
+ * engine's stream counters, /proc/self/io read_bytes, peak RSS. -1 on a
+ * write error. */
+int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *rs);
+
+#endif
