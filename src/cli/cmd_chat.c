@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "cli/gen.h"
 #include "moestream.h"
 #include "text/chat_template.h"
@@ -43,13 +44,10 @@ static void on_sigint(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moestream chat -m MODEL [options]\n"
-            "  -m, --model FILE     deepseek4 GGUF\n"
             "  -n, --n-predict N    at most N tokens per answer (default 1024)\n"
             "      --system TEXT    system prompt\n"
             "      --nothink        start in non-thinking mode (/think switches back)\n" GEN_SAMPLING_HELP
-            "  -t, --threads N      worker threads (default: all cores)\n"
-            "  -c, --ctx-size N     context size (default: the model's, at most 4096)\n"
-            "      --quality        F32 activations (exact math on the stored weights)\n"
+            ENGINE_HELP
             "Lines starting with / are commands (/help lists them); Ctrl-C stops an answer.\n");
 }
 
@@ -299,47 +297,32 @@ static int command(struct chat *c, const char *line) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    enum { OPT_NOTHINK = 2000, OPT_QUALITY, OPT_SYSTEM };
+    enum { OPT_NOTHINK = 2000, OPT_SYSTEM };
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"n-predict", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},
-        {"nothink", no_argument, 0, OPT_NOTHINK}, {"quality", no_argument, 0, OPT_QUALITY},
+        {"n-predict", required_argument, 0, 'n'}, {"nothink", no_argument, 0, OPT_NOTHINK},
         {"system", required_argument, 0, OPT_SYSTEM}, {"help", no_argument, 0, 'h'},
-        GEN_SAMPLING_OPTIONS,                    {0, 0, 0, 0}};
-    const char *model = NULL, *system = NULL;
-    long threads = 0, n_ctx = 0;
-    bool quality = false, seeded = false;
+        GEN_SAMPLING_OPTIONS, ENGINE_OPTIONS,     {0, 0, 0, 0}};
+    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    const char *system = NULL;
+    bool seeded = false;
     struct chat c = {.think = true, .n_predict = 1024};
     struct ms_sampler_params sp = ms_sampler_defaults(0);
     int opt;
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "m:n:t:c:h", opts, NULL)) != -1) {
-        const int r = gen_sampling_opt("chat", opt, optarg, &sp, &seeded);
+        int r = gen_sampling_opt("chat", opt, optarg, &sp, &seeded);
+        if (r == 0) r = engine_opt("chat", opt, optarg, &ep);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (opt) {
-        case 'm': model = optarg; break;
         case 'n':
             if (gen_parse_long(optarg, 1, INT32_MAX, &c.n_predict)) {
                 fprintf(stderr, "moestream chat: -n must be an integer >= 1\n");
                 return 2;
             }
             break;
-        case 't':
-            if (gen_parse_long(optarg, 0, 4096, &threads)) {
-                fprintf(stderr, "moestream chat: -t must be an integer in [0, 4096]\n");
-                return 2;
-            }
-            break;
-        case 'c':
-            if (gen_parse_long(optarg, 1, INT32_MAX, &n_ctx)) {
-                fprintf(stderr, "moestream chat: -c must be an integer >= 1\n");
-                return 2;
-            }
-            break;
         case OPT_NOTHINK: c.think = false; break;
-        case OPT_QUALITY: quality = true; break;
         case OPT_SYSTEM: system = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
@@ -349,6 +332,7 @@ int cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
+    const char *model = ep.model_path;
     if (optind != argc || !model) {
         fprintf(stderr, "moestream chat: %s\n",
                 !model ? "-m MODEL is required" : "unexpected argument");
@@ -360,14 +344,13 @@ int cmd_chat(int argc, char **argv) {
     ms_err err = {0};
     int rc = 1;
     const bool tty = isatty(STDIN_FILENO);
-    const struct ms_engine_params ep = {.model_path = model, .n_threads = (int)threads,
-                                       .quality = quality};
     if (ms_engine_load(&c.e, &ep, &err)) goto fail;
+    if (ms_engine_stream_stats(c.e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(c.e));
     if (!(c.tok = ms_engine_tokenizer(c.e))) {
         ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);
         goto fail;
     }
-    if (ms_session_new(&c.s, c.e, n_ctx, &err)) goto fail;
+    if (ms_session_new(&c.s, c.e, 0, &err)) goto fail;
     if (ms_sampler_new(&c.smp, &sp, (int32_t)ms_engine_info(c.e).n_vocab, &err)) goto fail;
     if (system && *system) {
         char *sys = strdup(system);

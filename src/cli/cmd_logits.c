@@ -17,21 +17,19 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "moestream.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moestream logits -m MODEL (--tokens ID,ID,... | --text TEXT) [options]\n"
-            "  -m, --model FILE     deepseek4 GGUF\n"
             "      --tokens LIST    comma-separated token ids\n"
             "      --text TEXT      text, tokenized with the model's tokenizer (BOS as it asks)\n"
             "      --top K          the K most likely tokens per position (default 10)\n"
             "      --full           every probability instead of the top K\n"
             "      --chunk N        feed the sequence in pieces of N tokens (default: all at once)\n"
-            "      --json           JSON output (the only format; accepted for clarity)\n"
-            "      --quality        F32 activations (exact math on the stored weights)\n"
-            "  -t, --threads N      worker threads (default: all cores)\n"
-            "  -c, --ctx-size N     context size (default: the sequence length)\n");
+            "      --json           JSON output (the only format; accepted for clarity)\n" ENGINE_HELP
+            "(logits: the context defaults to the sequence length)\n");
 }
 
 /* Parses "1,2,3" into a new array; -1 on a malformed list. */
@@ -99,36 +97,35 @@ static void print_position(int64_t pos, const float *logits, int64_t V, int top,
 
 int cmd_logits(int argc, char **argv) {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"tokens", required_argument, 0, 'T'},
-        {"text", required_argument, 0, 'X'},
-        {"top", required_argument, 0, 'k'},     {"full", no_argument, 0, 'F'},
-        {"chunk", required_argument, 0, 'C'},   {"json", no_argument, 0, 'J'},
-        {"quality", no_argument, 0, 'Q'},       {"threads", required_argument, 0, 't'},
-        {"ctx-size", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
+        {"tokens", required_argument, 0, 'T'}, {"text", required_argument, 0, 'X'},
+        {"top", required_argument, 0, 'k'},    {"full", no_argument, 0, 'F'},
+        {"chunk", required_argument, 0, 'C'},  {"json", no_argument, 0, 'J'},
+        {"help", no_argument, 0, 'h'},         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
-    const char *model = NULL, *tokens_arg = NULL, *text_arg = NULL;
-    int top = 10, threads = 0;
-    long chunk = 0, n_ctx = 0;
-    bool full = false, quality = false;
+    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    const char *tokens_arg = NULL, *text_arg = NULL;
+    int top = 10;
+    long chunk = 0;
+    bool full = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
+        const int r = engine_opt("logits", c, optarg, &ep);
+        if (r < 0) return 2;
+        if (r > 0) continue;
         switch (c) {
-        case 'm': model = optarg; break;
         case 'T': tokens_arg = optarg; break;
         case 'X': text_arg = optarg; break;
         case 'k': top = atoi(optarg); break;
         case 'F': full = true; break;
         case 'C': chunk = atol(optarg); break;
         case 'J': break;
-        case 'Q': quality = true; break;
-        case 't': threads = atoi(optarg); break;
-        case 'c': n_ctx = atol(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!model || !tokens_arg == !text_arg || top < 1 || chunk < 0 || n_ctx < 0 || optind != argc) {
+    const char *model = ep.model_path;
+    if (!model || !tokens_arg == !text_arg || top < 1 || chunk < 0 || optind != argc) {
         usage(stderr);
         return 2;
     }
@@ -145,7 +142,6 @@ int cmd_logits(int argc, char **argv) {
     ms_err err = {0};
     struct ms_engine *e = NULL;
     struct ms_session *s = NULL;
-    const struct ms_engine_params ep = {.model_path = model, .n_threads = threads, .quality = quality};
     float *logits = NULL;
     double *probs = NULL;
     int *order = NULL;
@@ -168,7 +164,7 @@ int cmd_logits(int argc, char **argv) {
         }
     }
     const int64_t V = ms_engine_info(e).n_vocab;
-    if (ms_session_new(&s, e, n_ctx ? n_ctx : n, &err)) goto fail;
+    if (ms_session_new(&s, e, ep.n_ctx ? ep.n_ctx : n, &err)) goto fail;
     logits = malloc((size_t)(n * V) * sizeof *logits);
     probs = malloc((size_t)V * sizeof *probs);
     order = malloc((size_t)V * sizeof *order);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# cli_stream.sh BIN TMPDIR - streaming from the command line: a greedy run
+# gives the same text resident and streamed (tight and automatic caches), the
+# stats JSON carries its fields, and bad cache options are usage errors.
+set -u
+BIN=$1 TMP=$2
+mkdir -p "$TMP"
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+
+M=$TMP/tiny-q4k.gguf
+"$BIN" mkmodel --preset tiny --experts-type q4_k --dense-type q8_0 --seed 3 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+P="The quick brown fox jumps over the lazy dog, then streams experts from disk."
+"$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --no-stream >"$TMP/resident.txt" 2>/dev/null
+for cache in 3 5 64MB; do
+  "$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --stream --cache-experts $cache \
+      --stats-json "$TMP/stats-$cache.json" >"$TMP/stream-$cache.txt" 2>"$TMP/stream-$cache.err"
+  check "streamed (cache $cache) == resident" "cmp -s '$TMP/resident.txt' '$TMP/stream-$cache.txt'"
+  check "plan line printed (cache $cache)" "grep -q 'streaming experts' '$TMP/stream-$cache.err'"
+done
+for key in prefill_tokens prefill_seconds decode_tokens decode_seconds bytes_read proc_read_bytes \
+           routed_bytes passes cache_hits cache_misses io_wait_seconds compute_seconds \
+           peak_rss_bytes cache_budget_bytes; do
+  check "stats has $key" "grep -q '\"$key\":' '$TMP/stats-3.json'"
+done
+check "tight cache reads from disk" "python3 -c \"import json,sys; d=json.load(open('$TMP/stats-3.json')); sys.exit(0 if d['bytes_read']>0 and d['cache_misses']>0 and d['streaming'] else 1)\""
+check "large cache hits" "python3 -c \"import json,sys; d=json.load(open('$TMP/stats-64MB.json')); sys.exit(0 if d['cache_hits']>0 else 1)\""
+
+"$BIN" run -m "$M" -p "$P" -n 2 --cache-experts 12XB >/dev/null 2>"$TMP/bad.err"
+check "bad --cache-experts is a usage error" "[ $? -eq 2 ] && grep -q 'cache-experts' '$TMP/bad.err'"
+"$BIN" run -m "$M" -p "$P" -n 2 --cache-pct 0 >/dev/null 2>&1
+check "bad --cache-pct is a usage error" "[ $? -eq 2 ]"
+"$BIN" run -m "$M" -p "$P" -n 2 --stream --hotlist "$TMP/missing-hotlist" >/dev/null 2>"$TMP/hl.err"
+check "missing hotlist is a runtime error" "[ $? -eq 1 ] && grep -q 'missing-hotlist' '$TMP/hl.err'"
+
+[ $fail -eq 0 ] && echo "cli_stream: all passed"
+exit $fail
