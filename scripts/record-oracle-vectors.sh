@@ -63,8 +63,7 @@ N_GREEDY=32
 
 mk() { # OUT.gguf OPTS... -> prints the sha256
     local f=$1; shift
-    # shellcheck disable=SC2068
-    "$BIN" mkmodel --preset tiny --seed 1 $@ -o "$f" >/dev/null
+    "$BIN" mkmodel --preset tiny --seed 1 "$@" -o "$f" >/dev/null
     sha256sum "$f" | cut -d' ' -f1
 }
 rec() { # MODEL.gguf PROMPT OUT.bin [POSITIONS]
@@ -75,18 +74,20 @@ rec() { # MODEL.gguf PROMPT OUT.bin [POSITIONS]
 : >"$WORK/manifest.tsv"
 while IFS='|' read -r name opts; do
     echo "record: $name ($opts)"
+    # shellcheck disable=SC2086 # opts is a list of words
     sha=$(mk "$WORK/$name.gguf" $opts)
     if [ "$name" = f32 ]; then
         ref="$WORK/$name.gguf"
         twin_sha=
-        for p in $PROMPTS; do rec "$ref" $p "$OUT/$name.$p.ref.bin"; done
+        for p in $PROMPTS; do rec "$ref" "$p" "$OUT/$name.$p.ref.bin"; done
         rec "$ref" p2100 "$OUT/$name.p2100.ref.bin" "$P2100_POS"
     else
+        # shellcheck disable=SC2086
         twin_sha=$(mk "$WORK/$name.twin.gguf" $opts --f32-twin)
         ref="$WORK/$name.twin.gguf"
         for p in $PROMPTS; do
-            rec "$ref" $p "$OUT/$name.$p.ref.bin"
-            rec "$WORK/$name.gguf" $p "$OUT/$name.$p.llama.bin"
+            rec "$ref" "$p" "$OUT/$name.$p.ref.bin"
+            rec "$WORK/$name.gguf" "$p" "$OUT/$name.$p.llama.bin"
         done
     fi
     case " $GREEDY_MODELS " in *" $name "*)

@@ -396,6 +396,12 @@ static void check_fast(const char *model, struct ms_engine *e, json_t *m, const 
         assert_int_equal(ref.ns, lq.ns);
         int64_t n;
         int32_t *tok = prompt_tokens(prompts[k], &n);
+        assert_int_equal(n, ref.n);
+        assert_int_equal(n, lq.n);
+        for (int64_t i = 0; i < n; i++) {
+            assert_int_equal(tok[i], ref.tok[i]);
+            assert_int_equal(tok[i], lq.tok[i]);
+        }
         struct run one = {0};
         run_eval(e, tok, n, 0, &one);
         struct cmp c = cmp_ref(&one, &ref);
