@@ -19,6 +19,7 @@ struct command {
 static const struct command commands[] = {
     {"run", cmd_run, "generate text from a prompt, streamed to stdout"},
     {"chat", cmd_chat, "interactive multi-turn chat"},
+    {"bench", cmd_bench, "prefill/decode throughput at context frontiers, CSV out"},
     {"inspect", cmd_inspect, "show a GGUF's metadata, tensors, quant types and layout"},
     {"logits", cmd_logits, "next-token probabilities per position, as JSON"},
     {"mkmodel", cmd_mkmodel, "write a small DeepSeek-V4-architecture GGUF with random weights"},

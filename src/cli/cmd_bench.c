@@ -1,0 +1,472 @@
+/*
+ * cmd_bench.c - `moestream bench`: prefill and decode throughput at context
+ * frontiers, with the expert store's counters, as a table and a CSV.
+ *
+ * The model is loaded once. A fixed text (bench/ ships a public-domain one)
+ * is tokenized, repeated when it is shorter than the largest frontier, and
+ * walked to increasing context frontiers c_1 < c_2 < ... with incremental
+ * prefill: the row of frontier c_i times only the interval c_{i-1}..c_i,
+ * evaluated in one call (one layer-major pass over the weights) on top of the
+ * c_{i-1} positions already in the session. So a row measures prefill at that
+ * depth of context, not an average from zero. At each frontier the session
+ * is snapshotted, a greedy probe of --gen-tokens tokens is decoded (argmax,
+ * lowest id on a tie, each token fed back), and the snapshot is restored, so
+ * the probe never enters the walk.
+ *
+ * Byte and cache figures are deltas of ms_engine_stream_stats over the
+ * interval (zero when the model is resident). KV bytes are the attention
+ * state the context occupies: per main layer the sliding-window rows
+ * (min(c, n_swa)), the compressed rows (c / ratio) and, on ratio-4 layers,
+ * the indexer keys (c / 4), all F32 (SPEC-dsv4.md 4.1; the session allocates
+ * its full n_ctx capacity up front). Peak RSS is the process's high-water
+ * mark so far (getrusage).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "cli/gen.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "moestream.h"
+
+/* The text `bench` walks when --prompt-file is not given: looked up in the
+ * working directory, then beside the binary's build directory. */
+#define BENCH_TEXT "bench/pride-and-prejudice-ch1-19.txt"
+#define MAX_FRONTIERS 4096
+
+static const char *const CSV_HEADER =
+    "context,interval_tokens,prefill_seconds,prefill_tok_s,decode_tokens,decode_seconds,"
+    "decode_tok_s,prefill_bytes_read,decode_bytes_read,prefill_passes,prefill_hit_rate,"
+    "decode_hit_rate,io_wait_seconds,kv_bytes,peak_rss_bytes,streaming";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moestream bench -m MODEL [options]\n"
+            "  --prompt-file F      text to walk (default: " BENCH_TEXT ", repeated if short)\n"
+            "  --ctx-start N        first context frontier (default 512)\n"
+            "  --ctx-max N          last context frontier (default 4096)\n"
+            "  --step-incr N        frontiers grow by N tokens, or\n"
+            "  --step-mul F         frontiers grow by the factor F > 1 (default 2)\n"
+            "  --gen-tokens N       greedy decode probe at each frontier (default 32; 0: none)\n"
+            "  --csv FILE           write one CSV row per frontier to FILE\n" ENGINE_HELP
+            "The context size (-c) defaults to ctx-max + gen-tokens.\n");
+}
+
+struct counters {
+    struct ms_stream_stats ss;
+    double t;
+};
+
+static struct counters now_counters(const struct ms_engine *e) {
+    return (struct counters){.ss = ms_engine_stream_stats(e), .t = gen_now()};
+}
+
+/* One frontier's figures. */
+struct row {
+    int64_t context, interval;
+    double prefill_s, decode_s, io_wait_s;
+    int64_t decode_tokens;
+    uint64_t prefill_bytes, decode_bytes;
+    uint64_t prefill_hits, prefill_lookups, decode_hits, decode_lookups;
+    uint64_t kv_bytes, peak_rss;
+};
+
+static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
+
+/* "0.953" or "" (no cache lookups: resident, or nothing routed). */
+static void fmt_hit(char *buf, size_t n, uint64_t hits, uint64_t lookups) {
+    if (lookups) snprintf(buf, n, "%.4f", (double)hits / (double)lookups);
+    else buf[0] = 0;
+}
+
+static int parse_double(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Reads a whole file (NUL-terminated). -1 with err. */
+static int read_text(const char *path, char **out, size_t *len, ms_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ms_err_errno(err, errno, "cannot open %s", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (!buf) return ms_err_set(err, "out of memory reading %s", path);
+    if (bad) {
+        free(buf);
+        return ms_err_set(err, "cannot read %s", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* The default text: ./bench/..., else <dir of the binary>/../bench/... */
+static const char *default_text(char *buf, size_t n) {
+    if (access(BENCH_TEXT, R_OK) == 0) return BENCH_TEXT;
+    char exe[PATH_MAX];
+    const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return BENCH_TEXT;
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return BENCH_TEXT;
+    *slash = 0;
+    snprintf(buf, n, "%s/../%s", exe, BENCH_TEXT);
+    return access(buf, R_OK) == 0 ? buf : BENCH_TEXT;
+}
+
+/* Frontiers start, then +incr or *mul, up to max (max itself always ends the
+ * walk). Returns the count, strictly increasing; -1 when too many. */
+static int make_frontiers(int64_t start, int64_t max, int64_t incr, double mul, int64_t *out) {
+    int n = 0;
+    for (int64_t c = start; c < max; ) {
+        if (n == MAX_FRONTIERS - 1) return -1;
+        out[n++] = c;
+        int64_t next = incr > 0 ? c + incr : (int64_t)ceil((double)c * mul);
+        c = next > c ? next : c + 1;
+    }
+    out[n++] = max;
+    return n;
+}
+
+/* Live attention state bytes at a context of c positions (see the file
+ * comment). Reads the hyperparameters from the file's metadata. */
+struct kv_shape {
+    uint32_t n_layer, n_swa, d, d_I;
+    uint32_t ratio[DSV4_MAX_LAYERS];
+};
+
+static int kv_shape_read(const char *path, struct kv_shape *ks, ms_err *err) {
+    struct gguf_file *f;
+    if (gguf_open(&f, path, err)) return -1;
+    struct dsv4_hparams hp;
+    const int rc = dsv4_hparams_read(&hp, f, err);
+    if (rc == 0) dsv4_hparams_probe_nextn(&hp, f);
+    gguf_close(f);
+    if (rc) return -1;
+    ks->n_layer = dsv4_n_layer(&hp);
+    ks->n_swa = hp.n_swa;
+    ks->d = hp.n_embd_head;
+    ks->d_I = hp.indexer_head_size;
+    memcpy(ks->ratio, hp.compress_ratio, sizeof ks->ratio);
+    return 0;
+}
+
+static uint64_t kv_bytes_at(const struct kv_shape *ks, int64_t c) {
+    uint64_t floats = 0;
+    const uint64_t raw = (uint64_t)(c < ks->n_swa ? c : ks->n_swa);
+    for (uint32_t il = 0; il < ks->n_layer; il++) {
+        const uint32_t r = ks->ratio[il];
+        floats += raw * ks->d;
+        if (r) floats += (uint64_t)(c / r) * ks->d;
+        if (r == 4) floats += (uint64_t)(c / 4) * ks->d_I;
+    }
+    return floats * sizeof(float);
+}
+
+static uint64_t peak_rss(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+/* Greedy probe: n tokens, each the argmax of the current logits (lowest id
+ * on a tie), fed back. */
+static int greedy_probe(struct ms_session *s, uint32_t n_vocab, int64_t n, ms_err *err) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *lg = ms_session_logits(s);
+        if (!lg) return ms_err_set(err, "no logits to decode from");
+        int32_t best = 0;
+        for (uint32_t v = 1; v < n_vocab; v++)
+            if (lg[v] > lg[best]) best = (int32_t)v;
+        if (ms_session_eval(s, &best, 1, NULL, err)) return -1;
+    }
+    return 0;
+}
+
+static void print_row(FILE *f, const struct row *r) {
+    char ph[16], dh[16];
+    fmt_hit(ph, sizeof ph, r->prefill_hits, r->prefill_lookups);
+    fmt_hit(dh, sizeof dh, r->decode_hits, r->decode_lookups);
+    fprintf(f, "%8lld %8lld %10.2f %10.2f %12.1f %12.1f %8s %8s %10.1f %10.1f\n",
+            (long long)r->context, (long long)r->interval, rate((double)r->interval, r->prefill_s),
+            rate((double)r->decode_tokens, r->decode_s), (double)r->prefill_bytes / 1048576.0,
+            (double)r->decode_bytes / 1048576.0, ph[0] ? ph : "-", dh[0] ? dh : "-",
+            (double)r->kv_bytes / 1048576.0, (double)r->peak_rss / 1048576.0);
+    fflush(f);
+}
+
+static int csv_row(FILE *f, const struct row *r, uint64_t routed, bool streaming) {
+    char ph[16], dh[16];
+    fmt_hit(ph, sizeof ph, r->prefill_hits, r->prefill_lookups);
+    fmt_hit(dh, sizeof dh, r->decode_hits, r->decode_lookups);
+    const int rc = fprintf(
+        f, "%lld,%lld,%.6f,%.3f,%lld,%.6f,%.3f,%llu,%llu,%.4f,%s,%s,%.6f,%llu,%llu,%d\n",
+        (long long)r->context, (long long)r->interval, r->prefill_s,
+        rate((double)r->interval, r->prefill_s), (long long)r->decode_tokens, r->decode_s,
+        rate((double)r->decode_tokens, r->decode_s), (unsigned long long)r->prefill_bytes,
+        (unsigned long long)r->decode_bytes,
+        routed ? (double)r->prefill_bytes / (double)routed : 0.0, ph, dh, r->io_wait_s,
+        (unsigned long long)r->kv_bytes, (unsigned long long)r->peak_rss, streaming ? 1 : 0);
+    return rc < 0 || fflush(f) ? -1 : 0;
+}
+
+/* Runs one frontier: prefill tokens[s.n_past .. c), then the probe. */
+static int run_frontier(struct ms_engine *e, struct ms_session *s, const int32_t *tokens,
+                        int64_t c, int64_t gen, const struct kv_shape *ks, struct row *r,
+                        ms_err *err) {
+    const int64_t from = ms_session_n_past(s);
+    *r = (struct row){.context = c, .interval = c - from};
+    const struct counters a = now_counters(e);
+    if (ms_session_eval(s, tokens + from, c - from, NULL, err)) return -1;
+    const struct counters b = now_counters(e);
+    r->prefill_s = b.t - a.t;
+    r->prefill_bytes = b.ss.bytes_read - a.ss.bytes_read;
+    r->prefill_hits = b.ss.cache_hits - a.ss.cache_hits;
+    r->prefill_lookups = r->prefill_hits + (b.ss.cache_misses - a.ss.cache_misses);
+    r->kv_bytes = kv_bytes_at(ks, c);
+    struct counters d = b;
+    if (gen > 0) {
+        struct ms_snapshot *snap = ms_session_snapshot(s);
+        if (!snap) return ms_err_set(err, "out of memory taking a snapshot at %lld", (long long)c);
+        const struct counters c0 = now_counters(e);
+        int rc = greedy_probe(s, ms_engine_info(e).n_vocab, gen, err);
+        d = now_counters(e);
+        if (rc == 0) rc = ms_session_restore(s, snap, err);
+        ms_snapshot_free(snap);
+        if (rc) return -1;
+        r->decode_tokens = gen;
+        r->decode_s = d.t - c0.t;
+        r->decode_bytes = d.ss.bytes_read - c0.ss.bytes_read;
+        r->decode_hits = d.ss.cache_hits - c0.ss.cache_hits;
+        r->decode_lookups = r->decode_hits + (d.ss.cache_misses - c0.ss.cache_misses);
+    }
+    r->io_wait_s = d.ss.io_wait_seconds - a.ss.io_wait_seconds;
+    r->peak_rss = peak_rss();
+    return 0;
+}
+
+/* The token sequence: the text's tokens (BOS first when the model wants
+ * it), the text's tokens repeated after them until n are there. */
+static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t len, int64_t n,
+                        int32_t **out, int *repeats, ms_err *err) {
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    const bool bos = ms_tokenizer_add_bos(t);
+    if (ms_tokenizer_encode(t, text, len, bos, false, &ids, &n_ids, err)) return -1;
+    const size_t body = n_ids - (bos ? 1 : 0);
+    if (body == 0) {
+        free(ids);
+        return ms_err_set(err, "the benchmark text has no tokens");
+    }
+    int32_t *seq = malloc((size_t)n * sizeof *seq);
+    if (!seq) {
+        free(ids);
+        return ms_err_set(err, "out of memory for %lld tokens", (long long)n);
+    }
+    int64_t k = 0;
+    *repeats = 0;
+    for (size_t i = 0; k < n && i < n_ids; i++) seq[k++] = ids[i];
+    while (k < n) {
+        ++*repeats;
+        for (size_t i = n_ids - body; k < n && i < n_ids; i++) seq[k++] = ids[i];
+    }
+    free(ids);
+    *out = seq;
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    enum { OPT_PROMPT_FILE = 2000, OPT_CTX_START, OPT_CTX_MAX, OPT_STEP_INCR, OPT_STEP_MUL,
+           OPT_GEN, OPT_CSV };
+    static const struct option opts[] = {
+        {"prompt-file", required_argument, 0, OPT_PROMPT_FILE},
+        {"ctx-start", required_argument, 0, OPT_CTX_START},
+        {"ctx-max", required_argument, 0, OPT_CTX_MAX},
+        {"step-incr", required_argument, 0, OPT_STEP_INCR},
+        {"step-mul", required_argument, 0, OPT_STEP_MUL},
+        {"gen-tokens", required_argument, 0, OPT_GEN},
+        {"csv", required_argument, 0, OPT_CSV},
+        {"help", no_argument, 0, 'h'},
+        ENGINE_OPTIONS,
+        {0, 0, 0, 0}};
+    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    const char *text_path = NULL, *csv_path = NULL;
+    long ctx_start = 512, ctx_max = 4096, incr = 0, gen = 32;
+    double mul = 0.0;
+    bool ctx_given = false;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
+        const int r = engine_opt("bench", c, optarg, &ep);
+        if (r < 0) return 2;
+        if (r > 0) {
+            if (c == 'c') ctx_given = true;
+            continue;
+        }
+        switch (c) {
+        case OPT_PROMPT_FILE: text_path = optarg; break;
+        case OPT_CTX_START:
+        case OPT_CTX_MAX:
+        case OPT_STEP_INCR:
+        case OPT_GEN: {
+            long v;
+            const long lo = c == OPT_GEN ? 0 : 1;
+            if (gen_parse_long(optarg, lo, INT32_MAX, &v)) {
+                const char *name = c == OPT_CTX_START ? "--ctx-start"
+                                   : c == OPT_CTX_MAX   ? "--ctx-max"
+                                   : c == OPT_STEP_INCR ? "--step-incr"
+                                                        : "--gen-tokens";
+                fprintf(stderr, "moestream bench: %s must be an integer >= %ld\n", name, lo);
+                return 2;
+            }
+            if (c == OPT_CTX_START) ctx_start = v;
+            else if (c == OPT_CTX_MAX) ctx_max = v;
+            else if (c == OPT_STEP_INCR) incr = v;
+            else gen = v;
+            break;
+        }
+        case OPT_STEP_MUL:
+            if (parse_double(optarg, &mul) || !(mul > 1.0 && mul <= 1024.0)) {
+                fprintf(stderr, "moestream bench: --step-mul must be a number in (1, 1024]\n");
+                return 2;
+            }
+            break;
+        case OPT_CSV: csv_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "moestream bench: unknown option or missing value '%s'\n",
+                    argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "moestream bench: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!ep.model_path) {
+        fprintf(stderr, "moestream bench: -m MODEL is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (incr > 0 && mul > 0) {
+        fprintf(stderr, "moestream bench: --step-incr and --step-mul exclude each other\n");
+        return 2;
+    }
+    if (incr == 0 && mul == 0) mul = 2.0;
+    if (ctx_start > ctx_max) {
+        fprintf(stderr, "moestream bench: --ctx-start (%ld) is larger than --ctx-max (%ld)\n",
+                ctx_start, ctx_max);
+        return 2;
+    }
+    if (ctx_given && ep.n_ctx < ctx_max + gen) {
+        fprintf(stderr, "moestream bench: -c %lld cannot hold --ctx-max + --gen-tokens = %ld\n",
+                (long long)ep.n_ctx, ctx_max + gen);
+        return 2;
+    }
+    if (!ctx_given) ep.n_ctx = ctx_max + gen;
+    static int64_t frontiers[MAX_FRONTIERS];
+    const int n_front = make_frontiers(ctx_start, ctx_max, incr, mul, frontiers);
+    if (n_front < 0) {
+        fprintf(stderr, "moestream bench: more than %d frontiers; use a larger step\n",
+                MAX_FRONTIERS);
+        return 2;
+    }
+
+    ms_err err = {0};
+    char pathbuf[PATH_MAX + 64];
+    char *text = NULL;
+    size_t text_len = 0;
+    int32_t *tokens = NULL;
+    struct ms_engine *e = NULL;
+    struct ms_session *s = NULL;
+    FILE *csv = NULL;
+    int rc = 1;
+    struct kv_shape ks;
+    if (!text_path) text_path = default_text(pathbuf, sizeof pathbuf);
+    if (read_text(text_path, &text, &text_len, &err)) goto fail;
+    if (kv_shape_read(ep.model_path, &ks, &err)) goto fail;
+    if (ms_engine_load(&e, &ep, &err)) goto fail;
+    fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
+    if (!tok) {
+        ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", ep.model_path);
+        goto fail;
+    }
+    int repeats = 0;
+    if (bench_tokens(tok, text, text_len, ctx_max, &tokens, &repeats, &err)) goto fail;
+    if (repeats)
+        fprintf(stderr, "bench: %s is shorter than %ld tokens; its text is repeated %d more "
+                        "time(s)\n", text_path, ctx_max, repeats);
+    if (ms_session_new(&s, e, ep.n_ctx, &err)) goto fail;
+    if (csv_path) {
+        csv = fopen(csv_path, "w");
+        if (!csv || fprintf(csv, "%s\n", CSV_HEADER) < 0) {
+            ms_err_errno(&err, errno, "cannot write %s", csv_path);
+            goto fail;
+        }
+    }
+    const struct ms_model_info info = ms_engine_info(e);
+    const bool streaming = ms_engine_stream_stats(e).streaming;
+    printf("bench: %s, %s, %d threads, text %s\n", ep.model_path,
+           streaming ? "streaming" : "resident", ms_engine_n_threads(e), text_path);
+    printf("%8s %8s %10s %10s %12s %12s %8s %8s %10s %10s\n", "context", "interval", "pp tok/s",
+           "tg tok/s", "pp read MiB", "tg read MiB", "pp hit", "tg hit", "KV MiB", "RSS MiB");
+    for (int i = 0; i < n_front; i++) {
+        struct row r;
+        if (run_frontier(e, s, tokens, frontiers[i], gen, &ks, &r, &err)) goto fail;
+        print_row(stdout, &r);
+        if (csv && csv_row(csv, &r, info.routed_bytes, streaming)) {
+            ms_err_errno(&err, errno, "cannot write %s", csv_path);
+            goto fail;
+        }
+    }
+    if (csv) {
+        const int cerr = fclose(csv);
+        csv = NULL;
+        if (cerr) {
+            ms_err_errno(&err, errno, "cannot write %s", csv_path);
+            goto fail;
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "moestream bench: %s\n", err.msg);
+done:
+    if (csv) fclose(csv);
+    free(tokens);
+    free(text);
+    ms_session_free(s);
+    ms_engine_free(e);
+    return rc;
+}
