@@ -64,6 +64,12 @@ check "incremental CSV rows are consistent" "csv_ok '$TMP/incr.csv' 3 0 0"
 check "streaming bench exits 0" "[ $? -eq 0 ]"
 check "streaming CSV rows read bytes" "csv_ok '$TMP/stream.csv' 2 2 1"
 
+# --fresh --frontiers: every row is a prompt of that length from empty
+"$BIN" bench -m "$M" --prompt-file "$TEXT" --fresh --frontiers 16,40,72 --gen-tokens 2 -t 1 \
+    --no-stream --csv "$TMP/fresh.csv" >/dev/null 2>&1
+check "bench --fresh --frontiers exits 0" "[ $? -eq 0 ]"
+check "fresh rows: interval == context" "[ \"\$(tail -n +2 '$TMP/fresh.csv' | cut -d, -f1,2 | paste -sd' ')\" = '16,16 40,40 72,72' ]"
+
 usage_err() { # NAME PATTERN ARGS...
   local name=$1 pat=$2
   shift 2
@@ -79,6 +85,7 @@ usage_err "--step-mul <= 1" "--step-mul" -m "$M" --step-mul 1
 usage_err "--step-incr with --step-mul" "exclude" -m "$M" --step-incr 8 --step-mul 2
 usage_err "start > max" "larger than" -m "$M" --ctx-start 64 --ctx-max 32
 usage_err "-c too small" "cannot hold" -m "$M" -c 64 --ctx-start 32 --ctx-max 64 --gen-tokens 8
+usage_err "decreasing --frontiers" "--frontiers" -m "$M" --frontiers 64,32
 usage_err "unknown flag" "unknown option" -m "$M" --frobnicate
 "$BIN" bench -m "$TMP/missing.gguf" --prompt-file "$TEXT" >/dev/null 2>"$TMP/missing.err"
 check "missing model is a runtime error" "[ $? -eq 1 ] && grep -q 'missing.gguf' '$TMP/missing.err'"

@@ -11,7 +11,8 @@
  * depth of context, not an average from zero. At each frontier the session
  * is snapshotted, a greedy probe of --gen-tokens tokens is decoded (argmax,
  * lowest id on a tie, each token fed back), and the snapshot is restored, so
- * the probe never enters the walk.
+ * the probe never enters the walk. With --fresh every frontier is instead
+ * prefilled from an empty session: a row is then a prompt of that length.
  *
  * Byte and cache figures are deltas of ms_engine_stream_stats over the
  * interval (zero when the model is resident). KV bytes are the attention
@@ -56,8 +57,12 @@ static void usage(FILE *f) {
             "  --ctx-max N          last context frontier (default 4096)\n"
             "  --step-incr N        frontiers grow by N tokens, or\n"
             "  --step-mul F         frontiers grow by the factor F > 1 (default 2)\n"
+            "  --frontiers A,B,...  explicit increasing frontiers instead of start/max/step\n"
             "  --gen-tokens N       greedy decode probe at each frontier (default 32; 0: none)\n"
-            "  --csv FILE           write one CSV row per frontier to FILE\n" ENGINE_HELP
+            "  --csv FILE           write one CSV row per frontier to FILE\n"
+            "  --fresh              prefill each frontier from an empty session (a row then\n"
+            "                       measures a prompt of that length; bench/compare uses it)\n"
+            ENGINE_HELP
             "The context size (-c) defaults to ctx-max + gen-tokens.\n");
 }
 
@@ -153,6 +158,24 @@ static int make_frontiers(int64_t start, int64_t max, int64_t incr, double mul, 
         c = next > c ? next : c + 1;
     }
     out[n++] = max;
+    return n;
+}
+
+/* "128,512,2048" -> out; the count, or -1 unless strictly increasing
+ * integers in [1, INT32_MAX]. */
+static int parse_frontiers(const char *s, int64_t *out) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        const long long v = strtoll(s, &end, 10);
+        if (end == s || errno || v < 1 || v > INT32_MAX || (n && v <= out[n - 1]) ||
+            n == MAX_FRONTIERS || (*end && *end != ','))
+            return -1;
+        out[n++] = v;
+        s = *end ? end + 1 : end;
+        if (*end && !*s) return -1;
+    }
     return n;
 }
 
@@ -305,7 +328,7 @@ static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t l
 
 int cmd_bench(int argc, char **argv) {
     enum { OPT_PROMPT_FILE = 2000, OPT_CTX_START, OPT_CTX_MAX, OPT_STEP_INCR, OPT_STEP_MUL,
-           OPT_GEN, OPT_CSV };
+           OPT_GEN, OPT_CSV, OPT_FRESH, OPT_FRONTIERS };
     static const struct option opts[] = {
         {"prompt-file", required_argument, 0, OPT_PROMPT_FILE},
         {"ctx-start", required_argument, 0, OPT_CTX_START},
@@ -314,14 +337,16 @@ int cmd_bench(int argc, char **argv) {
         {"step-mul", required_argument, 0, OPT_STEP_MUL},
         {"gen-tokens", required_argument, 0, OPT_GEN},
         {"csv", required_argument, 0, OPT_CSV},
+        {"fresh", no_argument, 0, OPT_FRESH},
+        {"frontiers", required_argument, 0, OPT_FRONTIERS},
         {"help", no_argument, 0, 'h'},
         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     struct ms_engine_params ep = ms_engine_params_default(NULL);
-    const char *text_path = NULL, *csv_path = NULL;
+    const char *text_path = NULL, *csv_path = NULL, *frontier_list = NULL;
     long ctx_start = 512, ctx_max = 4096, incr = 0, gen = 32;
     double mul = 0.0;
-    bool ctx_given = false;
+    bool ctx_given = false, fresh = false;
     int c;
     optind = 1;
     opterr = 0;
@@ -361,6 +386,10 @@ int cmd_bench(int argc, char **argv) {
             }
             break;
         case OPT_CSV: csv_path = optarg; break;
+        case OPT_FRESH: fresh = true; break;
+        case OPT_FRONTIERS:
+            frontier_list = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream bench: unknown option or missing value '%s'\n",
@@ -383,6 +412,18 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (incr == 0 && mul == 0) mul = 2.0;
+    static int64_t frontiers[MAX_FRONTIERS];
+    int n_front = 0;
+    if (frontier_list) {
+        n_front = parse_frontiers(frontier_list, frontiers);
+        if (n_front <= 0) {
+            fprintf(stderr, "moestream bench: --frontiers takes increasing integers >= 1 "
+                            "separated by commas, got '%s'\n", frontier_list);
+            return 2;
+        }
+        ctx_start = frontiers[0];
+        ctx_max = frontiers[n_front - 1];
+    }
     if (ctx_start > ctx_max) {
         fprintf(stderr, "moestream bench: --ctx-start (%ld) is larger than --ctx-max (%ld)\n",
                 ctx_start, ctx_max);
@@ -394,8 +435,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (!ctx_given) ep.n_ctx = ctx_max + gen;
-    static int64_t frontiers[MAX_FRONTIERS];
-    const int n_front = make_frontiers(ctx_start, ctx_max, incr, mul, frontiers);
+    if (!frontier_list) n_front = make_frontiers(ctx_start, ctx_max, incr, mul, frontiers);
     if (n_front < 0) {
         fprintf(stderr, "moestream bench: more than %d frontiers; use a larger step\n",
                 MAX_FRONTIERS);
@@ -443,6 +483,7 @@ int cmd_bench(int argc, char **argv) {
            "tg tok/s", "pp read MiB", "tg read MiB", "pp hit", "tg hit", "KV MiB", "RSS MiB");
     for (int i = 0; i < n_front; i++) {
         struct row r;
+        if (fresh) ms_session_reset(s);
         if (run_frontier(e, s, tokens, frontiers[i], gen, &ks, &r, &err)) goto fail;
         print_row(stdout, &r);
         if (csv && csv_row(csv, &r, info.routed_bytes, streaming)) {
