@@ -120,7 +120,7 @@ int ms_hotlist_parse(struct ms_hotlist *out, const char *text, size_t len, const
         goto fail;
     }
     /* Duplicates: sort by pair, compare neighbours. */
-    qsort(h.e, h.n, sizeof *h.e, by_pair);
+    if (h.n) qsort(h.e, h.n, sizeof *h.e, by_pair); /* qsort(NULL, 0) is UB */
     for (size_t i = 1; i < h.n; i++)
         if (!by_pair(&h.e[i - 1], &h.e[i])) {
             const struct ms_hotlist_entry *a = &h.e[i - 1], *b = &h.e[i];
