@@ -129,7 +129,7 @@ int ms_hotlist_parse(struct ms_hotlist *out, const char *text, size_t len, const
                        a->line < b->line ? a->line : b->line);
             goto fail;
         }
-    qsort(h.e, h.n, sizeof *h.e, by_rank);
+    if (h.n) qsort(h.e, h.n, sizeof *h.e, by_rank);
     for (size_t r = 0; r < h.n; r++)
         h.e[r].priority = (uint32_t)(1 + (MS_HOTLIST_PRIO_MAX - 1) * (h.n - r) / h.n);
     *out = h;
