@@ -1,0 +1,132 @@
+/*
+ * bench_kernels.c - moestream's matmul (kernels/matmul.h) per weight format,
+ * for bench/limits: a rows x cols weight matrix of seeded random values
+ * quantized to each format, times f32 activations of batch 1 (decode) and
+ * batch 512 (prefill), fast mode (activations converted to the format's
+ * vec_dot_type, as the engine runs), on T threads of moestream's pool.
+ * Repeats each product until --min-time has passed and reports the mean.
+ *
+ * usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R]
+ *                      [--cols C] [--batches 1,512] [--min-time S]
+ * out:   CSV on stdout: type,batch,threads,rows,cols,seconds,gflops,weight_gbs
+ *        (gflops = 2 rows cols batch / time; weight_gbs = weight bytes / time,
+ *        10^9 units). Types without a quantizer (from_float) are skipped.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/matmul.h"
+#include "quant/quant.h"
+#include "util/mem.h"
+#include "util/pool.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* xorshift uniform in [-1, 1) */
+static float rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+int main(int argc, char **argv) {
+    int threads = 1;
+    const char *types = "f32,f16,bf16,q8_0,q4_K,q2_K,iq2_xxs,mxfp4", *batches = "1,512";
+    long rows = 2048, cols = 4096;
+    double min_time = 0.5;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) goto usage;
+        i++;
+        if (!strcmp(k, "-t")) threads = atoi(v);
+        else if (!strcmp(k, "--types")) types = v;
+        else if (!strcmp(k, "--rows")) rows = atol(v);
+        else if (!strcmp(k, "--cols")) cols = atol(v);
+        else if (!strcmp(k, "--batches")) batches = v;
+        else if (!strcmp(k, "--min-time")) min_time = atof(v);
+        else goto usage;
+    }
+    if (threads < 1 || rows < 1 || cols < 256 || cols % 256 || !(min_time > 0)) goto usage;
+    ms_quant_init();
+    ms_err err = {0};
+    struct ms_pool *pool = NULL;
+    if (ms_pool_new(&pool, threads, &err)) {
+        fprintf(stderr, "bench_kernels: %s\n", err.msg);
+        return 1;
+    }
+    struct ms_matmul_ctx mm = {.pool = pool};
+    long max_batch = 1;
+    for (const char *p = batches; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+        if (atol(p) > max_batch) max_batch = atol(p);
+    float *w32 = malloc((size_t)rows * cols * sizeof *w32);
+    float *x = malloc((size_t)max_batch * cols * sizeof *x);
+    float *y = malloc((size_t)max_batch * rows * sizeof *y);
+    if (!w32 || !x || !y) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        return 1;
+    }
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (long i = 0; i < rows * cols; i++) w32[i] = 0.05f * rnd(&seed);
+    for (long i = 0; i < max_batch * cols; i++) x[i] = rnd(&seed);
+    printf("type,batch,threads,rows,cols,seconds,gflops,weight_gbs\n");
+    char list[512];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *tn = strtok(list, ","); tn; tn = strtok(NULL, ",")) {
+        enum ms_type t;
+        const struct ms_type_traits *tr;
+        if (ms_type_from_name(tn, &t) || !(tr = ms_type_traits(t)) || !tr->has_kernels ||
+            !tr->from_float) {
+            fprintf(stderr, "bench_kernels: skipping %s (no kernels or quantizer)\n", tn);
+            continue;
+        }
+        const size_t row_bytes = ms_row_size(t, cols);
+        void *w = ms_aligned_alloc(64, row_bytes * (size_t)rows);
+        if (!w || !row_bytes) {
+            fprintf(stderr, "bench_kernels: cannot hold %s weights\n", tn);
+            return 1;
+        }
+        for (long r = 0; r < rows; r++)
+            tr->from_float(w32 + r * cols, (char *)w + r * row_bytes, cols);
+        const struct ms_mat m = {.data = w, .type = t, .n_rows = rows, .n_cols = cols,
+                                 .row_stride = row_bytes};
+        for (const char *p = batches; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+            const long nb = atol(p);
+            if (nb < 1) continue;
+            if (ms_matmul(&mm, &m, x, cols, nb, y, rows, false, &err)) { /* warm-up */
+                fprintf(stderr, "bench_kernels: %s: %s\n", tn, err.msg);
+                return 1;
+            }
+            long reps = 0;
+            const double t0 = now();
+            double dt;
+            do {
+                ms_matmul(&mm, &m, x, cols, nb, y, rows, false, &err);
+                reps++;
+                dt = now() - t0;
+            } while (dt < min_time);
+            const double s = dt / (double)reps;
+            printf("%s,%ld,%d,%ld,%ld,%.6g,%.3f,%.3f\n", tr->name, nb, threads, rows, cols, s,
+                   2.0 * (double)rows * (double)cols * (double)nb / s / 1e9,
+                   (double)row_bytes * (double)rows / s / 1e9);
+            fflush(stdout);
+        }
+        ms_free(w);
+    }
+    ms_matmul_ctx_free(&mm);
+    ms_pool_free(pool);
+    free(w32);
+    free(x);
+    free(y);
+    return 0;
+usage:
+    fprintf(stderr, "usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R] "
+                    "[--cols C (multiple of 256)] [--batches 1,512] [--min-time S]\n");
+    return 2;
+}

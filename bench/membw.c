@@ -1,0 +1,78 @@
+/*
+ * membw.c - memory bandwidth of this machine, for bench/limits: a STREAM-
+ * style triad a[i] = b[i] + s * c[i] (24 bytes moved per element, STREAM's
+ * convention: write-allocate traffic not counted) and a read-only sum (8
+ * bytes per element: what a decode that streams weights from memory needs),
+ * over arrays far larger than the caches, split across T threads, best of
+ * several repetitions (McCalpin's STREAM reports the best, too).
+ *
+ * usage: membw [THREADS [ELEMENTS]]   (defaults 1, 2^25 doubles per array)
+ * out:   "triad_gbs X" and "read_gbs Y" lines (10^9 bytes per second).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double *a, *b, *c;
+static long n_elem;
+static int n_threads;
+static double sums[256];
+static pthread_barrier_t bar;
+enum { REPS = 8 };
+static double t_triad = 1e30, t_read = 1e30;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *worker(void *arg) {
+    const long id = (long)arg;
+    const long lo = n_elem * id / n_threads, hi = n_elem * (id + 1) / n_threads;
+    for (long i = lo; i < hi; i++) { a[i] = 0.0; b[i] = 1.0 + (double)(i & 7); c[i] = 0.5; }
+    for (int r = 0; r < REPS; r++) {
+        pthread_barrier_wait(&bar);
+        double t0 = now();
+        for (long i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+        pthread_barrier_wait(&bar);
+        double t1 = now();
+        double s = 0.0;
+        for (long i = lo; i < hi; i++) s += a[i];
+        sums[id] += s;
+        pthread_barrier_wait(&bar);
+        double t2 = now();
+        if (id == 0) {
+            if (t1 - t0 < t_triad) t_triad = t1 - t0;
+            if (t2 - t1 < t_read) t_read = t2 - t1;
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    n_threads = argc > 1 ? atoi(argv[1]) : 1;
+    n_elem = argc > 2 ? atol(argv[2]) : 1L << 25;
+    if (n_threads < 1 || n_threads > 256 || n_elem < 1024) {
+        fprintf(stderr, "usage: membw [THREADS [ELEMENTS]]\n");
+        return 2;
+    }
+    a = malloc((size_t)n_elem * sizeof *a);
+    b = malloc((size_t)n_elem * sizeof *b);
+    c = malloc((size_t)n_elem * sizeof *c);
+    if (!a || !b || !c) {
+        fprintf(stderr, "membw: out of memory\n");
+        return 1;
+    }
+    pthread_barrier_init(&bar, NULL, (unsigned)n_threads);
+    pthread_t th[256];
+    for (long i = 0; i < n_threads; i++) pthread_create(&th[i], NULL, worker, (void *)i);
+    for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    double s = 0;
+    for (int i = 0; i < n_threads; i++) s += sums[i];
+    printf("threads %d elements %ld checksum %.0f\n", n_threads, n_elem, s);
+    printf("triad_gbs %.2f\n", 24.0 * (double)n_elem / t_triad / 1e9);
+    printf("read_gbs %.2f\n", 8.0 * (double)n_elem / t_read / 1e9);
+    return 0;
+}
