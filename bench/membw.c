@@ -38,9 +38,13 @@ static void *worker(void *arg) {
         for (long i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
         pthread_barrier_wait(&bar);
         double t1 = now();
-        double s = 0.0;
-        for (long i = lo; i < hi; i++) s += a[i];
-        sums[id] += s;
+        /* eight partial sums: one chain would be bound by the add latency */
+        double p[8] = {0};
+        long i = lo;
+        for (; i + 8 <= hi; i += 8)
+            for (int k = 0; k < 8; k++) p[k] += a[i + k];
+        for (; i < hi; i++) p[0] += a[i];
+        sums[id] += p[0] + p[1] + p[2] + p[3] + p[4] + p[5] + p[6] + p[7];
         pthread_barrier_wait(&bar);
         double t2 = now();
         if (id == 0) {
