@@ -1,6 +1,7 @@
 /*
  * engine.c - the public API of moestream.h over model/ (loading, sessions).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,6 +10,7 @@
 #include "moestream.h"
 #include "stream/budget.h"
 #include "stream/expert_source.h"
+#include "stream/hotlist.h"
 #include "util/pool.h"
 
 struct ms_engine {
@@ -18,8 +20,32 @@ struct ms_engine {
     struct ms_stream_source *stream; /* NULL when resident */
     bool quality;
     int64_t n_ctx;
+    int64_t n_ubatch;                /* session n_ubatch (DSV4_UBATCH_WHOLE or > 0) */
+    uint64_t *route_hits;            /* [n_layer][n_expert] with profile_routing */
+    double *route_weight;            /* likewise: summed router weights */
     char plan_line[256];
 };
+
+#define RESIDENT_PREFILL_CHUNK 512
+
+/* The session n_ubatch for a prefill chunk option (0 = default by mode). */
+static int64_t ubatch_of(int64_t chunk, bool streaming) {
+    if (chunk > 0) return chunk;
+    if (chunk == MS_PREFILL_WHOLE) return DSV4_UBATCH_WHOLE;
+    return streaming ? DSV4_UBATCH_WHOLE : RESIDENT_PREFILL_CHUNK;
+}
+
+/* Routing observer of profile_routing sessions (dsv4_route_fn). */
+static void observe_route(void *ctx, uint32_t il, const int32_t *sel, const float *w, int64_t n,
+                          int k) {
+    struct ms_engine *e = ctx;
+    const uint32_t E = e->model->hp.n_expert;
+    for (int64_t i = 0; i < n * k; i++) {
+        if (sel[i] < 0 || (uint32_t)sel[i] >= E) continue;
+        e->route_hits[(size_t)il * E + (uint32_t)sel[i]]++;
+        e->route_weight[(size_t)il * E + (uint32_t)sel[i]] += w[i];
+    }
+}
 
 #define DEFAULT_N_CTX 4096
 #define GiB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
@@ -47,7 +73,10 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
     uint64_t limit;
     const char *source;
     if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) return -1;
-    const struct dsv4_session_params sp = {.n_ctx = e->n_ctx};
+    /* sessions sized for the streaming prefill step (the larger one when the
+     * chunk is left to the mode) */
+    const struct dsv4_session_params sp = {.n_ctx = e->n_ctx,
+                                           .n_ubatch = ubatch_of(p->prefill_chunk, true)};
     struct ms_mem_plan_in in = {.limit_bytes = limit,
                                 .pct = p->cache_pct,
                                 .file_bytes = m->gguf->file_size,
@@ -67,7 +96,8 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
         return 0;
     }
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
-                                          .hotlist_path = p->hotlist};
+                                          .hotlist_path = p->hotlist,
+                                          .whole_layer_min_tokens = p->whole_layer_min_tokens};
     if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
     m->experts = ms_stream_source_iface(e->stream);
     snprintf(e->plan_line, sizeof e->plan_line,
@@ -99,6 +129,16 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
+    e->n_ubatch = ubatch_of(p->prefill_chunk, e->stream != NULL);
+    if (p->profile_routing) {
+        const size_t n = (size_t)e->model->n_layer * e->model->hp.n_expert;
+        e->route_hits = calloc(n ? n : 1, sizeof *e->route_hits);
+        e->route_weight = calloc(n ? n : 1, sizeof *e->route_weight);
+        if (!e->route_hits || !e->route_weight) {
+            ms_engine_free(e);
+            return ms_err_set(err, "out of memory");
+        }
+    }
     if (p->stream == MS_STREAM_OFF)
         snprintf(e->plan_line, sizeof e->plan_line, "resident (--no-stream)");
     if (gguf_find_kv(e->model->gguf, "tokenizer.ggml.model") &&
@@ -117,6 +157,8 @@ void ms_engine_free(struct ms_engine *e) {
     ms_pool_free(e->pool);
     ms_stream_source_free(e->stream);
     dsv4_model_free(e->model);
+    free(e->route_hits);
+    free(e->route_weight);
     free(e);
 }
 
@@ -137,7 +179,8 @@ const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e) { retu
 const char *ms_engine_plan_line(const struct ms_engine *e) { return e->plan_line; }
 
 struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
-    struct ms_stream_stats st = {0};
+    struct ms_stream_stats st = {.prefill_chunk = e->n_ubatch > 0 ? e->n_ubatch
+                                                                   : MS_PREFILL_WHOLE};
     if (!e->stream) return st;
     const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(e->stream));
     st.streaming = true;
@@ -147,14 +190,40 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
     st.bytes_read = cs->bytes_read;
     st.io_wait_seconds = cs->io_wait_seconds;
     st.peak_cache_bytes = cs->peak_resident_bytes;
+    const struct ms_stream_counters *c = ms_stream_source_counters(e->stream);
+    st.layer_reads = c->layer_reads;
+    st.layer_bytes_read = c->layer_bytes;
+    st.seeded_experts = c->seeded;
+    st.peak_layer_buffer_bytes = c->peak_layer_buffer_bytes;
     return st;
+}
+
+int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err) {
+    if (!e->route_hits)
+        return ms_err_set(err, "routing was not profiled (load the engine with profile_routing)");
+    FILE *f = fopen(path, "w");
+    if (!f) return ms_err_errno(err, errno, "cannot write %s", path);
+    const uint32_t E = e->model->hp.n_expert;
+    int bad = fprintf(f, "%s\n", MS_HOTLIST_HEADER) < 0;
+    for (uint32_t il = 0; il < e->model->n_layer && !bad; il++)
+        for (uint32_t x = 0; x < E && !bad; x++) {
+            const size_t i = (size_t)il * E + x;
+            if (e->route_hits[i])
+                bad = fprintf(f, "%u %u %llu %.9g\n", il, x,
+                              (unsigned long long)e->route_hits[i], e->route_weight[i]) < 0;
+        }
+    if (fclose(f) || bad) return ms_err_errno(err, errno ? errno : EIO, "cannot write %s", path);
+    return 0;
 }
 
 int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err) {
     if (n_ctx <= 0) n_ctx = e->n_ctx;
     struct ms_session *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, "out of memory");
-    const struct dsv4_session_params sp = {.n_ctx = n_ctx, .quality = e->quality, .pool = e->pool};
+    const struct dsv4_session_params sp = {.n_ctx = n_ctx, .n_ubatch = e->n_ubatch,
+                                           .quality = e->quality, .pool = e->pool,
+                                           .on_route = e->route_hits ? observe_route : NULL,
+                                           .route_ctx = e};
     if (dsv4_session_new(&s->s, e->model, &sp, err)) {
         free(s);
         return -1;

@@ -42,7 +42,18 @@ struct ms_engine_params {
     uint32_t cache_experts; /* or: this many expert slots (of the largest layer) */
     double cache_pct;       /* share of available memory the plan may use; 0 = 80 */
     const char *hotlist;    /* expert hotlist seeding the cache priorities, or NULL */
+    /* Tokens per forward step in prefill: > 0 that many; MS_PREFILL_WHOLE the
+     * whole prompt at once (each layer's routed weights read once per prompt
+     * when streaming; activations grow with the prompt); 0 = the default:
+     * whole when streaming, 512 when resident. */
+    int64_t prefill_chunk;
+    /* Ubatches of at least this many tokens read whole layers when
+     * streaming; 0 = auto (n_expert / n_expert_used), -1 = never. */
+    int64_t whole_layer_min_tokens;
+    bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
 };
+
+#define MS_PREFILL_WHOLE (-1)
 
 /* The defaults: all cores, fast mode, automatic streaming. */
 struct ms_engine_params ms_engine_params_default(const char *model_path);
@@ -55,6 +66,11 @@ struct ms_stream_stats {
     uint64_t bytes_read;       /* expert bytes read from disk */
     double io_wait_seconds;    /* time the forward pass waited for reads */
     uint64_t peak_cache_bytes; /* expert buffers held at most */
+    uint64_t layer_reads;      /* whole-layer reads (one-pass prefill) */
+    uint64_t layer_bytes_read; /* their bytes (part of bytes_read) */
+    uint64_t seeded_experts;   /* experts copied into the cache from layer buffers */
+    uint64_t peak_layer_buffer_bytes;
+    int64_t prefill_chunk;     /* tokens per prefill step, MS_PREFILL_WHOLE = whole */
 };
 
 struct ms_model_info {
@@ -70,6 +86,15 @@ void ms_engine_free(struct ms_engine *e);
 struct ms_model_info ms_engine_info(const struct ms_engine *e);
 int ms_engine_n_threads(const struct ms_engine *e);
 struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e);
+/*
+ * Writes the routing observed since load (every evaluated token of every
+ * session, prefill and decode) as a hotlist file (stream/hotlist.h format:
+ * header, then `layer expert hits weight` rows, weight = summed router
+ * weight), one row per (layer, expert) selected at least once. Errors: the
+ * engine was loaded without profile_routing, the file cannot be written.
+ */
+int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err);
+
 /* One line describing the memory plan (resident or streaming, budgets). */
 const char *ms_engine_plan_line(const struct ms_engine *e);
 /* The model's tokenizer (text/tokenizer.h), or NULL when the file carries no

@@ -24,7 +24,9 @@ static void usage(FILE *f) {
             "      --chat           render the prompt as one user turn of the chat template\n"
             "      --nothink        with --chat: non-thinking mode (the turn opens with </think>)\n"
             "      --stats          print a JSON line of figures to stderr at the end\n"
-            "      --stats-json FILE  write that JSON object to FILE\n" GEN_SAMPLING_HELP
+            "      --stats-json FILE  write that JSON object to FILE\n"
+            "      --profile-routing FILE  write the observed routing as an expert hotlist\n"
+            GEN_SAMPLING_HELP
             ENGINE_HELP);
 }
 
@@ -45,15 +47,16 @@ static int prompt_tokens(const struct ms_tokenizer *t, const char *prompt, bool 
 }
 
 int cmd_run(int argc, char **argv) {
-    enum { OPT_CHAT = 2000, OPT_NOTHINK, OPT_STATS, OPT_STATS_JSON };
+    enum { OPT_CHAT = 2000, OPT_NOTHINK, OPT_STATS, OPT_STATS_JSON, OPT_PROFILE };
     static const struct option opts[] = {
         {"prompt", required_argument, 0, 'p'},   {"n-predict", required_argument, 0, 'n'},
         {"chat", no_argument, 0, OPT_CHAT},      {"nothink", no_argument, 0, OPT_NOTHINK},
         {"stats", no_argument, 0, OPT_STATS},    {"stats-json", required_argument, 0, OPT_STATS_JSON},
+        {"profile-routing", required_argument, 0, OPT_PROFILE},
         {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
         ENGINE_OPTIONS,                          {0, 0, 0, 0}};
     struct ms_engine_params ep = ms_engine_params_default(NULL);
-    const char *prompt = NULL, *stats_json = NULL;
+    const char *prompt = NULL, *stats_json = NULL, *profile = NULL;
     long n_predict = 256;
     bool chat = false, think = true, seeded = false, stats = false;
     struct ms_sampler_params sp = ms_sampler_defaults(0);
@@ -77,6 +80,7 @@ int cmd_run(int argc, char **argv) {
         case OPT_NOTHINK: think = false; break;
         case OPT_STATS: stats = true; break;
         case OPT_STATS_JSON: stats_json = optarg; break;
+        case OPT_PROFILE: profile = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream run: unknown option or missing value '%s'\n",
@@ -100,6 +104,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (!seeded) sp.seed = gen_clock_seed();
+    ep.profile_routing = profile != NULL;
 
     ms_err err = {0};
     struct ms_engine *e = NULL;
@@ -129,11 +134,11 @@ int cmd_run(int argc, char **argv) {
     }
     if (ms_sampler_new(&smp, &sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
 
-    const uint64_t read0 = ms_engine_stream_stats(e).bytes_read;
+    const struct ms_stream_stats st0 = ms_engine_stream_stats(e);
     const double t0 = gen_now();
     if (gen_prefill(s, ids, (int64_t)n_ids, NULL, &err)) goto fail;
     const double t_prefill = gen_now() - t0;
-    const uint64_t prefill_read = ms_engine_stream_stats(e).bytes_read - read0;
+    const struct ms_stream_stats st1 = ms_engine_stream_stats(e);
     double t_decode = 0.0;
     if (gen_decode(s, smp, tok, n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
     printf("\n");
@@ -146,7 +151,9 @@ int cmd_run(int argc, char **argv) {
             (unsigned long long)sp.seed);
     const struct run_stats rs = {.prefill_tokens = (int64_t)n_ids, .decode_tokens = out.n,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
-                                 .prefill_bytes_read = prefill_read};
+                                 .prefill_bytes_read = st1.bytes_read - st0.bytes_read,
+                                 .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds};
+    if (profile && ms_engine_write_routing_profile(e, profile, &err)) goto fail;
     if (stats && write_run_stats(stderr, e, &rs)) {
         ms_err_set(&err, "cannot write the stats");
         goto fail;

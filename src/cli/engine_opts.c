@@ -71,6 +71,20 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     }
     case ENG_OPT_HOTLIST: p->hotlist = arg; return 1;
     case ENG_OPT_COLD: p->hotlist = NULL; return 1;
+    case ENG_OPT_PREFILL_CHUNK:
+        if (parse_long(arg, 0, INT32_MAX, &v)) {
+            fprintf(stderr, "moestream %s: --prefill-chunk must be an integer >= 0\n", cmd);
+            return -1;
+        }
+        p->prefill_chunk = v ? v : MS_PREFILL_WHOLE;
+        return 1;
+    case ENG_OPT_WHOLE_LAYER_MIN:
+        if (parse_long(arg, -1, INT32_MAX, &v)) {
+            fprintf(stderr, "moestream %s: --whole-layer-min must be an integer >= -1\n", cmd);
+            return -1;
+        }
+        p->whole_layer_min_tokens = v;
+        return 1;
     default: return 0;
     }
 }
@@ -113,6 +127,14 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
                         json_real(total > ss.io_wait_seconds ? total - ss.io_wait_seconds : 0.0));
     json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ru.ru_maxrss * 1024));
     json_object_set_new(o, "cache_budget_bytes", json_integer((json_int_t)ss.cache_budget_bytes));
+    json_object_set_new(o, "prefill_bytes_read", json_integer((json_int_t)rs->prefill_bytes_read));
+    json_object_set_new(o, "prefill_io_wait_seconds", json_real(rs->prefill_io_wait));
+    json_object_set_new(o, "prefill_chunk", json_integer(ss.prefill_chunk));
+    json_object_set_new(o, "layer_reads", json_integer((json_int_t)ss.layer_reads));
+    json_object_set_new(o, "layer_bytes_read", json_integer((json_int_t)ss.layer_bytes_read));
+    json_object_set_new(o, "seeded_experts", json_integer((json_int_t)ss.seeded_experts));
+    json_object_set_new(o, "peak_layer_buffer_bytes",
+                        json_integer((json_int_t)ss.peak_layer_buffer_bytes));
     char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!text) return -1;

@@ -22,6 +22,8 @@ enum {
     ENG_OPT_CACHE_PCT,
     ENG_OPT_HOTLIST,
     ENG_OPT_COLD,
+    ENG_OPT_PREFILL_CHUNK,
+    ENG_OPT_WHOLE_LAYER_MIN,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -32,7 +34,9 @@ enum {
         {"no-stream", no_argument, 0, ENG_OPT_NO_STREAM},                                        \
         {"cache-experts", required_argument, 0, ENG_OPT_CACHE_EXPERTS},                          \
         {"cache-pct", required_argument, 0, ENG_OPT_CACHE_PCT},                                  \
-        {"hotlist", required_argument, 0, ENG_OPT_HOTLIST}, {"cold", no_argument, 0, ENG_OPT_COLD}
+        {"hotlist", required_argument, 0, ENG_OPT_HOTLIST}, {"cold", no_argument, 0, ENG_OPT_COLD}, \
+        {"prefill-chunk", required_argument, 0, ENG_OPT_PREFILL_CHUNK},                          \
+        {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -47,7 +51,11 @@ enum {
     "      --cache-pct P    share of available memory (cgroup limit or MemAvailable) the\n"        \
     "                       automatic plan may use (default 80)\n"                                 \
     "      --hotlist FILE   seed expert priorities from a routing profile\n"                       \
-    "      --cold           no hotlist seeding\n"
+    "      --cold           no hotlist seeding\n"                                                 \
+    "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
+    "                       of the routed weights per prompt; default when streaming, else 512)\n" \
+    "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
+    "                       (default: n_expert / n_expert_used; -1 = never)\n"
 
 /* Handles engine option c with argument arg into *p. Returns 1 when c was
  * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on
@@ -59,6 +67,7 @@ struct run_stats {
     int64_t prefill_tokens, decode_tokens;
     double prefill_seconds, decode_seconds;
     uint64_t prefill_bytes_read; /* expert bytes read during prefill */
+    double prefill_io_wait;      /* seconds the prefill waited for expert reads */
 };
 
 /* Writes the stats JSON object (one line) to f: the run's figures, the

@@ -383,6 +383,24 @@ static int expert_ffn(struct dsv4_session *s, uint32_t il, int32_t expert,
     return 0;
 }
 
+/* Tells the expert source the distinct experts of the ubatch's last
+ * DSV4_TAIL_TOKENS tokens, last token first (it may seed its decode cache
+ * with them). sc->used is free until the gathering below. */
+static int tail_routed(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const int64_t k = m->hp.n_expert_used;
+    int32_t *ids = s->sc.used;
+    int n_ids = 0;
+    for (int64_t t = n - 1; t >= 0 && t >= n - DSV4_TAIL_TOKENS; t--)
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = s->sc.sel[t * k + j];
+            bool seen = false;
+            for (int i = 0; i < n_ids && !seen; i++) seen = ids[i] == e;
+            if (!seen) ids[n_ids++] = e;
+        }
+    return m->experts.tail_routed(m->experts.ctx, il, ids, n_ids, err);
+}
+
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -428,6 +446,9 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
         if (scale != 0.0f && scale != 1.0f)
             for (int64_t j = 0; j < k; j++) w[j] *= scale;
     }
+
+    if (s->p.on_route) s->p.on_route(s->p.route_ctx, il, sc->sel, sc->selw, n, (int)k);
+    if (m->experts.tail_routed && tail_routed(s, il, n, err)) return -1;
 
     /* Experts: gather each expert's tokens, run it once over all of them. */
     int32_t *used = sc->used;
@@ -536,8 +557,13 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
         et->to_float((const char *)emb->mat.data + (size_t)tokens[t] * emb->mat.row_stride, X, D);
         for (int64_t k = 1; k < nh; k++) memcpy(X + k * D, X, (size_t)D * sizeof(float));
     }
-    for (uint32_t il = 0; il < m->n_layer; il++)
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        /* the expert source starts this layer's reads (and the next's) now,
+         * so they overlap this layer's attention */
+        if (m->experts.prepare && m->experts.prepare(m->experts.ctx, il, tokens, n, err))
+            return ms_err_prefix(err, "layer %u", il);
         if (layer_forward(s, il, tokens, n, err)) return ms_err_prefix(err, "layer %u", il);
+    }
     if (logits) {
         if (output_head(s, 0, n, logits, err)) return -1;
         memcpy(s->logits, logits + (n - 1) * V, (size_t)V * sizeof(float));

@@ -60,7 +60,22 @@ struct dsv4_expert_source {
     /* Most experts one acquire may hold (the cache's capacity); 0 = no limit.
      * The forward pass acquires a layer's experts in groups of at most this. */
     int max_per_acquire;
+    /* Optional (NULL = not needed). Called at the start of every layer, before
+     * its attention, with the ubatch's tokens[0..n_tokens): a streaming
+     * source decides how it will serve the layer (whole-layer reads for long
+     * ubatches) and starts reading ahead (layer il, and il + 1 while il
+     * computes). -1 with err on failure. */
+    int (*prepare)(void *ctx, uint32_t il, const int32_t *tokens, int64_t n_tokens,
+                   ms_err *err);
+    /* Optional. Called after routing, before the layer's acquires, with the
+     * distinct experts ids[0..n) the ubatch's last tokens selected (last
+     * token's first): a streaming source seeds its decode cache with them
+     * while the layer is in memory. -1 with err on I/O error. */
+    int (*tail_routed)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
 };
+
+/* How many of a ubatch's last tokens tell tail_routed their experts. */
+#define DSV4_TAIL_TOKENS 4
 
 struct dsv4_model {
     struct dsv4_hparams hp;

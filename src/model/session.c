@@ -75,29 +75,18 @@ void dsv4_session_free(struct dsv4_session *s) {
     free(s);
 }
 
-int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
-                     const struct dsv4_session_params *p, ms_err *err) {
-    if (p->n_ctx <= 0) return ms_err_set(err, "context size must be positive (got %lld)",
-                                         (long long)p->n_ctx);
-    struct dsv4_session *s = calloc(1, sizeof *s);
-    if (!s) return ms_err_set(err, "out of memory");
-    s->m = m;
-    s->p = *p;
-    if (s->p.n_ubatch <= 0) s->p.n_ubatch = DEFAULT_UBATCH;
-    if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
-    s->mm.pool = p->pool;
-    s->comp_cap = s->p.n_ctx / 4 + 1;
-
-    const struct dsv4_hparams *hp = &m->hp;
-    const size_t n = (size_t)s->p.n_ubatch, D = hp->n_embd, nh = hp->n_hc;
+/* (Re)allocates the scratch for ubatches of up to n tokens; on OOM the old
+ * scratch is kept and false returned. */
+static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const size_t n = (size_t)n_tok, D = hp->n_embd, nh = hp->n_hc;
     const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
     const size_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
     const size_t E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp;
     const size_t Fs = F * hp->n_expert_shared, G = hp->n_out_group, ro = hp->o_lora_rank;
-    const size_t nt = (size_t)ms_pool_n_threads(p->pool);
-    const size_t V = hp->n_vocab, cc = (size_t)s->comp_cap;
+    const size_t nt = (size_t)ms_pool_n_threads(s->p.pool), cc = (size_t)s->comp_cap;
     bool ok = true;
-    struct dsv4_scratch *sc = &s->sc;
+    struct dsv4_scratch nsc = {0}, *sc = &nsc;
     sc->X = zalloc(n * nh * D, 4, &ok);
     sc->flat = zalloc(n * nh * D, 4, &ok);
     sc->mix = zalloc(n * (2 + nh) * nh, 4, &ok);
@@ -136,6 +125,37 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     sc->topidx = zalloc(E, sizeof(int), &ok);
     sc->used = zalloc(E, 4, &ok);
     sc->views = zalloc(E, sizeof(struct dsv4_expert_view), &ok);
+    if (!ok) {
+        free_scratch(&nsc);
+        return false;
+    }
+    free_scratch(&s->sc);
+    s->sc = nsc;
+    s->sc_cap = n_tok;
+    return true;
+}
+
+int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
+                     const struct dsv4_session_params *p, ms_err *err) {
+    if (p->n_ctx <= 0) return ms_err_set(err, "context size must be positive (got %lld)",
+                                         (long long)p->n_ctx);
+    if (p->n_ubatch < 0 && p->n_ubatch != DSV4_UBATCH_WHOLE)
+        return ms_err_set(err, "ubatch size must be positive, 0 or DSV4_UBATCH_WHOLE (got %lld)",
+                          (long long)p->n_ubatch);
+    struct dsv4_session *s = calloc(1, sizeof *s);
+    if (!s) return ms_err_set(err, "out of memory");
+    s->m = m;
+    s->p = *p;
+    if (s->p.n_ubatch == 0) s->p.n_ubatch = DEFAULT_UBATCH;
+    if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
+    s->mm.pool = p->pool;
+    s->comp_cap = s->p.n_ctx / 4 + 1;
+
+    /* Whole-call sessions start with a default-sized scratch and grow it. */
+    const int64_t cap = s->p.n_ubatch > 0 ? s->p.n_ubatch
+                        : s->p.n_ctx < DEFAULT_UBATCH ? s->p.n_ctx : DEFAULT_UBATCH;
+    bool ok = alloc_scratch(s, cap);
+    const size_t V = m->hp.n_vocab;
     s->tokens = zalloc((size_t)s->p.n_ctx, 4, &ok);
     s->logits = zalloc(V, 4, &ok);
     s->ls = calloc(m->n_layer ? m->n_layer : 1, sizeof *s->ls);
@@ -167,7 +187,10 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
 uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p) {
     const struct dsv4_hparams *hp = &m->hp;
     const uint64_t n_ctx = p->n_ctx > 0 ? (uint64_t)p->n_ctx : 1;
-    uint64_t n = p->n_ubatch > 0 ? (uint64_t)p->n_ubatch : DEFAULT_UBATCH;
+    /* a whole-call session may grow its scratch to the whole context */
+    uint64_t n = p->n_ubatch > 0                    ? (uint64_t)p->n_ubatch
+                 : p->n_ubatch == DSV4_UBATCH_WHOLE ? n_ctx
+                                                    : DEFAULT_UBATCH;
     if (n > n_ctx) n = n_ctx;
     const uint64_t D = hp->n_embd, nh = hp->n_hc, d = hp->n_embd_head, H = hp->n_head;
     const uint64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, E = hp->n_expert;
@@ -205,8 +228,12 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         if (tokens[i] < 0 || tokens[i] >= V)
             return ms_err_set(err, "token id %d at index %lld is outside the vocabulary "
                               "[0, %lld)", tokens[i], (long long)i, (long long)V);
-    for (int64_t off = 0; off < n; off += s->p.n_ubatch) {
-        const int64_t nb = n - off < s->p.n_ubatch ? n - off : s->p.n_ubatch;
+    const int64_t step = s->p.n_ubatch > 0 ? s->p.n_ubatch : n;
+    if (step > s->sc_cap && !alloc_scratch(s, step))
+        return ms_err_set(err, "out of memory for the activations of a %lld-token step",
+                          (long long)step);
+    for (int64_t off = 0; off < n; off += step) {
+        const int64_t nb = n - off < step ? n - off : step;
         if (dsv4_forward(s, tokens + off, nb, logits ? logits + off * V : NULL, err)) {
             dsv4_session_reset(s);
             return -1;

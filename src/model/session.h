@@ -24,12 +24,25 @@
 struct dsv4_session;
 struct dsv4_snapshot;
 
+/* n_ubatch value: every eval call is one forward step, however long (the
+ * layer-major one-pass prefill of a streamed model: each layer's routed
+ * weights are needed once per prompt). The scratch grows to the longest
+ * call and stays at that size. */
+#define DSV4_UBATCH_WHOLE (-1)
+
+/* Routing observer: after the router of layer il ran over n tokens, sel and
+ * w ([n][k], slot order) hold each token's experts and their weights. */
+typedef void (*dsv4_route_fn)(void *ctx, uint32_t il, const int32_t *sel, const float *w,
+                              int64_t n, int k);
+
 struct dsv4_session_params {
     int64_t n_ctx;       /* positions the session can hold (> 0) */
     int64_t n_ubatch;    /* tokens per forward step (activation memory bound);
-                            0 = 512 */
+                            0 = 512, DSV4_UBATCH_WHOLE = the whole call */
     bool quality;        /* F32 activations (exact math on stored weights) */
     struct ms_pool *pool; /* borrowed; NULL = single-threaded */
+    dsv4_route_fn on_route; /* NULL = none */
+    void *route_ctx;
 };
 
 /* Bytes a session with these parameters allocates (state + scratch), for

@@ -64,6 +64,7 @@ struct dsv4_session {
     int64_t comp_cap;        /* max compressed rows per layer (ratio 4) */
     struct dsv4_layer_state *ls; /* [n_layer] */
     struct dsv4_scratch sc;
+    int64_t sc_cap;          /* tokens the scratch holds */
     struct ms_matmul_ctx mm;
 };
 

@@ -364,6 +364,27 @@ void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t
 
 /* ---- seeding and counters ---------------------------------------------- */
 
+int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expert,
+                            void (*fill)(void *ctx, void *buf), void *ctx, ms_err *err) {
+    if (il >= c->n_layer || expert < 0 || (uint32_t)expert >= c->n_expert)
+        return ms_err_set(err, "expert cache: install of layer %u expert %d out of range", il,
+                          expert);
+    const uint32_t key = key_of(c, il, expert);
+    if (c->entry_slot[key] >= 0) return 0;
+    /* room check first, so "no room" changes nothing */
+    uint64_t freeable = c->budget - c->st.used_bytes;
+    for (uint32_t s = 0; s < c->n_slots && freeable < c->slot_bytes[il]; s++)
+        if (c->slots[s].live && !c->slots[s].pins) freeable += c->slots[s].bytes;
+    if (freeable < c->slot_bytes[il]) return 0;
+    ++c->tick;
+    if (install(c, il, key, err)) return -1;
+    struct slot *sl = &c->slots[c->entry_slot[key]];
+    fill(ctx, sl->buf);
+    sl->loading = false;
+    sl->pins = 0;
+    return 1;
+}
+
 void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h) {
     for (size_t i = 0; i < h->n; i++)
         if (h->e[i].layer < c->n_layer && h->e[i].expert < c->n_expert)

@@ -106,6 +106,18 @@ void ms_expert_cache_abort(struct ms_expert_cache *c, uint32_t il, const int32_t
 /* Ends a pin (after _loaded): the slots may be evicted again. */
 void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n);
 
+/*
+ * Installs expert `expert` of layer il from memory, without I/O (seeding
+ * the cache from a whole-layer prefill buffer): when it is not resident, a
+ * slot is made exactly as a pin would (evicting by the policy first, so the
+ * budget holds at every install) and fill(ctx, buf) writes its slot buffer
+ * (slot_bytes[il] bytes). Counts neither a hit nor a miss and leaves the
+ * expert unpinned. Returns 1 when installed, 0 when already resident or
+ * when pinned slots leave no room (nothing changes), -1 on a bad id or OOM.
+ */
+int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expert,
+                            void (*fill)(void *ctx, void *buf), void *ctx, ms_err *err);
+
 /* Seeds the policy from a hotlist (entries outside the cache's shape are
  * skipped). */
 void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h);

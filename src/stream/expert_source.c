@@ -5,12 +5,19 @@
  * the file and how many bytes one expert takes in it (n_ff_exp rows for
  * gate/up, n_embd rows for down, expert-major), and from that the slot
  * layout. An acquire is then: pin, one I/O batch for all misses, views.
+ * In whole-layer mode (see expert_source.h) the plan also gives where each
+ * tensor lands in a layer buffer, and an acquire is: wait for the layer's
+ * read, views into the buffer.
  */
 #include "stream/expert_source.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "stream/layer_reader.h"
 
 #include "util/mem.h"
 
@@ -23,12 +30,14 @@ struct part {
     uint64_t file_base;   /* absolute offset of the tensor's data */
     uint64_t bytes;       /* of one expert: rows * row_stride */
     uint64_t slot_off;    /* where this part's extent starts in the slot */
+    uint64_t layer_off;   /* where the whole tensor's extent starts in a layer buffer */
     struct ms_mat mat;    /* one expert's matrix (data filled per acquire) */
 };
 
 struct layer_plan {
     struct part p[N_PART];
     uint64_t slot_bytes;
+    uint64_t layer_bytes; /* the three tensors' extents */
 };
 
 struct ms_stream_source {
@@ -39,6 +48,12 @@ struct ms_stream_source {
     void **bufs;             /* [n_expert] scratch of one acquire */
     bool *miss;              /* [n_expert] */
     struct ms_io_req *reqs;  /* [n_expert * 3] */
+    /* whole-layer mode */
+    struct ms_layer_reader *lr;
+    int64_t whole_min;       /* smallest whole-layer ubatch (INT64_MAX: never) */
+    int64_t whole_il;        /* layer served from a layer buffer now, or -1 */
+    uint32_t seed_quota;     /* experts seeded per layer */
+    struct ms_stream_counters ctr;
 };
 
 /* Fills the plan of layer il; -1 if its expert tensors are missing. */
@@ -72,6 +87,12 @@ static int plan_layer(const struct dsv4_model *m, uint32_t il, struct layer_plan
         off += extent;
     }
     lp->slot_bytes = off;
+    uint64_t loff = 0;
+    for (int k = 0; k < N_PART; k++) {
+        lp->p[k].layer_off = loff;
+        loff += ms_io_extent(lp->p[k].file_base, lp->p[k].bytes * (uint64_t)E);
+    }
+    lp->layer_bytes = loff;
     return 0;
 }
 
@@ -96,12 +117,147 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- whole-layer mode -------------------------------------------------- */
+
+/* The layer buffer holding (or reading) layer il, or -1. */
+static int whole_buffer(const struct ms_stream_source *s, uint32_t il) {
+    for (int b = 0; b < MS_LR_BUFFERS; b++)
+        if (ms_layer_reader_tag(s->lr, b) == (int64_t)il) return b;
+    return -1;
+}
+
+/* True when every expert of layer il is in the decode cache already (then
+ * the cache serves it and nothing is read). */
+static bool layer_cached(const struct ms_stream_source *s, uint32_t il) {
+    for (uint32_t e = 0; e < s->m->hp.n_expert; e++)
+        if (!ms_expert_cache_contains(s->cache, il, e)) return false;
+    return true;
+}
+
+/* Starts reading layer il whole into the buffer that does not hold layer
+ * `keep` (the one being computed), unless a buffer has it already. */
+static int queue_layer(struct ms_stream_source *s, uint32_t il, int64_t keep, ms_err *err) {
+    if (whole_buffer(s, il) >= 0) return 0;
+    const int b = ms_layer_reader_tag(s->lr, 0) == keep ? 1 : 0;
+    const struct layer_plan *lp = &s->plan[il];
+    struct ms_io_req reads[N_PART];
+    for (int k = 0; k < N_PART; k++)
+        reads[k] = (struct ms_io_req){
+            .offset = lp->p[k].file_base,
+            .len = (size_t)(lp->p[k].bytes * s->m->hp.n_expert),
+            .buf = (void *)(uintptr_t)lp->p[k].layer_off};
+    if (ms_layer_reader_start(s->lr, b, il, reads, N_PART, err)) return -1;
+    const uint64_t held = ms_layer_reader_buffer_bytes(s->lr);
+    if (held > s->ctr.peak_layer_buffer_bytes) s->ctr.peak_layer_buffer_bytes = held;
+    return 0;
+}
+
+static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t n,
+                          ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    (void)tokens;
+    s->whole_il = -1;
+    if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
+    if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
+        if (ms_layer_reader_buffer_bytes(s->lr)) ms_layer_reader_drop(s->lr);
+        return 0;
+    }
+    if (!layer_cached(s, il)) {
+        if (queue_layer(s, il, (int64_t)il - 1, err)) return -1;
+        s->whole_il = il;
+    }
+    if (il + 1 < s->m->n_layer && !layer_cached(s, il + 1) && queue_layer(s, il + 1, il, err))
+        return -1;
+    return 0;
+}
+
+/* Waits for layer il's buffer; counts the bytes (once) and the wait. */
+static int whole_wait(struct ms_stream_source *s, uint32_t il, char **data, ms_err *err) {
+    const int b = whole_buffer(s, il);
+    if (b < 0) return ms_err_set(err, "expert streaming: layer %u was not prepared", il);
+    double waited;
+    uint64_t bytes;
+    void *mem = NULL;
+    const int rc = ms_layer_reader_wait(s->lr, b, &mem, &waited, &bytes, err);
+    ms_expert_cache_note_io(s->cache, bytes, waited);
+    if (rc) {
+        s->whole_il = -1;
+        return ms_err_prefix(err, "whole-layer read");
+    }
+    if (bytes) {
+        s->ctr.layer_reads++;
+        s->ctr.layer_bytes += bytes;
+    }
+    *data = mem;
+    return 0;
+}
+
+/* Where expert e's part k starts in layer il's buffer. */
+static const char *whole_part(const struct ms_stream_source *s, const char *data, uint32_t il,
+                              int32_t e, int k) {
+    const struct part *p = &s->plan[il].p[k];
+    return data + p->layer_off + p->file_base % MS_IO_ALIGN + (uint64_t)e * p->bytes;
+}
+
+struct seed_fill {
+    const struct ms_stream_source *s;
+    const char *data;
+    uint32_t il;
+    int32_t e;
+};
+
+/* Copies one expert from the layer buffer into a slot, in the slot layout. */
+static void seed_copy(void *ctx, void *buf) {
+    const struct seed_fill *f = ctx;
+    for (int k = 0; k < N_PART; k++) {
+        const struct part *p = &f->s->plan[f->il].p[k];
+        const uint64_t off = p->file_base + (uint64_t)f->e * p->bytes;
+        memcpy((char *)buf + p->slot_off + off % MS_IO_ALIGN,
+               whole_part(f->s, f->data, f->il, f->e, k), (size_t)p->bytes);
+    }
+}
+
+static int stream_tail_routed(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    if (s->whole_il != (int64_t)il || !s->seed_quota) return 0;
+    char *data;
+    if (whole_wait(s, il, &data, err)) return -1;
+    const int q = n < (int)s->seed_quota ? n : (int)s->seed_quota;
+    for (int i = 0; i < q; i++) {
+        struct seed_fill f = {.s = s, .data = data, .il = il, .e = ids[i]};
+        const int rc = ms_expert_cache_install(s->cache, il, ids[i], seed_copy, &f, err);
+        if (rc < 0) return ms_err_prefix(err, "seeding layer %u", il);
+        s->ctr.seeded += (uint64_t)rc;
+    }
+    return 0;
+}
+
+static int whole_acquire(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
+                         struct dsv4_expert_view *views, ms_err *err) {
+    char *data;
+    if (whole_wait(s, il, &data, err)) return -1;
+    const struct layer_plan *lp = &s->plan[il];
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert)
+            return ms_err_set(err, "layer %u: expert id %d out of range", il, ids[i]);
+        struct ms_mat *dst[N_PART] = {&views[i].gate, &views[i].up, &views[i].down};
+        for (int k = 0; k < N_PART; k++) {
+            *dst[k] = lp->p[k].mat;
+            dst[k]->data = whole_part(s, data, il, ids[i], k);
+        }
+    }
+    return 0;
+}
+
+/* ---- selected experts through the decode cache ------------------------- */
+
 static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
                           struct dsv4_expert_view *views, ms_err *err) {
     struct ms_stream_source *s = ctx;
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < 0 || n > (int)s->m->hp.n_expert)
         return ms_err_set(err, "layer %u: %d experts requested", il, n);
+    if (s->whole_il == (int64_t)il) return whole_acquire(s, il, ids, n, views, err);
     if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) return -1;
     const struct layer_plan *lp = &s->plan[il];
     size_t n_req = 0;
@@ -140,11 +296,15 @@ static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
 
 static void stream_release(void *ctx, uint32_t il, const int32_t *ids, int n) {
     struct ms_stream_source *s = ctx;
-    if (il < s->m->n_layer) ms_expert_cache_unpin(s->cache, il, ids, n);
+    /* whole-layer views pinned nothing: the buffer lives until the next
+     * layer's prepare reuses it */
+    if (il < s->m->n_layer && s->whole_il != (int64_t)il)
+        ms_expert_cache_unpin(s->cache, il, ids, n);
 }
 
 void ms_stream_source_free(struct ms_stream_source *s) {
     if (!s) return;
+    ms_layer_reader_free(s->lr);
     ms_expert_cache_free(s->cache);
     ms_io_close(s->io);
     free(s->plan);
@@ -162,6 +322,7 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     uint64_t *slot_bytes = calloc(m->n_layer ? m->n_layer : 1, sizeof *slot_bytes);
     if (s) {
         s->m = m;
+        s->whole_il = -1;
         s->plan = calloc(m->n_layer ? m->n_layer : 1, sizeof *s->plan);
         s->bufs = calloc(E ? E : 1, sizeof *s->bufs);
         s->miss = calloc(E ? E : 1, sizeof *s->miss);
@@ -195,6 +356,19 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
         ms_hotlist_free(&h);
     }
     if (ms_io_open(&s->io, m->gguf->path, &p->io, err)) goto fail;
+    uint64_t max_layer = 0, max_slot = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        if (s->plan[il].layer_bytes > max_layer) max_layer = s->plan[il].layer_bytes;
+        if (s->plan[il].slot_bytes > max_slot) max_slot = s->plan[il].slot_bytes;
+    }
+    const uint32_t k = m->hp.n_expert_used ? m->hp.n_expert_used : 1;
+    s->whole_min = p->whole_layer_min_tokens > 0    ? p->whole_layer_min_tokens
+                   : p->whole_layer_min_tokens < 0 ? INT64_MAX
+                                                   : (int64_t)((E + k - 1) / k);
+    s->seed_quota = m->n_layer && max_slot ? (uint32_t)(budget / (m->n_layer * max_slot)) : 0;
+    if (s->whole_min != INT64_MAX && max_layer &&
+        ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, err))
+        goto fail;
     free(slot_bytes);
     *out = s;
     return 0;
@@ -217,8 +391,19 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
     if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
     if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
-                                       .release = stream_release, .max_per_acquire = (int)fit};
+                                       .release = stream_release, .max_per_acquire = (int)fit,
+                                       .prepare = s->lr ? stream_prepare : NULL,
+                                       .tail_routed = s->lr ? stream_tail_routed : NULL};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
+const struct ms_stream_counters *ms_stream_source_counters(const struct ms_stream_source *s) {
+    return &s->ctr;
+}
+int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s) {
+    return s->lr ? s->whole_min : INT64_MAX;
+}
+struct ms_io *ms_stream_source_layer_io(struct ms_stream_source *s) {
+    return s->lr ? ms_layer_reader_io(s->lr) : NULL;
+}
 struct ms_io *ms_stream_source_io(struct ms_stream_source *s) { return s->io; }

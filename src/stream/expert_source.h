@@ -12,6 +12,23 @@
  * range (the largest over the layer's experts), so every part starts
  * aligned and the matrix begins at (file offset % MS_IO_ALIGN) inside it.
  *
+ * Whole-layer mode (the one-pass prefill, DESIGN "Data flow" step 4): when a
+ * ubatch is long enough that nearly every expert of a layer is selected
+ * (n_tokens * n_expert_used >= n_expert by default, see
+ * whole_layer_min_tokens), prepare(il) reads the layer's three expert
+ * tensors whole, with large direct reads on a background thread, into one of
+ * two layer buffers, and starts layer il + 1's read into the other while il
+ * computes; acquire then serves views into the layer buffer, bypassing the
+ * decode cache (no pins, no hits or misses). A layer whose experts are all
+ * in the cache is served from the cache instead. tail_routed copies the
+ * experts of the ubatch's last tokens from the layer buffer into the decode
+ * cache (ms_expert_cache_install: the budget holds at every install), at
+ * most budget / (n_layer * largest slot) per layer, so that seeding one
+ * layer does not evict the seeds of the others. The layer buffers are
+ * allocated at the first long ubatch and freed at the first short one (a
+ * decode step): they are the two layers of prefill headroom of the memory
+ * plan (stream/budget.h), held only while a long prefill runs.
+ *
  * Usage: create over a loaded model, then `m->experts =
  * ms_stream_source_iface(src)` before creating sessions; free the source
  * after the last session. Not thread-safe (one forward pass at a time).
@@ -31,6 +48,16 @@ struct ms_stream_params {
     const char *hotlist_path;      /* seeds the policy; NULL = none */
     struct ms_io_params io;        /* I/O engine options (zero = defaults) */
     struct ms_cache_policy policy; /* taken over; all-zero = default policy */
+    /* ubatches of at least this many tokens read whole layers; 0 = auto
+     * (ceil(n_expert / n_expert_used)), -1 = never */
+    int64_t whole_layer_min_tokens;
+};
+
+struct ms_stream_counters {
+    uint64_t layer_reads;       /* whole-layer reads completed and used */
+    uint64_t layer_bytes;       /* bytes they read (also in the cache's bytes_read) */
+    uint64_t seeded;            /* experts installed into the cache from layer buffers */
+    uint64_t peak_layer_buffer_bytes;
 };
 
 struct ms_stream_source;
@@ -53,6 +80,12 @@ void ms_stream_source_free(struct ms_stream_source *s);
 
 /* The interface the forward pass calls (ctx = s). */
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s);
+
+const struct ms_stream_counters *ms_stream_source_counters(const struct ms_stream_source *s);
+/* The smallest ubatch that reads whole layers (INT64_MAX: never). */
+int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s);
+/* The whole-layer reader's I/O engine (fault injection in tests). */
+struct ms_io *ms_stream_source_layer_io(struct ms_stream_source *s);
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s);
 struct ms_io *ms_stream_source_io(struct ms_stream_source *s);

@@ -1,0 +1,225 @@
+/*
+ * layer_reader.c - background whole-layer reads into two buffers (contract
+ * in layer_reader.h).
+ *
+ * One mutex guards the job states; the thread takes queued jobs in the order
+ * they were queued (a sequence number), runs ms_io_read without the lock,
+ * then marks the job done or failed and wakes the waiters. The I/O engine
+ * is the thread's own (ms_io is single-threaded), opened on a second file
+ * descriptor, so decode-cache reads on the forward pass's thread never
+ * share it.
+ */
+#include "stream/layer_reader.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util/mem.h"
+
+enum job_state { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
+
+struct lbuf {
+    void *mem;
+    enum job_state st;
+    int64_t tag;
+    uint64_t seq;          /* queue order */
+    struct ms_io_req reads[MS_LR_MAX_RANGES];
+    size_t n_reads;
+    uint64_t bytes;        /* read by the job */
+    bool counted;          /* bytes handed to a waiter already */
+    ms_err err;
+};
+
+struct ms_layer_reader {
+    struct ms_io *io;
+    uint64_t buf_bytes;
+    struct lbuf b[MS_LR_BUFFERS];
+    uint64_t next_seq;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* any state change */
+    pthread_t thread;
+    bool stop;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The queued job with the lowest sequence number, or -1. Lock held. */
+static int next_job(const struct ms_layer_reader *r) {
+    int best = -1;
+    for (int i = 0; i < MS_LR_BUFFERS; i++)
+        if (r->b[i].st == JOB_QUEUED && (best < 0 || r->b[i].seq < r->b[best].seq)) best = i;
+    return best;
+}
+
+static void *reader_main(void *arg) {
+    struct ms_layer_reader *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        int i;
+        while (!r->stop && (i = next_job(r)) < 0) pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop) break;
+        struct lbuf *b = &r->b[i];
+        b->st = JOB_RUNNING;
+        struct ms_io_req reqs[MS_LR_MAX_RANGES];
+        const size_t n = b->n_reads;
+        for (size_t k = 0; k < n; k++) {
+            reqs[k] = b->reads[k];
+            reqs[k].buf = (char *)b->mem + (uintptr_t)b->reads[k].buf;
+        }
+        pthread_mutex_unlock(&r->mu);
+        ms_err e = {{0}};
+        const uint64_t b0 = ms_io_bytes_read(r->io);
+        const int rc = ms_io_read(r->io, reqs, n, &e);
+        const uint64_t got = ms_io_bytes_read(r->io) - b0;
+        pthread_mutex_lock(&r->mu);
+        b->bytes = got;
+        b->counted = false;
+        b->err = e;
+        b->st = rc ? JOB_FAILED : JOB_DONE;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+int ms_layer_reader_new(struct ms_layer_reader **out, const char *path,
+                        const struct ms_io_params *io, uint64_t buf_bytes, ms_err *err) {
+    if (!buf_bytes || buf_bytes > SIZE_MAX)
+        return ms_err_set(err, "layer reader: bad buffer size %llu",
+                          (unsigned long long)buf_bytes);
+    struct ms_layer_reader *r = calloc(1, sizeof *r);
+    if (!r) return ms_err_set(err, "out of memory");
+    r->buf_bytes = buf_bytes;
+    for (int i = 0; i < MS_LR_BUFFERS; i++) r->b[i].tag = -1;
+    if (ms_io_open(&r->io, path, io, err)) {
+        free(r);
+        return ms_err_prefix(err, "layer reader");
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if (pthread_create(&r->thread, NULL, reader_main, r)) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        ms_io_close(r->io);
+        free(r);
+        return ms_err_set(err, "layer reader: cannot start its thread");
+    }
+    *out = r;
+    return 0;
+}
+
+/* Waits until buffer i has no queued or running job. Lock held. */
+static void wait_idle(struct ms_layer_reader *r, int i) {
+    while (r->b[i].st == JOB_QUEUED || r->b[i].st == JOB_RUNNING)
+        pthread_cond_wait(&r->cv, &r->mu);
+}
+
+void ms_layer_reader_drop(struct ms_layer_reader *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < MS_LR_BUFFERS; i++) {
+        wait_idle(r, i);
+        ms_free(r->b[i].mem);
+        r->b[i].mem = NULL;
+        r->b[i].st = JOB_NONE;
+        r->b[i].tag = -1;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void ms_layer_reader_free(struct ms_layer_reader *r) {
+    if (!r) return;
+    ms_layer_reader_drop(r);
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    ms_io_close(r->io);
+    free(r);
+}
+
+int ms_layer_reader_start(struct ms_layer_reader *r, int b, int64_t tag,
+                          const struct ms_io_req *reads, size_t n, ms_err *err) {
+    if (b < 0 || b >= MS_LR_BUFFERS || tag < 0 || n > MS_LR_MAX_RANGES)
+        return ms_err_set(err, "layer reader: bad job (buffer %d, tag %lld, %zu ranges)", b,
+                          (long long)tag, n);
+    for (size_t k = 0; k < n; k++)
+        if ((uintptr_t)reads[k].buf % MS_IO_ALIGN ||
+            (uint64_t)(uintptr_t)reads[k].buf + ms_io_extent(reads[k].offset, reads[k].len) >
+                r->buf_bytes)
+            return ms_err_set(err, "layer reader: range %zu does not fit the %llu-byte buffer",
+                              k, (unsigned long long)r->buf_bytes);
+    pthread_mutex_lock(&r->mu);
+    struct lbuf *lb = &r->b[b];
+    wait_idle(r, b);
+    if (!lb->mem) lb->mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)r->buf_bytes);
+    if (!lb->mem) {
+        lb->st = JOB_NONE;
+        lb->tag = -1;
+        pthread_mutex_unlock(&r->mu);
+        return ms_err_set(err, "out of memory for a %llu-byte layer buffer",
+                          (unsigned long long)r->buf_bytes);
+    }
+    memcpy(lb->reads, reads, n * sizeof *reads);
+    lb->n_reads = n;
+    lb->tag = tag;
+    lb->seq = r->next_seq++;
+    lb->st = JOB_QUEUED;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int64_t ms_layer_reader_tag(const struct ms_layer_reader *r, int b) {
+    /* tag is only written by the caller's thread: no lock needed */
+    return b >= 0 && b < MS_LR_BUFFERS ? r->b[b].tag : -1;
+}
+
+int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *waited,
+                         uint64_t *bytes, ms_err *err) {
+    if (waited) *waited = 0.0;
+    if (bytes) *bytes = 0;
+    if (b < 0 || b >= MS_LR_BUFFERS) return ms_err_set(err, "layer reader: bad buffer %d", b);
+    pthread_mutex_lock(&r->mu);
+    struct lbuf *lb = &r->b[b];
+    if (lb->st == JOB_NONE) {
+        pthread_mutex_unlock(&r->mu);
+        return ms_err_set(err, "layer reader: buffer %d holds no job", b);
+    }
+    const double t0 = now_s();
+    wait_idle(r, b);
+    if (waited) *waited = now_s() - t0;
+    if (!lb->counted) {
+        if (bytes) *bytes = lb->bytes;
+        lb->counted = true;
+    }
+    int rc = 0;
+    if (lb->st == JOB_FAILED) {
+        *err = lb->err;
+        lb->st = JOB_NONE;
+        lb->tag = -1;
+        rc = -1;
+    } else {
+        *data = lb->mem;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+uint64_t ms_layer_reader_buffer_bytes(const struct ms_layer_reader *r) {
+    uint64_t n = 0;
+    for (int i = 0; i < MS_LR_BUFFERS; i++)
+        if (r->b[i].mem) n += r->buf_bytes;
+    return n;
+}
+
+struct ms_io *ms_layer_reader_io(struct ms_layer_reader *r) { return r->io; }

@@ -1,0 +1,79 @@
+/*
+ * layer_reader.h - whole-layer reads for the one-pass prefill: a background
+ * thread with its own I/O engine fills one of two layer buffers while the
+ * forward pass computes from the other (double buffering, DESIGN "Data
+ * flow" step 4).
+ *
+ * A buffer receives one job at a time: a list of ranges (a layer's three
+ * expert tensors: gate, up, down of all experts) read with large direct
+ * reads (the I/O engine splits them and keeps queue_depth pieces in
+ * flight). The caller owns the layout; the reader only knows buffers, jobs
+ * and their state. Buffers are allocated at the first job that needs them
+ * and freed by ms_layer_reader_drop (the two layers of prefill headroom the
+ * memory plan reserves, stream/budget.h).
+ *
+ * Threads: every function is called from one thread (the forward pass);
+ * the reader's own thread only runs the reads. A buffer is never written
+ * while the caller may read it: ms_layer_reader_start waits until the
+ * buffer's previous job is over before queueing a new one.
+ */
+#ifndef MS_STREAM_LAYER_READER_H
+#define MS_STREAM_LAYER_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stream/io.h"
+#include "util/err.h"
+
+#define MS_LR_BUFFERS 2
+#define MS_LR_MAX_RANGES 4
+
+struct ms_layer_reader;
+
+/*
+ * Starts the thread and opens `path` with I/O params io (NULL = defaults).
+ * buf_bytes: the size of each of the two buffers (the largest job's
+ * extent). Errors: open failure, thread creation, bad size.
+ */
+int ms_layer_reader_new(struct ms_layer_reader **out, const char *path,
+                        const struct ms_io_params *io, uint64_t buf_bytes, ms_err *err);
+/* Waits for the running job, stops the thread, frees the buffers. */
+void ms_layer_reader_free(struct ms_layer_reader *r);
+
+/*
+ * Queues job `tag` (the caller's name for it, e.g. the layer index, >= 0)
+ * into buffer b: reads[0..n) (n <= MS_LR_MAX_RANGES; each .buf is an
+ * offset into the buffer, cast to a pointer, MS_IO_ALIGN aligned) are read
+ * in the background. Waits first for b's previous job to end. Allocates b
+ * if needed. Errors: OOM (nothing queued), bad arguments.
+ */
+int ms_layer_reader_start(struct ms_layer_reader *r, int b, int64_t tag,
+                          const struct ms_io_req *reads, size_t n, ms_err *err);
+
+/* The tag of buffer b's job (queued, running, done or failed), -1 if none. */
+int64_t ms_layer_reader_tag(const struct ms_layer_reader *r, int b);
+
+/*
+ * Waits until buffer b's job is done; *data receives the buffer. *waited
+ * (may be NULL) receives the seconds spent waiting; *bytes (may be NULL)
+ * the bytes the job read, the first time its completion is seen, else 0
+ * (so each job is counted once). On a read error: -1 with err naming the
+ * range, and the buffer forgets the job (tag -1) so a later start reads it
+ * again. -1 too if b holds no job.
+ */
+int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *waited,
+                         uint64_t *bytes, ms_err *err);
+
+/* Waits for both buffers' jobs, forgets them and frees the buffers. */
+void ms_layer_reader_drop(struct ms_layer_reader *r);
+
+/* Bytes of buffers allocated now. */
+uint64_t ms_layer_reader_buffer_bytes(const struct ms_layer_reader *r);
+
+/* The reader's I/O engine, for fault injection in tests (set hooks only
+ * while no job runs). */
+struct ms_io *ms_layer_reader_io(struct ms_layer_reader *r);
+
+#endif

@@ -1,0 +1,288 @@
+/*
+ * test_stream_prefill.c - the one-pass layer-major streaming prefill: a
+ * whole-prompt ubatch reads every layer whole, once (passes <= 1.05, one
+ * layer read per layer), gives the resident logits bit for bit (prefill and
+ * the decode steps after it), seeds the decode cache from the layer buffers
+ * without ever exceeding the budget, turns an injected EIO in a layer read
+ * into an error for that request only, and the routing profiler writes a
+ * hotlist the parser accepts with n_tokens * n_expert_used hits per layer.
+ * Models come from `$MS_BIN mkmodel`.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "model/session.h"
+#include "moestream.h"
+#include "stream/expert_source.h"
+#include "stream/hotlist.h"
+#include "util/rng.h"
+
+static char g_tiny[600], g_small[600], g_dir[512];
+
+static int make_model(const char *path, const char *opts) {
+    const char *bin = getenv("MS_BIN");
+    if (!bin) return -1;
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel %s -o '%s' >/dev/null", bin, opts, path);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *tmp = getenv("MS_TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s", tmp ? tmp : ".");
+    mkdir(g_dir, 0755);
+    snprintf(g_tiny, sizeof g_tiny, "%s/prefill_tiny.gguf", g_dir);
+    snprintf(g_small, sizeof g_small, "%s/prefill_small.gguf", g_dir);
+    if (make_model(g_tiny, "--preset tiny --experts-type q4_K --seed 5")) return -1;
+    return make_model(g_small, "--preset small --experts-type q4_K --seed 6");
+}
+
+static struct dsv4_model *load(const char *path) {
+    struct dsv4_model *m = NULL;
+    ms_err e = {{0}};
+    if (dsv4_model_load(&m, path, &e)) fail_msg("%s", e.msg);
+    return m;
+}
+
+static void random_tokens(int32_t *t, int64_t n, uint32_t lo, uint32_t span, uint64_t seed) {
+    ms_rng r;
+    ms_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(lo + ms_rng_u64(&r) % span);
+}
+
+enum { N_PROMPT = 64, N_DECODE = 6, N_ALL = N_PROMPT + N_DECODE };
+
+/* Logits [N_ALL][n_vocab]: the prompt in one whole-call step, then the
+ * decode tokens one by one. 0, or -1 with err when an eval failed. */
+static int prefill_decode(const struct dsv4_model *m, const int32_t *tok, float *lg, ms_err *e) {
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = DSV4_UBATCH_WHOLE};
+    if (dsv4_session_new(&s, m, &p, e)) fail_msg("%s", e->msg);
+    const int64_t V = m->hp.n_vocab;
+    int rc = dsv4_session_eval(s, tok, N_PROMPT, lg, e);
+    for (int64_t i = N_PROMPT; i < N_ALL && !rc; i++)
+        rc = dsv4_session_eval(s, tok + i, 1, lg + i * V, e);
+    dsv4_session_free(s);
+    return rc;
+}
+
+static struct ms_stream_source *stream_on(struct dsv4_model *m, uint64_t budget) {
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.budget_bytes = budget};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    return src;
+}
+
+static void assert_same(const float *a, const float *b, size_t n, const char *what) {
+    if (memcmp(a, b, n * sizeof *a)) {
+        size_t i = 0;
+        while (a[i] == b[i]) i++;
+        fail_msg("%s: logit %zu differs: %.9g vs %.9g", what, i, a[i], b[i]);
+    }
+}
+
+struct budget_check {
+    uint64_t installs, worst;
+    bool over;
+};
+static void on_install(void *ctx, uint64_t resident, uint64_t budget) {
+    struct budget_check *b = ctx;
+    b->installs++;
+    if (resident > b->worst) b->worst = resident;
+    if (resident > budget) b->over = true;
+}
+
+/* Streamed whole-layer prefill + decode == resident, bit for bit; one
+ * layer read per layer; seeding within the budget at every install. */
+static void test_whole_layer_identity(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    const struct dsv4_expert_source resident = m->experts;
+    int32_t tok[N_ALL];
+    random_tokens(tok, N_ALL, 3, (uint32_t)m->hp.n_vocab - 3, 21);
+    const size_t nl = (size_t)N_ALL * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    ms_err e = {{0}};
+    if (prefill_decode(m, tok, want, &e)) fail_msg("%s", e.msg);
+
+    /* room for 2 seeded experts per layer beside one token's experts */
+    uint64_t max_slot = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++)
+        if (ms_stream_slot_bytes(m, il) > max_slot) max_slot = ms_stream_slot_bytes(m, il);
+    const uint64_t budget = 2 * m->n_layer * max_slot > ms_stream_min_budget(m)
+                                ? 2 * m->n_layer * max_slot
+                                : ms_stream_min_budget(m);
+    struct ms_stream_source *src = stream_on(m, budget);
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(ms_stream_source_cache(src), on_install, &bc);
+    assert_true(ms_stream_source_whole_min_tokens(src) <= N_PROMPT);
+    if (prefill_decode(m, tok, got, &e)) fail_msg("%s", e.msg);
+    assert_same(want, got, nl, "whole-layer prefill + decode");
+
+    const struct ms_stream_counters *c = ms_stream_source_counters(src);
+    const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(src));
+    print_message("tiny: %llu layer reads, %llu bytes, %llu seeded, %llu installs (worst %llu "
+                  "of %llu), decode hits %llu misses %llu\n",
+                  (unsigned long long)c->layer_reads, (unsigned long long)c->layer_bytes,
+                  (unsigned long long)c->seeded, (unsigned long long)bc.installs,
+                  (unsigned long long)bc.worst, (unsigned long long)budget,
+                  (unsigned long long)cs->hits, (unsigned long long)cs->misses);
+    assert_int_equal(c->layer_reads, m->n_layer);
+    assert_true(c->seeded > 0 && c->seeded <= 2ull * m->n_layer);
+    assert_false(bc.over);
+    assert_true(cs->peak_resident_bytes <= budget);
+    /* the decode steps went through the cache; the seeds gave some hits */
+    assert_int_equal(cs->hits + cs->misses, (uint64_t)N_DECODE * m->n_layer * m->hp.n_expert_used);
+    assert_true(cs->hits > 0);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
+/* A whole-prompt prefill reads the routed weights once; 16-token chunks
+ * (still whole-layer steps) read them once per chunk. */
+static void test_one_pass(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_small);
+    const struct dsv4_expert_source resident = m->experts;
+    const double routed = (double)dsv4_model_routed_bytes(m);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 33);
+    const int64_t chunks[] = {DSV4_UBATCH_WHOLE, 16};
+    for (size_t i = 0; i < 2; i++) {
+        struct ms_stream_source *src = stream_on(m, ms_stream_min_budget(m));
+        struct dsv4_session *s = NULL;
+        struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = chunks[i]};
+        ms_err e = {{0}};
+        if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+        if (dsv4_session_eval(s, tok, N_PROMPT, NULL, &e)) fail_msg("%s", e.msg);
+        const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(src));
+        const double passes = (double)cs->bytes_read / routed;
+        print_message("small, ubatch %lld: passes %.4f (%llu of %.0f bytes), io wait %.4f s\n",
+                      (long long)chunks[i], passes, (unsigned long long)cs->bytes_read, routed,
+                      cs->io_wait_seconds);
+        if (chunks[i] == DSV4_UBATCH_WHOLE) {
+            assert_true(passes >= 1.0 && passes <= 1.05);
+            assert_int_equal(ms_stream_source_counters(src)->layer_reads, m->n_layer);
+        } else {
+            assert_true(passes > 3.0); /* 4 chunks: the model read about 4 times */
+        }
+        dsv4_session_free(s);
+        m->experts = resident;
+        ms_stream_source_free(src);
+    }
+    dsv4_model_free(m);
+}
+
+struct fault {
+    uint64_t fail_seq;
+    int hits;
+};
+static long fail_once(void *ctx, uint64_t seq, long res) {
+    struct fault *f = ctx;
+    if (seq == f->fail_seq) {
+        f->hits++;
+        return -EIO;
+    }
+    return res;
+}
+
+/* EIO in a whole-layer read: that eval fails cleanly, the next one works. */
+static void test_layer_read_eio(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    const struct dsv4_expert_source resident = m->experts;
+    int32_t tok[N_ALL];
+    random_tokens(tok, N_ALL, 3, (uint32_t)m->hp.n_vocab - 3, 44);
+    const size_t nl = (size_t)N_ALL * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    ms_err e = {{0}};
+    if (prefill_decode(m, tok, want, &e)) fail_msg("%s", e.msg);
+    struct ms_stream_source *src = stream_on(m, ms_stream_min_budget(m));
+    struct ms_io *lio = ms_stream_source_layer_io(src);
+    assert_non_null(lio);
+    for (uint64_t seq = 0; seq < 3; seq++) { /* first read, and a later layer's */
+        struct fault f = {.fail_seq = seq * 2};
+        ms_io_set_fault_hook(lio, fail_once, &f);
+        memset(&e, 0, sizeof e);
+        assert_int_equal(prefill_decode(m, tok, got, &e), -1);
+        assert_int_equal(f.hits, 1);
+        assert_non_null(strstr(e.msg, "whole-layer read"));
+        print_message("injected EIO at read %llu: %s\n", (unsigned long long)f.fail_seq, e.msg);
+        ms_io_set_fault_hook(lio, NULL, NULL);
+        if (prefill_decode(m, tok, got, &e)) fail_msg("after EIO: %s", e.msg);
+        assert_same(want, got, nl, "after an injected EIO");
+    }
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
+/* The routing profile is a valid hotlist with n_tokens * k hits per layer. */
+static void test_routing_profile(void **state) {
+    (void)state;
+    struct ms_engine_params ep = ms_engine_params_default(g_small);
+    ep.n_threads = 1;
+    ep.stream = MS_STREAM_ON;
+    ep.profile_routing = true;
+    ms_err e = {{0}};
+    struct ms_engine *eng = NULL;
+    if (ms_engine_load(&eng, &ep, &e)) fail_msg("%s", e.msg);
+    const struct ms_model_info info = ms_engine_info(eng);
+    struct ms_session *s = NULL;
+    if (ms_session_new(&s, eng, 128, &e)) fail_msg("%s", e.msg);
+    int32_t tok[N_PROMPT + 3];
+    random_tokens(tok, N_PROMPT + 3, 3, info.n_vocab - 3, 55);
+    if (ms_session_eval(s, tok, N_PROMPT, NULL, &e)) fail_msg("%s", e.msg);
+    for (int i = 0; i < 3; i++)
+        if (ms_session_eval(s, tok + N_PROMPT + i, 1, NULL, &e)) fail_msg("%s", e.msg);
+    assert_true(ms_engine_stream_stats(eng).layer_reads > 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/prefill_profile.hot", g_dir);
+    if (ms_engine_write_routing_profile(eng, path, &e)) fail_msg("%s", e.msg);
+    struct ms_hotlist h;
+    if (ms_hotlist_load(&h, path, info.n_layer, info.n_expert, &e)) fail_msg("%s", e.msg);
+    uint64_t *sum = calloc(info.n_layer, sizeof *sum);
+    for (size_t i = 0; i < h.n; i++) {
+        assert_true(h.e[i].hits > 0 && h.e[i].weight > 0.0);
+        sum[h.e[i].layer] += h.e[i].hits;
+    }
+    for (uint32_t il = 0; il < info.n_layer; il++)
+        assert_int_equal(sum[il], (uint64_t)(N_PROMPT + 3) * info.n_expert_used);
+    free(sum);
+    ms_hotlist_free(&h);
+    ms_session_free(s);
+    ms_engine_free(eng);
+    /* without profile_routing there is nothing to write */
+    ep.profile_routing = false;
+    if (ms_engine_load(&eng, &ep, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_engine_write_routing_profile(eng, path, &e), -1);
+    ms_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_layer_identity),
+        cmocka_unit_test(test_one_pass),
+        cmocka_unit_test(test_layer_read_eio),
+        cmocka_unit_test(test_routing_profile),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
