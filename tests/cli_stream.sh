@@ -33,5 +33,33 @@ check "bad --cache-pct is a usage error" "[ $? -eq 2 ]"
 "$BIN" run -m "$M" -p "$P" -n 2 --stream --hotlist "$TMP/missing-hotlist" >/dev/null 2>"$TMP/hl.err"
 check "missing hotlist is a runtime error" "[ $? -eq 1 ] && grep -q 'missing-hotlist' '$TMP/hl.err'"
 
+# One-pass prefill: a long prompt in one step reads each layer once, gives the
+# resident text (also with --prefill-chunk 8), and the routing profile it
+# writes is a hotlist that --hotlist accepts, with n_tokens * k hits a layer.
+LP="$P $P $P $P"
+"$BIN" run -m "$M" -p "$LP" -n 8 --temp 0 --no-stream >"$TMP/long-resident.txt" 2>/dev/null
+"$BIN" run -m "$M" -p "$LP" -n 8 --temp 0 --stream --cache-experts 4 --prefill-chunk 0 \
+    --stats-json "$TMP/long.json" --profile-routing "$TMP/routing.hot" >"$TMP/long-stream.txt" 2>/dev/null
+check "whole-prompt streamed prefill == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/long-stream.txt'"
+check "one pass over the routed weights" "python3 -c \"import json,sys; d=json.load(open('$TMP/long.json')); sys.exit(0 if d['layer_reads']>0 and 1.0<=d['passes']<=1.05 and d['prefill_chunk']==-1 else 1)\""
+"$BIN" run -m "$M" -p "$LP" -n 8 --temp 0 --stream --cache-experts 4 --prefill-chunk 8 \
+    --stats-json "$TMP/chunk8.json" >"$TMP/chunk8.txt" 2>/dev/null
+check "--prefill-chunk 8 == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/chunk8.txt'"
+check "chunked prefill reads more than once" "python3 -c \"import json,sys; d=json.load(open('$TMP/chunk8.json')); sys.exit(0 if d['passes']>1.5 and d['prefill_chunk']==8 else 1)\""
+check "routing profile header" "head -1 '$TMP/routing.hot' | grep -qx '# moestream expert hotlist v1'"
+K=$("$BIN" inspect "$M" 2>/dev/null | sed -n 's/.*expert_used_count = //p')
+# every evaluated token: the prompt, then each sampled token but the last
+check "routing profile hits = tokens * k per layer" "python3 -c \"
+import json,sys,collections
+d=json.load(open('$TMP/long.json')); s=collections.Counter()
+for l in open('$TMP/routing.hot').read().splitlines()[1:]:
+    a=l.split(); s[int(a[0])]+=int(a[2])
+n=d['prefill_tokens']+d['decode_tokens']-1
+sys.exit(0 if s and set(s.values())=={n*int('$K')} else 1)\""
+"$BIN" run -m "$M" -p "$P" -n 4 --temp 0 --stream --hotlist "$TMP/routing.hot" >/dev/null 2>"$TMP/hl2.err"
+check "the routing profile loads as a hotlist" "[ $? -eq 0 ]"
+"$BIN" run -m "$M" -p "$P" -n 2 --prefill-chunk -3 >/dev/null 2>&1
+check "bad --prefill-chunk is a usage error" "[ $? -eq 2 ]"
+
 [ $fail -eq 0 ] && echo "cli_stream: all passed"
 exit $fail
