@@ -28,17 +28,21 @@ demo: build $(DEMO_MODEL)
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer
+# (optimised: -O2 keeps the differential test's model runs affordable; the
+# sanitizers instrument every access all the same).
 test-asan: deps
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
-# Warnings-as-errors build and test run with clang (gcc is the default).
+# Warnings-as-errors build and test run with clang (gcc is the default). The
+# differential test against llama.cpp's vectors runs under gcc and ASan; here
+# it would only repeat the same model runs.
 test-clang: deps
 	@CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build build-clang -j $(JOBS)
-	cd build-clang && ctest --output-on-failure -j $(JOBS)
+	cd build-clang && ctest --output-on-failure -j $(JOBS) -E test_diff_llama
 
 build-fuzz/fuzz_gguf: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null

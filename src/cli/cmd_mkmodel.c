@@ -24,6 +24,9 @@ static void usage(FILE *out) {
         "  --experts-type-last-layers T:N   the last N layers' experts in type T\n"
         "  --ds4-mix               ds4's published mix (iq2_xxs/q2_K experts, q8_0 attn, f16 rest)\n"
         "  --f32-twin              store every tensor as f32 of its dequantized values\n"
+        "  --vocab-from FILE       import a Hugging Face tokenizer.json (e.g. DeepSeek V3/V4's)\n"
+        "                          instead of the built-in vocabulary; padded to --n-vocab\n"
+        "                          (default with this option: 129280, DeepSeek V4's)\n"
         "  --threads N             generation threads (default 2; output does not depend on it)\n"
         "  -o, --output PATH       output file\n"
         "\n"
@@ -174,7 +177,7 @@ int cmd_mkmodel(int argc, char **argv) {
 
     char prov[2048] = "";
     uint64_t size = 0;
-    bool have_ratios = false, have_layers = false, have_clamp_shexp = false;
+    bool have_ratios = false, have_layers = false, have_clamp_shexp = false, have_vocab = false;
     float clamp = -1.0f, clamp_shexp = -1.0f;
     uint32_t ratios[DSV4_MAX_LAYERS], n_ratios = 0;
     for (int i = 1; i < argc; i++) {
@@ -210,6 +213,8 @@ int cmd_mkmodel(int argc, char **argv) {
             uint32_t n;
             if (parse_u32(v, &n) || n < 1 || n > 16) FAIL_USAGE("--threads: 1..16");
             o.n_threads = (int)n;
+        } else if (!strcmp(a, "--vocab-from")) {
+            o.vocab_from = v;
         } else if (!strcmp(a, "--experts-type")) {
             if (parse_type(v, &o.experts_type))
                 FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (f32 f16 bf16 "
@@ -263,9 +268,11 @@ int cmd_mkmodel(int argc, char **argv) {
                     FAIL_USAGE("--n-layer: must be 1..%d", DSV4_MAX_LAYERS);
             }
             if (!strcmp(a, "--head-dim")) o.hp.n_embd_head_v = o.hp.n_embd_head;
+            if (!strcmp(a, "--n-vocab")) have_vocab = true;
         }
     }
     if (!out) FAIL_USAGE("missing -o OUT.gguf");
+    if (o.vocab_from && !have_vocab) o.hp.n_vocab = 129280; /* DeepSeek V4's padded vocabulary */
     if (size && strcmp(o.preset, "bench")) FAIL_USAGE("--size applies to --preset bench only");
 
     if (have_ratios) {

@@ -23,6 +23,7 @@
 
 #include "gguf/gguf.h"
 #include "text/vocab_build.h"
+#include "text/vocab_import.h"
 #include "util/mem.h"
 #include "util/rng.h"
 
@@ -411,7 +412,9 @@ static int write_tensor(const struct mkmodel_opts *o, const struct dsv4_tensor_i
 static int write_vocab(const struct mkmodel_opts *o, struct gguf_writer *w, ms_err *err) {
     struct ms_vocab_spec v;
     memset(&v, 0, sizeof v);
-    if (ms_vocab_build(o->hp.n_vocab, &v, err)) return ms_err_prefix(err, "vocabulary");
+    if (o->vocab_from ? ms_vocab_import_hf(o->vocab_from, o->hp.n_vocab, &v, err)
+                      : ms_vocab_build(o->hp.n_vocab, &v, err))
+        return ms_err_prefix(err, "vocabulary");
     int rc = 0;
     rc |= gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     rc |= gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3");

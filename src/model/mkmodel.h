@@ -40,6 +40,8 @@ struct mkmodel_opts {
                                   dequantized values */
     int n_threads;             /* >= 1; does not change the output */
     const char *provenance;    /* options string recorded in the file, or NULL */
+    const char *vocab_from;    /* a Hugging Face tokenizer.json to import instead of the
+                                  built-in vocabulary (padded to hp.n_vocab), or NULL */
 };
 
 /*

