@@ -97,7 +97,8 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
     }
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
                                           .hotlist_path = p->hotlist,
-                                          .whole_layer_min_tokens = p->whole_layer_min_tokens};
+                                          .whole_layer_min_tokens = p->whole_layer_min_tokens,
+                                          .preload_experts = p->preload_experts};
     if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
     m->experts = ms_stream_source_iface(e->stream);
     snprintf(e->plan_line, sizeof e->plan_line,

@@ -48,9 +48,11 @@ struct ms_engine_params {
      * whole when streaming, 512 when resident. */
     int64_t prefill_chunk;
     /* Ubatches of at least this many tokens read whole layers when
-     * streaming; 0 = auto (n_expert / n_expert_used), -1 = never. */
+     * streaming; 0 = auto (4 * n_expert / n_expert_used, measured in
+     * stream/expert_source.h), -1 = never. */
     int64_t whole_layer_min_tokens;
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
+    uint32_t preload_experts; /* with a hotlist: read its top N experts at load */
 };
 
 #define MS_PREFILL_WHOLE (-1)

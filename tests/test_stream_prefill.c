@@ -5,7 +5,8 @@
  * the decode steps after it), seeds the decode cache from the layer buffers
  * without ever exceeding the budget, turns an injected EIO in a layer read
  * into an error for that request only, and the routing profiler writes a
- * hotlist the parser accepts with n_tokens * n_expert_used hits per layer.
+ * hotlist the parser accepts with n_tokens * n_expert_used hits per layer;
+ * --preload-experts fills the cache from a hotlist within the budget.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -277,12 +278,71 @@ static void test_routing_profile(void **state) {
     ms_engine_free(eng);
 }
 
+/* --preload-experts: the hotlist's top experts are read at creation, as
+ * many as the budget holds, and serve decode steps with the resident bytes. */
+static void test_preload(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 8 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 66);
+    const size_t nl = (size_t)N * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    struct dsv4_session_params sp = {.n_ctx = 64, .n_ubatch = 1};
+    struct dsv4_session *s = NULL;
+    ms_err e = {{0}};
+    if (dsv4_session_new(&s, m, &sp, &e) || dsv4_session_eval(s, tok, N, want, &e))
+        fail_msg("%s", e.msg);
+    dsv4_session_free(s);
+
+    /* every expert of every layer, layer-major, hits descending */
+    char path[700];
+    snprintf(path, sizeof path, "%s/prefill_preload.hot", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", MS_HOTLIST_HEADER);
+    const uint32_t total = m->n_layer * m->hp.n_expert;
+    for (uint32_t i = 0; i < total; i++)
+        fprintf(f, "%u %u %u 1.0\n", i / m->hp.n_expert, i % m->hp.n_expert, total - i);
+    assert_int_equal(fclose(f), 0);
+    const uint64_t slot = ms_stream_slot_bytes(m, 0), budget = ms_stream_min_budget(m) + 2 * slot;
+    const uint32_t fit = (uint32_t)(budget / slot);
+    const uint32_t asks[] = {3, total};
+    for (int a = 0; a < 2; a++) {
+        struct ms_stream_source *src = NULL;
+        struct ms_stream_params p = {.budget_bytes = budget, .hotlist_path = path,
+                                     .preload_experts = asks[a]};
+        if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+        const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(src));
+        const uint32_t want_n = asks[a] < fit ? asks[a] : fit;
+        assert_int_equal(cs->n_resident, want_n);
+        assert_true(cs->peak_resident_bytes <= budget);
+        assert_int_equal(cs->misses + cs->hits, 0);
+        assert_int_equal(cs->bytes_read > 0, 1);
+        for (uint32_t i = 0; i < want_n; i++) /* the top entries, in rank order */
+            assert_true(ms_expert_cache_contains(ms_stream_source_cache(src),
+                                                 i / m->hp.n_expert, i % m->hp.n_expert));
+        m->experts = ms_stream_source_iface(src);
+        if (dsv4_session_new(&s, m, &sp, &e) || dsv4_session_eval(s, tok, N, got, &e))
+            fail_msg("%s", e.msg);
+        dsv4_session_free(s);
+        assert_same(want, got, nl, "after a preload");
+        m->experts = resident;
+        ms_stream_source_free(src);
+    }
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_layer_identity),
         cmocka_unit_test(test_one_pass),
         cmocka_unit_test(test_layer_read_eio),
         cmocka_unit_test(test_routing_profile),
+        cmocka_unit_test(test_preload),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -78,6 +78,13 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
         }
         p->prefill_chunk = v ? v : MS_PREFILL_WHOLE;
         return 1;
+    case ENG_OPT_PRELOAD:
+        if (parse_long(arg, 0, UINT32_MAX, &v)) {
+            fprintf(stderr, "moestream %s: --preload-experts must be an integer >= 0\n", cmd);
+            return -1;
+        }
+        p->preload_experts = (uint32_t)v;
+        return 1;
     case ENG_OPT_WHOLE_LAYER_MIN:
         if (parse_long(arg, -1, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --whole-layer-min must be an integer >= -1\n", cmd);

@@ -24,6 +24,7 @@ enum {
     ENG_OPT_COLD,
     ENG_OPT_PREFILL_CHUNK,
     ENG_OPT_WHOLE_LAYER_MIN,
+    ENG_OPT_PRELOAD,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -36,7 +37,8 @@ enum {
         {"cache-pct", required_argument, 0, ENG_OPT_CACHE_PCT},                                  \
         {"hotlist", required_argument, 0, ENG_OPT_HOTLIST}, {"cold", no_argument, 0, ENG_OPT_COLD}, \
         {"prefill-chunk", required_argument, 0, ENG_OPT_PREFILL_CHUNK},                          \
-        {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN}
+        {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN},                      \
+        {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -52,10 +54,11 @@ enum {
     "                       automatic plan may use (default 80)\n"                                 \
     "      --hotlist FILE   seed expert priorities from a routing profile\n"                       \
     "      --cold           no hotlist seeding\n"                                                 \
+    "      --preload-experts N  read the hotlist's N highest-priority experts at start\n"          \
     "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
     "                       of the routed weights per prompt; default when streaming, else 512)\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
-    "                       (default: n_expert / n_expert_used; -1 = never)\n"
+    "                       (default: 4 * n_expert / n_expert_used; -1 = never)\n"
 
 /* Handles engine option c with argument arg into *p. Returns 1 when c was
  * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on

@@ -119,6 +119,10 @@ static double now_s(void) {
 
 /* ---- whole-layer mode -------------------------------------------------- */
 
+/* Auto switch point: whole layers once n_tokens * n_expert_used >=
+ * WHOLE_LAYER_FILL * n_expert (measured, see expert_source.h). */
+#define WHOLE_LAYER_FILL 4
+
 /* The layer buffer holding (or reading) layer il, or -1. */
 static int whole_buffer(const struct ms_stream_source *s, uint32_t il) {
     for (int b = 0; b < MS_LR_BUFFERS; b++)
@@ -302,6 +306,74 @@ static void stream_release(void *ctx, uint32_t il, const int32_t *ids, int n) {
         ms_expert_cache_unpin(s->cache, il, ids, n);
 }
 
+/* ---- preloading from a hotlist ----------------------------------------- */
+
+struct slot_copy {
+    const void *src;
+    size_t bytes;
+};
+static void copy_slot(void *ctx, void *buf) {
+    const struct slot_copy *c = ctx;
+    memcpy(buf, c->src, c->bytes);
+}
+
+/*
+ * Reads the first n entries of h (highest priority first) into the cache,
+ * in batches of PRELOAD_BATCH experts read together, and stops at the first
+ * one that no longer fits beside those already resident (a preload never
+ * evicts a preloaded expert). The reads count in bytes_read, but neither as
+ * misses nor as time the forward pass waited.
+ */
+#define PRELOAD_BATCH 16
+static int preload(struct ms_stream_source *s, const struct ms_hotlist *h, uint32_t n,
+                   ms_err *err) {
+    if (!n || !h->n) return 0;
+    uint64_t max_slot = 0;
+    for (uint32_t il = 0; il < s->m->n_layer; il++)
+        if (s->plan[il].slot_bytes > max_slot) max_slot = s->plan[il].slot_bytes;
+    char *scratch = ms_aligned_alloc(MS_IO_ALIGN, (size_t)(max_slot * PRELOAD_BATCH));
+    if (!scratch) return ms_err_set(err, "out of memory for the expert preload");
+    const struct ms_cache_stats *st = ms_expert_cache_stats(s->cache);
+    uint64_t planned = st->used_bytes;
+    size_t i = 0;
+    uint32_t done = 0;
+    int rc = 0;
+    while (!rc && i < h->n && done < n) {
+        const struct ms_hotlist_entry *batch[PRELOAD_BATCH];
+        int nb = 0;
+        size_t n_req = 0;
+        for (; i < h->n && done + (uint32_t)nb < n && nb < PRELOAD_BATCH; i++) {
+            const struct ms_hotlist_entry *he = &h->e[i];
+            const struct layer_plan *lp = &s->plan[he->layer];
+            if (planned + lp->slot_bytes > st->budget_bytes) {
+                i = h->n; /* full */
+                break;
+            }
+            planned += lp->slot_bytes;
+            for (int k = 0; k < N_PART; k++)
+                s->reqs[n_req++] = (struct ms_io_req){
+                    .offset = lp->p[k].file_base + (uint64_t)he->expert * lp->p[k].bytes,
+                    .len = (size_t)lp->p[k].bytes,
+                    .buf = scratch + (size_t)nb * max_slot + lp->p[k].slot_off};
+            batch[nb++] = he;
+        }
+        if (!nb) break;
+        const uint64_t b0 = ms_io_bytes_read(s->io);
+        rc = ms_io_read(s->io, s->reqs, n_req, err);
+        ms_expert_cache_note_io(s->cache, ms_io_bytes_read(s->io) - b0, 0.0);
+        for (int j = 0; j < nb && !rc; j++) {
+            struct slot_copy c = {scratch + (size_t)j * max_slot,
+                                  (size_t)s->plan[batch[j]->layer].slot_bytes};
+            if (ms_expert_cache_install(s->cache, batch[j]->layer, (int32_t)batch[j]->expert,
+                                        copy_slot, &c, err) < 0)
+                rc = -1;
+        }
+        done += (uint32_t)nb;
+    }
+    ms_free(scratch);
+    return rc ? ms_err_prefix(err, "preloading experts") : 0;
+}
+
 void ms_stream_source_free(struct ms_stream_source *s) {
     if (!s) return;
     ms_layer_reader_free(s->lr);
@@ -349,13 +421,15 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
                                         .policy = pol};
     pol = (struct ms_cache_policy){0}; /* the cache owns it now, even on error */
     if (ms_expert_cache_new(&s->cache, &cp, err)) goto fail;
+    if (ms_io_open(&s->io, m->gguf->path, &p->io, err)) goto fail;
     if (p->hotlist_path) {
         struct ms_hotlist h;
         if (ms_hotlist_load(&h, p->hotlist_path, m->n_layer, E, err)) goto fail;
         ms_expert_cache_seed(s->cache, &h);
+        const int rc = preload(s, &h, p->preload_experts, err);
         ms_hotlist_free(&h);
+        if (rc) goto fail;
     }
-    if (ms_io_open(&s->io, m->gguf->path, &p->io, err)) goto fail;
     uint64_t max_layer = 0, max_slot = 0;
     for (uint32_t il = 0; il < m->n_layer; il++) {
         if (s->plan[il].layer_bytes > max_layer) max_layer = s->plan[il].layer_bytes;
@@ -364,8 +438,11 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     const uint32_t k = m->hp.n_expert_used ? m->hp.n_expert_used : 1;
     s->whole_min = p->whole_layer_min_tokens > 0    ? p->whole_layer_min_tokens
                    : p->whole_layer_min_tokens < 0 ? INT64_MAX
-                                                   : (int64_t)((E + k - 1) / k);
+                                                   : (int64_t)((WHOLE_LAYER_FILL * E + k - 1) / k);
+    /* Seeding copies into fresh slot memory on the forward pass's thread:
+     * one token's experts per layer (measured in expert_source.h). */
     s->seed_quota = m->n_layer && max_slot ? (uint32_t)(budget / (m->n_layer * max_slot)) : 0;
+    if (s->seed_quota > m->hp.n_expert_used) s->seed_quota = m->hp.n_expert_used;
     if (s->whole_min != INT64_MAX && max_layer &&
         ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, err))
         goto fail;

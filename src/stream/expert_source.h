@@ -14,7 +14,7 @@
  *
  * Whole-layer mode (the one-pass prefill, DESIGN "Data flow" step 4): when a
  * ubatch is long enough that nearly every expert of a layer is selected
- * (n_tokens * n_expert_used >= n_expert by default, see
+ * (n_tokens * n_expert_used >= 4 * n_expert by default, see below and
  * whole_layer_min_tokens), prepare(il) reads the layer's three expert
  * tensors whole, with large direct reads on a background thread, into one of
  * two layer buffers, and starts layer il + 1's read into the other while il
@@ -24,10 +24,31 @@
  * experts of the ubatch's last tokens from the layer buffer into the decode
  * cache (ms_expert_cache_install: the budget holds at every install), at
  * most budget / (n_layer * largest slot) per layer, so that seeding one
- * layer does not evict the seeds of the others. The layer buffers are
+ * layer does not evict the seeds of the others, and at most n_expert_used
+ * (one token's worth: seeding the last 4 tokens' 19-23 experts per layer
+ * cost 0.15-0.38 s per layer on the 1 GiB bench model, the first touch of
+ * fresh slot memory, more than it saved). The layer buffers are
  * allocated at the first long ubatch and freed at the first short one (a
  * decode step): they are the two layers of prefill headroom of the memory
  * plan (stream/budget.h), held only while a long prefill runs.
+ *
+ * Switch point, measured (mkmodel bench 1 GiB, q8_0, 4 layers, 154
+ * experts, 6 used; 2 threads on a 2-core VM, ext4 on virtio, io_uring +
+ * O_DIRECT; `bench --fresh` on English text, cache 200 slots, best of 2):
+ *
+ *   tokens  n*k/E  selected: passes  s      whole: s   whole/selected
+ *        8   0.31           0.26  0.414        0.626   1.51
+ *       32   1.25           0.37  0.227        0.436   1.92
+ *       64   2.49           0.73  0.416        0.450   1.08
+ *      128   4.99           0.91  0.677        0.572   0.84
+ *      256   9.97           0.99  1.025        0.896   0.87
+ *      512  19.95           1.01  1.848        1.760   0.95
+ *
+ * (selected mode waited 0.1-0.35 s for reads, whole mode ~0: its reads
+ * overlap the previous layer.) Routing is skewed, so the selected fraction
+ * grows slower than uniform routing's 1 - exp(-n*k/E); whole layers win
+ * once about 85% of the experts are selected, between n*k/E 2.5 and 5:
+ * the default switch is n*k >= 4 * n_expert.
  *
  * Usage: create over a loaded model, then `m->experts =
  * ms_stream_source_iface(src)` before creating sessions; free the source
@@ -51,6 +72,9 @@ struct ms_stream_params {
     /* ubatches of at least this many tokens read whole layers; 0 = auto
      * (ceil(n_expert / n_expert_used)), -1 = never */
     int64_t whole_layer_min_tokens;
+    /* with a hotlist: read its first this many experts (highest priority
+     * first) into the cache at creation, as far as the budget holds them */
+    uint32_t preload_experts;
 };
 
 struct ms_stream_counters {
