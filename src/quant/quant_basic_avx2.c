@@ -15,47 +15,11 @@
 #include "quant/blocks.h"
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
-
-/* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
- * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
-static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline __m256 load_f16x8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
+#include "quant/quant_simd.h"
 
 /* 8 int8 -> 8 f32 */
 static inline __m256 load_i8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
-/* Sum of w[j] * a[j] over 32 int8 pairs, as 8 f32 lanes (exact). */
-static inline __m256 dot_i8x32(__m256i w, __m256i a) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* The 32 MXFP4 codes of a block as int8 values (doubled E2M1) in element
- * order: low nibbles are elements 0..15, high nibbles 16..31. */
-static inline __m256i mxfp4_values(const block_mxfp4 *b) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4);
-    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-    return _mm256_set_m128i(hi, lo);
 }
 
 /* ---- f32 ---------------------------------------------------------------- */
@@ -72,19 +36,63 @@ MS_DECL_DOT(f32, f32, avx2) {
         acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
     }
     for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    float sum = hsum256_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += a[i] * b[i];
     *s = sum;
 }
 
-/* ---- f16 ---------------------------------------------------------------- */
+/* ---- f16 and bf16 -------------------------------------------------------
+ * The two 16-bit float formats share their loops; bf16 selects the format
+ * (a constant at every call, folded away by forced inlining). */
 
-MS_DECL_DEQUANT(f16, avx2) {
-    const uint16_t *h = x;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16x8(h + i));
-    for (; i < n; i++) y[i] = ms_fp16_to_f32_inline(h[i]);
+MS_SIMD_INLINE __m256 load_half8(const uint16_t *p, bool bf16) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
 }
+
+MS_SIMD_INLINE float half_to_f32(uint16_t h, bool bf16) {
+    return bf16 ? ms_bf16_to_f32_inline(h) : ms_fp16_to_f32_inline(h);
+}
+
+MS_SIMD_INLINE void dequant_half(const uint16_t *restrict h, float *restrict y, int64_t n, bool bf16) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_half8(h + i, bf16));
+    for (; i < n; i++) y[i] = half_to_f32(h[i], bf16);
+}
+
+MS_SIMD_INLINE float dot_half_half(const uint16_t *a, const uint16_t *b, int64_t n, bool bf16) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_half8(a + i, bf16), load_half8(b + i, bf16), acc0);
+        acc1 = _mm256_fmadd_ps(load_half8(a + i + 8, bf16), load_half8(b + i + 8, bf16), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_half8(a + i, bf16), load_half8(b + i, bf16), acc0);
+    float sum = hsum256_f32(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += half_to_f32(a[i], bf16) * half_to_f32(b[i], bf16);
+    return sum;
+}
+
+MS_SIMD_INLINE float dot_half_f32(const uint16_t *a, const float *b, int64_t n, bool bf16) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(load_half8(a + i, bf16), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_half8(a + i + 8, bf16), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_half8(a + i, bf16), _mm256_loadu_ps(b + i), acc0);
+    float sum = hsum256_f32(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += half_to_f32(a[i], bf16) * b[i];
+    return sum;
+}
+
+MS_DECL_DEQUANT(f16, avx2) { dequant_half(x, y, n, false); }
+MS_DECL_DOT(f16, f16, avx2) { *s = dot_half_half(x, y, n, false); }
+MS_DECL_DOT(f16, f32, avx2) { *s = dot_half_f32(x, y, n, false); }
+MS_DECL_DEQUANT(bf16, avx2) { dequant_half(x, y, n, true); }
+MS_DECL_DOT(bf16, bf16, avx2) { *s = dot_half_half(x, y, n, true); }
+MS_DECL_DOT(bf16, f32, avx2) { *s = dot_half_f32(x, y, n, true); }
 
 MS_DECL_QUANT(f16, avx2) {
     uint16_t *h = y;
@@ -100,44 +108,6 @@ MS_DECL_QUANT(f16, avx2) {
         _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     }
     for (; i < n; i++) h[i] = ms_fp16_from_f32_inline(x[i]);
-}
-
-MS_DECL_DOT(f16, f16, avx2) {
-    const uint16_t *a = x, *b = y;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), load_f16x8(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += ms_fp16_to_f32_inline(a[i]) * ms_fp16_to_f32_inline(b[i]);
-    *s = sum;
-}
-
-MS_DECL_DOT(f16, f32, avx2) {
-    const uint16_t *a = x;
-    const float *b = y;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_f16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += ms_fp16_to_f32_inline(a[i]) * b[i];
-    *s = sum;
-}
-
-/* ---- bf16 --------------------------------------------------------------- */
-
-MS_DECL_DEQUANT(bf16, avx2) {
-    const uint16_t *h = x;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_bf16x8(h + i));
-    for (; i < n; i++) y[i] = ms_bf16_to_f32_inline(h[i]);
 }
 
 MS_DECL_QUANT(bf16, avx2) {
@@ -157,35 +127,6 @@ MS_DECL_QUANT(bf16, avx2) {
         _mm_storeu_si128((__m128i *)(h + i), _mm256_castsi256_si128(r));
     }
     for (; i < n; i++) h[i] = ms_bf16_from_f32_inline(x[i]);
-}
-
-MS_DECL_DOT(bf16, bf16, avx2) {
-    const uint16_t *a = x, *b = y;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), load_bf16x8(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += ms_bf16_to_f32_inline(a[i]) * ms_bf16_to_f32_inline(b[i]);
-    *s = sum;
-}
-
-MS_DECL_DOT(bf16, f32, avx2) {
-    const uint16_t *a = x;
-    const float *b = y;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += ms_bf16_to_f32_inline(a[i]) * b[i];
-    *s = sum;
 }
 
 /* ---- q8_0 --------------------------------------------------------------- */
@@ -221,10 +162,7 @@ MS_DECL_QUANT(q8_0, avx2) {
             /* max(|v|, amax) returns amax when |v| is NaN: NaNs are skipped */
             amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
         }
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        const float d = _mm_cvtss_f32(m) / 127.0f;
+        const float d = hmax256_f32(amax) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = ms_fp16_from_f32_inline(d);
         __m256i q[4];
@@ -241,29 +179,27 @@ MS_DECL_QUANT(q8_0, avx2) {
     }
 }
 
-MS_DECL_DOT(q8_0, q8_0, avx2) {
-    const block_q8_0 *a = x, *b = y;
-    const int64_t nb = n / QK8_0;
+/* nb blocks of w (as w32_values) dotted with nb Q8_0 blocks b, two blocks per step. */
+MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb, bool mx) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(fp16_scale(a[i].d) * fp16_scale(b[i].d));
-        const __m256 d1 =
-            _mm256_set1_ps(fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
-        const __m256 p0 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
-                                    _mm256_loadu_si256((const __m256i *)b[i].qs));
-        const __m256 p1 = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i + 1].qs),
-                                    _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
+        const __m256 d0 = _mm256_set1_ps(w32_scale(w, i, mx) * fp16_scale(b[i].d));
+        const __m256 d1 = _mm256_set1_ps(w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
+        const __m256 p0 = dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        const __m256 p1 = dot_i8x32(w32_values(w, i + 1, mx), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
         acc0 = _mm256_fmadd_ps(d0, p0, acc0);
         acc1 = _mm256_fmadd_ps(d1, p1, acc1);
     }
     for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(fp16_scale(a[i].d) * fp16_scale(b[i].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
-                                             _mm256_loadu_si256((const __m256i *)b[i].qs)), acc0);
+        const __m256 d0 = _mm256_set1_ps(w32_scale(w, i, mx) * fp16_scale(b[i].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs)),
+                               acc0);
     }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    return hsum256_f32(_mm256_add_ps(acc0, acc1));
 }
+
+MS_DECL_DOT(q8_0, q8_0, avx2) { *s = dot_w32_q8_0(x, y, n / QK8_0, false); }
 
 MS_DECL_DOT(q8_0, f32, avx2) {
     const block_q8_0 *a = x;
@@ -277,7 +213,7 @@ MS_DECL_DOT(q8_0, f32, avx2) {
         t = _mm256_fmadd_ps(load_i8x8(a[i].qs + 24), _mm256_loadu_ps(yb + 24), t);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_scale(a[i].d)), t, acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum256_f32(acc);
 }
 
 /* ---- mxfp4 -------------------------------------------------------------- */
@@ -296,27 +232,7 @@ MS_DECL_DEQUANT(mxfp4, avx2) {
     }
 }
 
-MS_DECL_DOT(mxfp4, q8_0, avx2) {
-    const block_mxfp4 *a = x;
-    const block_q8_0 *b = y;
-    const int64_t nb = n / QK_MXFP4;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
-        const __m256 d1 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
-        const __m256 p0 = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
-        const __m256 p1 = dot_i8x32(mxfp4_values(&a[i + 1]), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(d0, p0, acc0);
-        acc1 = _mm256_fmadd_ps(d1, p1, acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs)),
-                               acc0);
-    }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
-}
+MS_DECL_DOT(mxfp4, q8_0, avx2) { *s = dot_w32_q8_0(x, y, n / QK_MXFP4, true); }
 
 MS_DECL_DOT(mxfp4, f32, avx2) {
     const block_mxfp4 *a = x;
@@ -334,5 +250,5 @@ MS_DECL_DOT(mxfp4, f32, avx2) {
                             _mm256_loadu_ps(yb + 24), t);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(ms_e8m0_to_f32_half(a[i].e)), t, acc);
     }
-    *s = hsum_ps(acc);
+    *s = hsum256_f32(acc);
 }

@@ -16,44 +16,12 @@
 #include "quant/blocks.h"
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
-
-/* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
- * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
-static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
+#include "quant/quant_simd.h"
 
 static inline __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
 
-static inline __m512 load_f16x16(const uint16_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline __m512 load_f16_tail(const uint16_t *p, __mmask16 m) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-
-static inline __m512 load_bf16x16(const uint16_t *p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-static inline __m512 load_bf16_tail(const uint16_t *p, __mmask16 m) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-
 /* 16 int8 -> 16 f32 */
 static inline __m512 i8x16_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-
-static inline float hsum256_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Pairwise int8 dot of one 32-byte block (the odd block out), 8 f32 lanes. */
-static inline __m256 dot_i8x32(__m256i w, __m256i a) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
 
 /* Same for two blocks at once: lanes 0..7 belong to the block in the low 256
  * bits, lanes 8..15 to the high one. */
@@ -64,23 +32,8 @@ static inline __m512 dot_i8x64(__m512i w, __m512i a) {
     return _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
 }
 
-static inline __m512i load_2x32(const int8_t *lo, const int8_t *hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
-                              _mm256_loadu_si256((const __m256i *)hi), 1);
-}
-
 static inline __m512 scale_2x8(float d0, float d1) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
-}
-
-/* One MXFP4 block's 32 values (doubled E2M1, int8) in element order. */
-static inline __m256i mxfp4_values(const block_mxfp4 *b) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4);
-    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-    return _mm256_set_m128i(hi, lo);
 }
 
 /* Two consecutive MXFP4 blocks' values: [b0 lo | b0 hi | b1 lo | b1 hi]. */
@@ -118,16 +71,23 @@ MS_DECL_DOT(f32, f32, avx512) {
     *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 
-/* ---- f16 ---------------------------------------------------------------- */
+/* ---- f16 and bf16 -------------------------------------------------------
+ * The two 16-bit float formats share their loops; bf16 selects the format
+ * (a constant at every call, folded away by forced inlining). */
 
-MS_DECL_DEQUANT(f16, avx512) {
-    const uint16_t *h = x;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_f16x16(h + i));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, load_f16_tail(h + i, m));
-    }
+/* 16 halves -> 16 f32 */
+MS_SIMD_INLINE __m512 half16_to_ps(__m256i h, bool bf16) {
+    if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+MS_SIMD_INLINE __m512 load_half16(const uint16_t *p, bool bf16) {
+    return half16_to_ps(_mm256_loadu_si256((const __m256i *)p), bf16);
+}
+
+/* The lanes of m only (the others read as 0). */
+MS_SIMD_INLINE __m512 load_half16_mask(const uint16_t *p, __mmask16 m, bool bf16) {
+    return half16_to_ps(_mm256_maskz_loadu_epi16(m, p), bf16);
 }
 
 /* NaN lanes become the canonical quiet NaN (sign kept) before conversion, so
@@ -139,61 +99,6 @@ static inline __m256i f32x16_to_f16(__m512 v) {
                                           _mm512_set1_epi32(0x7fc00000));
     v = _mm512_castsi512_ps(_mm512_mask_mov_epi32(u, isnan, canon));
     return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-}
-
-MS_DECL_QUANT(f16, avx512) {
-    uint16_t *h = y;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(h + i), f32x16_to_f16(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm256_mask_storeu_epi16(h + i, m, f32x16_to_f16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
-
-MS_DECL_DOT(f16, f16, avx512) {
-    const uint16_t *a = x, *b = y;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(load_f16x16(a + i), load_f16x16(b + i), acc0);
-        acc1 = _mm512_fmadd_ps(load_f16x16(a + i + 16), load_f16x16(b + i + 16), acc1);
-    }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_f16x16(a + i), load_f16x16(b + i), acc0);
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        acc1 = _mm512_fmadd_ps(load_f16_tail(a + i, m), load_f16_tail(b + i, m), acc1);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-MS_DECL_DOT(f16, f32, avx512) {
-    const uint16_t *a = x;
-    const float *b = y;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(load_f16x16(a + i), _mm512_loadu_ps(b + i), acc0);
-        acc1 = _mm512_fmadd_ps(load_f16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-    }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_f16x16(a + i), _mm512_loadu_ps(b + i), acc0);
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        acc1 = _mm512_fmadd_ps(load_f16_tail(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc1);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-/* ---- bf16 --------------------------------------------------------------- */
-
-MS_DECL_DEQUANT(bf16, avx512) {
-    const uint16_t *h = x;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_bf16x16(h + i));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, load_bf16_tail(h + i, m));
-    }
 }
 
 /* Round to nearest even on the bit pattern; NaN keeps its top bits and gets
@@ -208,48 +113,64 @@ static inline __m256i f32x16_to_bf16(__m512 v) {
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, isnan, nanv));
 }
 
-MS_DECL_QUANT(bf16, avx512) {
-    uint16_t *h = y;
+MS_SIMD_INLINE __m256i f32x16_to_half(__m512 v, bool bf16) { return bf16 ? f32x16_to_bf16(v) : f32x16_to_f16(v); }
+
+MS_SIMD_INLINE void dequant_half(const uint16_t *restrict h, float *restrict y, int64_t n, bool bf16) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(h + i), f32x16_to_bf16(_mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_half16(h + i, bf16));
     if (i < n) {
         const __mmask16 m = tail_mask(n - i);
-        _mm256_mask_storeu_epi16(h + i, m, f32x16_to_bf16(_mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(y + i, m, load_half16_mask(h + i, m, bf16));
     }
 }
 
-MS_DECL_DOT(bf16, bf16, avx512) {
-    const uint16_t *a = x, *b = y;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+MS_SIMD_INLINE void quant_half(const float *restrict x, uint16_t *restrict h, int64_t n, bool bf16) {
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), load_bf16x16(b + i), acc0);
-        acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), load_bf16x16(b + i + 16), acc1);
-    }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), load_bf16x16(b + i), acc0);
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(h + i), f32x16_to_half(_mm512_loadu_ps(x + i), bf16));
     if (i < n) {
         const __mmask16 m = tail_mask(n - i);
-        acc1 = _mm512_fmadd_ps(load_bf16_tail(a + i, m), load_bf16_tail(b + i, m), acc1);
+        _mm256_mask_storeu_epi16(h + i, m, f32x16_to_half(_mm512_maskz_loadu_ps(m, x + i), bf16));
     }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-MS_DECL_DOT(bf16, f32, avx512) {
-    const uint16_t *a = x;
-    const float *b = y;
+MS_SIMD_INLINE float dot_half_half(const uint16_t *a, const uint16_t *b, int64_t n, bool bf16) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
-        acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+        acc0 = _mm512_fmadd_ps(load_half16(a + i, bf16), load_half16(b + i, bf16), acc0);
+        acc1 = _mm512_fmadd_ps(load_half16(a + i + 16, bf16), load_half16(b + i + 16, bf16), acc1);
     }
-    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_half16(a + i, bf16), load_half16(b + i, bf16), acc0);
     if (i < n) {
         const __mmask16 m = tail_mask(n - i);
-        acc1 = _mm512_fmadd_ps(load_bf16_tail(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc1);
+        acc1 = _mm512_fmadd_ps(load_half16_mask(a + i, m, bf16), load_half16_mask(b + i, m, bf16), acc1);
     }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
+
+MS_SIMD_INLINE float dot_half_f32(const uint16_t *a, const float *b, int64_t n, bool bf16) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(load_half16(a + i, bf16), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_half16(a + i + 16, bf16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load_half16(a + i, bf16), _mm512_loadu_ps(b + i), acc0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc1 = _mm512_fmadd_ps(load_half16_mask(a + i, m, bf16), _mm512_maskz_loadu_ps(m, b + i), acc1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+MS_DECL_DEQUANT(f16, avx512) { dequant_half(x, y, n, false); }
+MS_DECL_QUANT(f16, avx512) { quant_half(x, y, n, false); }
+MS_DECL_DOT(f16, f16, avx512) { *s = dot_half_half(x, y, n, false); }
+MS_DECL_DOT(f16, f32, avx512) { *s = dot_half_f32(x, y, n, false); }
+MS_DECL_DEQUANT(bf16, avx512) { dequant_half(x, y, n, true); }
+MS_DECL_QUANT(bf16, avx512) { quant_half(x, y, n, true); }
+MS_DECL_DOT(bf16, bf16, avx512) { *s = dot_half_half(x, y, n, true); }
+MS_DECL_DOT(bf16, f32, avx512) { *s = dot_half_f32(x, y, n, true); }
 
 /* ---- q8_0 --------------------------------------------------------------- */
 
@@ -291,35 +212,42 @@ MS_DECL_QUANT(q8_0, avx512) {
     }
 }
 
-MS_DECL_DOT(q8_0, q8_0, avx512) {
-    const block_q8_0 *a = x, *b = y;
-    const int64_t nb = n / QK8_0;
+/* Blocks i and i + 1 of a Q8_0 row (mx false) or an MXFP4 row (mx true) as
+ * one register (w32_values of each, low block in the low half). */
+MS_SIMD_INLINE __m512i w64_values(const void *w, int64_t i, bool mx) {
+    if (mx) return mxfp4_values_2(&((const block_mxfp4 *)w)[i]);
+    const block_q8_0 *q = w;
+    return load2x32(q[i].qs, q[i + 1].qs);
+}
+
+/* nb blocks of w dotted with nb Q8_0 blocks b, four blocks per step. */
+MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb, bool mx) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        const __m512 d01 = scale_2x8(fp16_scale(a[i].d) * fp16_scale(b[i].d),
-                                     fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
-        const __m512 d23 = scale_2x8(fp16_scale(a[i + 2].d) * fp16_scale(b[i + 2].d),
-                                     fp16_scale(a[i + 3].d) * fp16_scale(b[i + 3].d));
-        const __m512 p01 = dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs));
-        const __m512 p23 = dot_i8x64(load_2x32(a[i + 2].qs, a[i + 3].qs), load_2x32(b[i + 2].qs, b[i + 3].qs));
+        const __m512 d01 = scale_2x8(w32_scale(w, i, mx) * fp16_scale(b[i].d),
+                                     w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
+        const __m512 d23 = scale_2x8(w32_scale(w, i + 2, mx) * fp16_scale(b[i + 2].d),
+                                     w32_scale(w, i + 3, mx) * fp16_scale(b[i + 3].d));
+        const __m512 p01 = dot_i8x64(w64_values(w, i, mx), load2x32(b[i].qs, b[i + 1].qs));
+        const __m512 p23 = dot_i8x64(w64_values(w, i + 2, mx), load2x32(b[i + 2].qs, b[i + 3].qs));
         acc0 = _mm512_fmadd_ps(d01, p01, acc0);
         acc1 = _mm512_fmadd_ps(d23, p23, acc1);
     }
     for (; i + 2 <= nb; i += 2) {
-        const __m512 d01 = scale_2x8(fp16_scale(a[i].d) * fp16_scale(b[i].d),
-                                     fp16_scale(a[i + 1].d) * fp16_scale(b[i + 1].d));
-        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(load_2x32(a[i].qs, a[i + 1].qs), load_2x32(b[i].qs, b[i + 1].qs)),
-                               acc0);
+        const __m512 d01 = scale_2x8(w32_scale(w, i, mx) * fp16_scale(b[i].d),
+                                     w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
+        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(w64_values(w, i, mx), load2x32(b[i].qs, b[i + 1].qs)), acc0);
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     if (i < nb) {
-        const __m256 p = dot_i8x32(_mm256_loadu_si256((const __m256i *)a[i].qs),
-                                   _mm256_loadu_si256((const __m256i *)b[i].qs));
-        sum += hsum256_ps(p) * (fp16_scale(a[i].d) * fp16_scale(b[i].d));
+        const __m256 p = dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        sum += hsum256_f32(p) * (w32_scale(w, i, mx) * fp16_scale(b[i].d));
     }
-    *s = sum;
+    return sum;
 }
+
+MS_DECL_DOT(q8_0, q8_0, avx512) { *s = dot_w32_q8_0(x, y, n / QK8_0, false); }
 
 MS_DECL_DOT(q8_0, f32, avx512) {
     const block_q8_0 *a = x;
@@ -348,34 +276,7 @@ MS_DECL_DEQUANT(mxfp4, avx512) {
     }
 }
 
-MS_DECL_DOT(mxfp4, q8_0, avx512) {
-    const block_mxfp4 *a = x;
-    const block_q8_0 *b = y;
-    const int64_t nb = n / QK_MXFP4;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d),
-                                     ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
-        const __m512 d23 = scale_2x8(ms_e8m0_to_f32_half(a[i + 2].e) * fp16_scale(b[i + 2].d),
-                                     ms_e8m0_to_f32_half(a[i + 3].e) * fp16_scale(b[i + 3].d));
-        const __m512 p01 = dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs));
-        const __m512 p23 = dot_i8x64(mxfp4_values_2(&a[i + 2]), load_2x32(b[i + 2].qs, b[i + 3].qs));
-        acc0 = _mm512_fmadd_ps(d01, p01, acc0);
-        acc1 = _mm512_fmadd_ps(d23, p23, acc1);
-    }
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d01 = scale_2x8(ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d),
-                                     ms_e8m0_to_f32_half(a[i + 1].e) * fp16_scale(b[i + 1].d));
-        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(mxfp4_values_2(&a[i]), load_2x32(b[i].qs, b[i + 1].qs)), acc0);
-    }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) {
-        const __m256 p = dot_i8x32(mxfp4_values(&a[i]), _mm256_loadu_si256((const __m256i *)b[i].qs));
-        sum += hsum256_ps(p) * (ms_e8m0_to_f32_half(a[i].e) * fp16_scale(b[i].d));
-    }
-    *s = sum;
-}
+MS_DECL_DOT(mxfp4, q8_0, avx512) { *s = dot_w32_q8_0(x, y, n / QK_MXFP4, true); }
 
 MS_DECL_DOT(mxfp4, f32, avx512) {
     const block_mxfp4 *a = x;

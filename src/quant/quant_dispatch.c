@@ -80,6 +80,16 @@ struct kset {
 
 #define KSET(deq, q, dot, dotf) ((struct kset){(deq), (q), (dot), (dotf)})
 #define PICK(isa, r, a2, a5) ((isa) == ISA_AVX512 ? (a5) : (isa) == ISA_AVX2 ? (a2) : (r))
+/* name##_ref, name##_avx2 or name##_avx512 (quant_impl.h's naming) */
+#define PICK_ISA(isa, name) PICK(isa, name##_ref, name##_avx2, name##_avx512)
+/* A format with weight fmt and activation format act, all four kernels
+ * picked for isa; the _REFQ form keeps the scalar quantizer in every set. */
+#define KSET_ISA(isa, fmt, act)                                                                          \
+    KSET(PICK_ISA(isa, ms_dequant_##fmt), PICK_ISA(isa, ms_quant_##fmt), PICK_ISA(isa, ms_dot_##fmt##_##act), \
+         PICK_ISA(isa, ms_dot_##fmt##_f32))
+#define KSET_ISA_REFQ(isa, fmt, act)                                                                  \
+    KSET(PICK_ISA(isa, ms_dequant_##fmt), ms_quant_##fmt##_ref, PICK_ISA(isa, ms_dot_##fmt##_##act), \
+         PICK_ISA(isa, ms_dot_##fmt##_f32))
 
 static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, struct kset k) {
     t->has_kernels = true;
@@ -91,55 +101,20 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa) {
-    ms_vec_dot_fn f32dot = PICK(isa, ms_dot_f32_f32_ref, ms_dot_f32_f32_avx2, ms_dot_f32_f32_avx512);
+    ms_vec_dot_fn f32dot = PICK_ISA(isa, ms_dot_f32_f32);
     set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
-
-    set_kernels(&tab[MS_TYPE_F16], MS_TYPE_F16,
-                KSET(PICK(isa, ms_dequant_f16_ref, ms_dequant_f16_avx2, ms_dequant_f16_avx512),
-                     PICK(isa, ms_quant_f16_ref, ms_quant_f16_avx2, ms_quant_f16_avx512),
-                     PICK(isa, ms_dot_f16_f16_ref, ms_dot_f16_f16_avx2, ms_dot_f16_f16_avx512),
-                     PICK(isa, ms_dot_f16_f32_ref, ms_dot_f16_f32_avx2, ms_dot_f16_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_BF16], MS_TYPE_BF16,
-                KSET(PICK(isa, ms_dequant_bf16_ref, ms_dequant_bf16_avx2, ms_dequant_bf16_avx512),
-                     PICK(isa, ms_quant_bf16_ref, ms_quant_bf16_avx2, ms_quant_bf16_avx512),
-                     PICK(isa, ms_dot_bf16_bf16_ref, ms_dot_bf16_bf16_avx2, ms_dot_bf16_bf16_avx512),
-                     PICK(isa, ms_dot_bf16_f32_ref, ms_dot_bf16_f32_avx2, ms_dot_bf16_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_Q8_0], MS_TYPE_Q8_0,
-                KSET(PICK(isa, ms_dequant_q8_0_ref, ms_dequant_q8_0_avx2, ms_dequant_q8_0_avx512),
-                     PICK(isa, ms_quant_q8_0_ref, ms_quant_q8_0_avx2, ms_quant_q8_0_avx512),
-                     PICK(isa, ms_dot_q8_0_q8_0_ref, ms_dot_q8_0_q8_0_avx2, ms_dot_q8_0_q8_0_avx512),
-                     PICK(isa, ms_dot_q8_0_f32_ref, ms_dot_q8_0_f32_avx2, ms_dot_q8_0_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0,
-                KSET(PICK(isa, ms_dequant_mxfp4_ref, ms_dequant_mxfp4_avx2, ms_dequant_mxfp4_avx512),
-                     ms_quant_mxfp4_ref,
-                     PICK(isa, ms_dot_mxfp4_q8_0_ref, ms_dot_mxfp4_q8_0_avx2, ms_dot_mxfp4_q8_0_avx512),
-                     PICK(isa, ms_dot_mxfp4_f32_ref, ms_dot_mxfp4_f32_avx2, ms_dot_mxfp4_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K,
-                KSET(PICK(isa, ms_dequant_q4_K_ref, ms_dequant_q4_K_avx2, ms_dequant_q4_K_avx512),
-                     ms_quant_q4_K_ref,
-                     PICK(isa, ms_dot_q4_K_q8_K_ref, ms_dot_q4_K_q8_K_avx2, ms_dot_q4_K_q8_K_avx512),
-                     PICK(isa, ms_dot_q4_K_f32_ref, ms_dot_q4_K_f32_avx2, ms_dot_q4_K_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K,
-                KSET(PICK(isa, ms_dequant_q2_K_ref, ms_dequant_q2_K_avx2, ms_dequant_q2_K_avx512),
-                     ms_quant_q2_K_ref,
-                     PICK(isa, ms_dot_q2_K_q8_K_ref, ms_dot_q2_K_q8_K_avx2, ms_dot_q2_K_q8_K_avx512),
-                     PICK(isa, ms_dot_q2_K_f32_ref, ms_dot_q2_K_f32_avx2, ms_dot_q2_K_f32_avx512)));
-
-    set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K,
-                KSET(PICK(isa, ms_dequant_iq2_xxs_ref, ms_dequant_iq2_xxs_avx2, ms_dequant_iq2_xxs_avx512),
-                     ms_quant_iq2_xxs_ref,
-                     PICK(isa, ms_dot_iq2_xxs_q8_K_ref, ms_dot_iq2_xxs_q8_K_avx2, ms_dot_iq2_xxs_q8_K_avx512),
-                     PICK(isa, ms_dot_iq2_xxs_f32_ref, ms_dot_iq2_xxs_f32_avx2, ms_dot_iq2_xxs_f32_avx512)));
+    set_kernels(&tab[MS_TYPE_F16], MS_TYPE_F16, KSET_ISA(isa, f16, f16));
+    set_kernels(&tab[MS_TYPE_BF16], MS_TYPE_BF16, KSET_ISA(isa, bf16, bf16));
+    set_kernels(&tab[MS_TYPE_Q8_0], MS_TYPE_Q8_0, KSET_ISA(isa, q8_0, q8_0));
+    set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0, KSET_ISA_REFQ(isa, mxfp4, q8_0));
+    set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q4_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
+    set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
 
     /* Q8_K is an activation format only: it can be produced and read back,
      * but there is no dot with it as the weight, so has_kernels stays false. */
     tab[MS_TYPE_Q8_K].to_float = ms_dequant_q8_K_ref;
-    tab[MS_TYPE_Q8_K].from_float = PICK(isa, ms_quant_q8_K_ref, ms_quant_q8_K_avx2, ms_quant_q8_K_avx512);
+    tab[MS_TYPE_Q8_K].from_float = PICK_ISA(isa, ms_quant_q8_K);
 }
 
 const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active) {

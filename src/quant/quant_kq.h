@@ -34,6 +34,16 @@ static inline void ms_q4k_pack_scales(const uint8_t sc[8], const uint8_t m[8], u
     }
 }
 
+/* One Q4_K or Q2_K block's share of a dot with Q8_K activations (ggml's
+ * formula): ad * d * sumi - ad * dmin * summ, with ad the activation scale,
+ * d and dmin the block's fp16 scales, sumi the scaled code dot and summ the
+ * min-weighted bsums. Each kernel adds it to its f32 sum. */
+static inline float ms_kq_block_sum(float ad, uint16_t d, uint16_t dmin, int32_t sumi, int32_t summ) {
+    const float sd = ad * ms_fp16_to_fp32(d);
+    const float smin = ad * ms_fp16_to_fp32(dmin);
+    return sd * (float)sumi - smin * (float)summ;
+}
+
 /* IQ2_XXS sub-block ib (32 values) as two little-endian words: aux[0] holds
  * four grid indices (byte l for group l), aux[1] holds four 7-bit sign
  * indices (bits 7l..7l+6) and the 4-bit scale (bits 28..31). */

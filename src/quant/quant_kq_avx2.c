@@ -18,27 +18,7 @@
 #include "quant/iq2_grid.h"
 #include "quant/quant_impl.h"
 #include "quant/quant_kq.h"
-
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-static inline float hsum_f32(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax_f32(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "quant/quant_simd.h"
 
 /* ---- Q8_K: same rounding as the reference (cvtps rounds to nearest even
  * under the default MXCSR; the saturating packs are its cap at 127). */
@@ -51,7 +31,7 @@ MS_DECL_QUANT(q8_K, avx2) {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m256 vmax = _mm256_setzero_ps();
         for (int j = 0; j < QK_K; j += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), vmax);
-        const float amax = hmax_f32(vmax);
+        const float amax = hmax256_f32(vmax);
         if (!(amax > 0.0f)) {
             memset(&b[i], 0, sizeof b[i]);
             continue;
@@ -169,14 +149,9 @@ MS_DECL_DOT(q4_K, q8_K, avx2) {
                                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), _mm256_set1_epi16(sc[2 * g + 1])));
         }
         /* min term: sum_j m[j] * (bsums[2j] + bsums[2j+1]) */
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
-        const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
-        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-        const int32_t summ = hsum_i32(_mm256_madd_epi16(bs, m16));
-        const int32_t sumi = hsum_i32(acc);
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16(m));
+        const int32_t sumi = hsum256_i32(acc);
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }
@@ -191,7 +166,7 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
         const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scb, m4));
         const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
-        const int32_t summ = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), mn16));
+        const int32_t summ = q8k_bsums_dot(a[i].bsums, mn16);
         int16_t sck[16];
         _mm256_storeu_si256((__m256i *)sck, sc16);
         __m256i acc = _mm256_setzero_si256();
@@ -205,10 +180,8 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, q8), scv));
             }
         }
-        const int32_t sumi = hsum_i32(acc);
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        const int32_t sumi = hsum256_i32(acc);
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }
@@ -239,7 +212,7 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
             const __m256i ls = _mm256_set1_epi16((short)(2 * (aux[1] >> 28) + 1));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(grid, q8), ls));
         }
-        sumf += a[i].d * ms_fp16_to_fp32(w[i].d) * (float)hsum_i32(acc);
+        sumf += a[i].d * ms_fp16_to_fp32(w[i].d) * (float)hsum256_i32(acc);
     }
     *s = 0.125f * sumf;
 }
@@ -262,7 +235,7 @@ static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
             ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
             acc = fma_block(tmp, a + i * QK_K, acc);                              \
         }                                                                         \
-        *s = hsum_f32(acc);                                                       \
+        *s = hsum256_f32(acc);                                                       \
     }
 
 MS_DEFINE_DOT_F32_AVX2(q4_K, block_q4_K)

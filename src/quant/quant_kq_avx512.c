@@ -11,22 +11,7 @@
 #include "quant/iq2_grid.h"
 #include "quant/quant_impl.h"
 #include "quant/quant_kq.h"
-
-static inline int32_t hsum_i32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* Two 256-bit halves: lo in bits 0..255, hi in 256..511. */
-static inline __m512i cat256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-static inline __m512i load2x32(const void *lo, const void *hi) {
-    return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
-}
+#include "quant/quant_simd.h"
 
 /* ---- Q8_K (rounding as the reference; cvtsepi32_epi8 saturates to 127) */
 MS_DECL_QUANT(q8_K, avx512) {
@@ -145,14 +130,9 @@ MS_DECL_DOT(q4_K, q8_K, avx512) {
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, a_lo), s_lo));
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, a_hi), s_hi));
         }
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
-        const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
-        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-        const int32_t summ = hsum_i32_256(_mm256_madd_epi16(bs, m16));
+        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16(m));
         const int32_t sumi = _mm512_reduce_add_epi32(acc);
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }
@@ -181,7 +161,7 @@ MS_DECL_DOT(q2_K, q8_K, avx512) {
         const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(scb, m4)));
         const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
-        const int32_t summ = hsum_i32_256(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), mn16));
+        const int32_t summ = q8k_bsums_dot(a[i].bsums, mn16);
         const __m512i q = _mm512_loadu_si512(w[i].qs);
         __m512i acc = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
@@ -191,9 +171,7 @@ MS_DECL_DOT(q2_K, q8_K, avx512) {
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(v, q8), scv));
         }
         const int32_t sumi = _mm512_reduce_add_epi32(acc);
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }

@@ -98,9 +98,7 @@ MS_DECL_DOT(q4_K, q8_K, ref) {
             sumi += sc[2 * g] * s1 + sc[2 * g + 1] * s2;
         }
         for (int j = 0; j < 8; j++) summ += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }
@@ -137,9 +135,7 @@ MS_DECL_DOT(q2_K, q8_K, ref) {
             sumi += (w[i].scales[k] & 0x0f) * sk;
             summ += (w[i].scales[k] >> 4) * a[i].bsums[k];
         }
-        const float d = a[i].d * ms_fp16_to_fp32(w[i].d);
-        const float dmin = a[i].d * ms_fp16_to_fp32(w[i].dmin);
-        sumf += d * (float)sumi - dmin * (float)summ;
+        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
     }
     *s = sumf;
 }

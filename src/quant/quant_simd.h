@@ -1,0 +1,102 @@
+/*
+ * quant_simd.h - internal: static inline SIMD helpers shared by the AVX2 and
+ * AVX-512 kernel files (quant_basic_avx*.c, quant_kq_avx*.c).
+ *
+ * Each including file is compiled with its own ISA flags (CMake, by file
+ * name), so these helpers become that file's instructions; nothing here is
+ * ever called through a pointer. The 256-bit helpers need AVX2 + FMA + F16C;
+ * the 512-bit section exists only in files compiled with AVX-512. Only the
+ * SIMD kernel files of quant/ include this header.
+ */
+#ifndef MS_QUANT_SIMD_H
+#define MS_QUANT_SIMD_H
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quant/blocks.h"
+#include "quant/quant_basic.h"
+
+/* For helpers taking a constant selector (f16 or bf16, q8_0 or mxfp4): forced
+ * inline so the selector folds away and each kernel keeps its own loop. */
+#define MS_SIMD_INLINE static inline __attribute__((always_inline))
+
+/* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
+ * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
+static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum256_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax256_f32(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int32_t hsum256_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Sum of w[j] * a[j] over 32 int8 pairs, as 8 f32 lanes (exact): ggml's sign
+ * trick, maddubs(|w|, sign(a, w)), valid while a has no -128. */
+static inline __m256 dot_i8x32(__m256i w, __m256i a) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* The 32 MXFP4 codes of a block as int8 values (doubled E2M1) in element
+ * order: low nibbles are elements 0..15, high nibbles 16..31. */
+static inline __m256i mxfp4_values(const block_mxfp4 *b) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)ms_kvalues_mxfp4);
+    const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Block i of a Q8_0 row (mx false) or an MXFP4 row (mx true), both 32 int8
+ * values with one scale: the dots with Q8_0 activations share their loops. */
+MS_SIMD_INLINE __m256i w32_values(const void *w, int64_t i, bool mx) {
+    if (mx) return mxfp4_values(&((const block_mxfp4 *)w)[i]);
+    return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)w)[i].qs);
+}
+
+MS_SIMD_INLINE float w32_scale(const void *w, int64_t i, bool mx) {
+    return mx ? ms_e8m0_to_f32_half(((const block_mxfp4 *)w)[i].e) : fp16_scale(((const block_q8_0 *)w)[i].d);
+}
+
+/* sum_k bsums[k] * w16[k] over the 16 int16 sub-block sums of a Q8_K block:
+ * the min term of the Q4_K and Q2_K dots. */
+static inline int32_t q8k_bsums_dot(const int16_t bsums[16], __m256i w16) {
+    return hsum256_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), w16));
+}
+
+/* The 8 Q4_K mins as 16 int16, each twice: min j covers bsums 2j and 2j+1. */
+static inline __m256i q4k_mins16(const uint8_t m[8]) {
+    const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
+#ifdef __AVX512F__
+/* Two 256-bit halves: lo in bits 0..255, hi in 256..511. */
+static inline __m512i cat256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+static inline __m512i load2x32(const void *lo, const void *hi) {
+    return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
+}
+#endif
+
+#endif
