@@ -155,7 +155,7 @@ static uint64_t vtype_min_file_size(enum gguf_vtype t) {
 
 static void array_free(struct gguf_array *a);
 
-static void value_free(struct gguf_value *v) {
+void gguf_value_free(struct gguf_value *v) {
     if (v->type == GGUF_TYPE_STRING) free(v->str.data);
     else if (v->type == GGUF_TYPE_ARRAY) array_free(&v->arr);
 }
@@ -313,7 +313,7 @@ void gguf_close(struct gguf_file *f) {
     if (f->fd >= 0) close(f->fd);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         free(f->kv[i].key.data);
-        value_free(&f->kv[i].val);
+        gguf_value_free(&f->kv[i].val);
     }
     free(f->kv);
     for (uint64_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
@@ -685,65 +685,66 @@ static double elem_f64(enum gguf_vtype t, const void *data, uint64_t i) {
     }
 }
 
-/* Shared checks of the array getters: returns the source (array data or a
- * one-element view of the scalar) and its element count and type. */
+/* What an array getter reads from: the array's elements (data, count, et),
+ * or a scalar value (data NULL) as integer si and as double sf. */
+struct arr_src {
+    enum gguf_vtype et;
+    const void *data;
+    uint64_t count;
+    int64_t si;
+    double sf;
+};
+
+/* Shared checks of the array getters: fills src (zeroed by the caller). */
 static int arr_source(const struct gguf_file *f, const char *key, uint64_t n, bool broadcast,
-                      bool want_int, enum gguf_vtype *et, const void **data, uint64_t *count,
-                      int64_t *scalar_i, double *scalar_f, ms_err *err) {
+                      bool want_int, struct arr_src *src, ms_err *err) {
     const struct gguf_kv *kv;
     if (get_kv(f, key, &kv, err)) return -1;
     const char *want = want_int ? "integer" : "numeric";
     if (kv->val.type == GGUF_TYPE_ARRAY) {
-        *et = kv->val.arr.type;
-        *data = kv->val.arr.data;
-        *count = kv->val.arr.n;
+        src->et = kv->val.arr.type;
+        src->data = kv->val.arr.data;
+        src->count = kv->val.arr.n;
     } else {
-        *et = kv->val.type;
-        *count = broadcast ? n : 1;
-        if (vtype_is_uint(*et) && want_int) {
+        src->et = kv->val.type;
+        src->count = broadcast ? n : 1;
+        if (vtype_is_uint(src->et) && want_int) {
             if (kv->val.u64 > INT64_MAX)
                 return ms_err_set(err, "%s: metadata key '%s' = %" PRIu64 " is out of range",
                                   f->path, key, kv->val.u64);
-            *scalar_i = (int64_t)kv->val.u64;
-        } else if (vtype_is_sint(*et)) *scalar_i = kv->val.i64;
-        *scalar_f = vtype_is_uint(*et) ? (double)kv->val.u64
-                  : vtype_is_sint(*et) ? (double)kv->val.i64 : kv->val.f64;
-        *data = NULL;
+            src->si = (int64_t)kv->val.u64;
+        } else if (vtype_is_sint(src->et)) src->si = kv->val.i64;
+        src->sf = vtype_is_uint(src->et) ? (double)kv->val.u64
+                  : vtype_is_sint(src->et) ? (double)kv->val.i64 : kv->val.f64;
     }
-    bool ok = vtype_is_uint(*et) || vtype_is_sint(*et) || (!want_int && vtype_is_float(*et));
+    bool ok = vtype_is_uint(src->et) || vtype_is_sint(src->et) || (!want_int && vtype_is_float(src->et));
     if (!ok)
         return ms_err_set(err, "%s: metadata key '%s' holds %s %s, expected %s values", f->path,
                           key, kv->val.type == GGUF_TYPE_ARRAY ? "an array of" : "a",
-                          gguf_vtype_name(*et), want);
-    if (*count < n)
+                          gguf_vtype_name(src->et), want);
+    if (src->count < n)
         return ms_err_set(err, "%s: metadata key '%s' has %" PRIu64 " elements, expected at least %" PRIu64,
-                          f->path, key, *count, n);
+                          f->path, key, src->count, n);
     return 0;
 }
 
 int gguf_get_arr_f32(const struct gguf_file *f, const char *key, float *out, uint64_t n,
                      bool broadcast, ms_err *err) {
-    enum gguf_vtype et;
-    const void *data;
-    uint64_t count;
-    int64_t si = 0;
-    double sf = 0;
-    if (arr_source(f, key, n, broadcast, false, &et, &data, &count, &si, &sf, err)) return -1;
-    for (uint64_t i = 0; i < n; i++) out[i] = (float)(data ? elem_f64(et, data, i) : sf);
+    struct arr_src src = {0};
+    if (arr_source(f, key, n, broadcast, false, &src, err)) return -1;
+    for (uint64_t i = 0; i < n; i++) out[i] = (float)(src.data ? elem_f64(src.et, src.data, i) : src.sf);
     return 0;
 }
 
 int gguf_get_arr_i64(const struct gguf_file *f, const char *key, int64_t *out, uint64_t n,
                      bool broadcast, ms_err *err) {
-    enum gguf_vtype et;
-    const void *data;
-    uint64_t count;
-    int64_t si = 0;
-    double sf = 0;
-    if (arr_source(f, key, n, broadcast, true, &et, &data, &count, &si, &sf, err)) return -1;
+    struct arr_src src = {0};
+    if (arr_source(f, key, n, broadcast, true, &src, err)) return -1;
+    const enum gguf_vtype et = src.et;
+    const void *data = src.data;
     for (uint64_t i = 0; i < n; i++) {
         if (!data) {
-            out[i] = si;
+            out[i] = src.si;
         } else if (et == GGUF_TYPE_UINT64) {
             uint64_t v = ((const uint64_t *)data)[i];
             if (v > INT64_MAX)

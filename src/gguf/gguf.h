@@ -78,6 +78,10 @@ struct gguf_value {
     };
 };
 
+/* Frees what v owns (string bytes, array elements, nested arrays), for
+ * both the reader and the writer; v itself stays the caller's. */
+void gguf_value_free(struct gguf_value *v);
+
 struct gguf_kv {
     struct gguf_str key;
     struct gguf_value val;

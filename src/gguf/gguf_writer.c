@@ -70,24 +70,6 @@ struct gguf_writer *gguf_writer_new(void) {
     return w;
 }
 
-static void warray_free(struct gguf_array *a) {
-    if (!a->data) return;
-    if (a->type == GGUF_TYPE_STRING) {
-        struct gguf_str *s = a->data;
-        for (uint64_t i = 0; i < a->n; i++) free(s[i].data);
-    } else if (a->type == GGUF_TYPE_ARRAY) {
-        struct gguf_array *sub = a->data;
-        for (uint64_t i = 0; i < a->n; i++) warray_free(&sub[i]);
-    }
-    free(a->data);
-    a->data = NULL;
-}
-
-static void wvalue_free(struct gguf_value *v) {
-    if (v->type == GGUF_TYPE_STRING) free(v->str.data);
-    else if (v->type == GGUF_TYPE_ARRAY) warray_free(&v->arr);
-}
-
 /* Drops the partial output after a failure or an unfinished write. */
 static void discard_output(struct gguf_writer *w) {
     if (w->fd >= 0) {
@@ -102,7 +84,7 @@ void gguf_writer_free(struct gguf_writer *w) {
     if (w->begun && !w->finished) discard_output(w);
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
-        wvalue_free(&w->kv[i].val);
+        gguf_value_free(&w->kv[i].val);
     }
     free(w->kv);
     for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
@@ -119,12 +101,12 @@ void gguf_writer_free(struct gguf_writer *w) {
  * data on success and frees it on failure. */
 static int put_kv(struct gguf_writer *w, const char *key, struct gguf_value v) {
     if (w->begun) {
-        wvalue_free(&v);
+        gguf_value_free(&v);
         return -1;
     }
     for (size_t i = 0; i < w->n_kv; i++) {
         if (strcmp(w->kv[i].key, key) == 0) {
-            wvalue_free(&w->kv[i].val);
+            gguf_value_free(&w->kv[i].val);
             w->kv[i].val = v;
             return 0;
         }
@@ -133,14 +115,14 @@ static int put_kv(struct gguf_writer *w, const char *key, struct gguf_value v) {
         size_t cap = w->cap_kv ? 2 * w->cap_kv : 16;
         struct wkv *p = realloc(w->kv, cap * sizeof *p);
         if (!p) {
-            wvalue_free(&v);
+            gguf_value_free(&v);
             return -1;
         }
         w->kv = p, w->cap_kv = cap;
     }
     char *k = strdup(key);
     if (!k) {
-        wvalue_free(&v);
+        gguf_value_free(&v);
         return -1;
     }
     w->kv[w->n_kv++] = (struct wkv){.key = k, .val = v};
@@ -151,7 +133,7 @@ static void drop_kv(struct gguf_writer *w, const char *key) {
     for (size_t i = 0; i < w->n_kv; i++) {
         if (strcmp(w->kv[i].key, key) == 0) {
             free(w->kv[i].key);
-            wvalue_free(&w->kv[i].val);
+            gguf_value_free(&w->kv[i].val);
             memmove(&w->kv[i], &w->kv[i + 1], (w->n_kv - i - 1) * sizeof *w->kv);
             w->n_kv--;
             return;
@@ -229,7 +211,7 @@ int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *
     val.arr.data = s;
     for (uint64_t i = 0; i < n; i++, val.arr.n++) {
         if (str_copy(&s[i], v[i])) {
-            wvalue_free(&val);
+            gguf_value_free(&val);
             return -1;
         }
     }
@@ -279,7 +261,7 @@ int gguf_writer_set_value(struct gguf_writer *w, const char *key, const struct g
     if ((unsigned)v->type >= GGUF_TYPE_COUNT) return -1;
     if (v->type == GGUF_TYPE_STRING && str_copy_n(&c.str, &v->str)) return -1;
     if (v->type == GGUF_TYPE_ARRAY && array_copy(&c.arr, &v->arr, 1)) {
-        warray_free(&c.arr);
+        gguf_value_free(&c);
         return -1;
     }
     if (v->type == GGUF_TYPE_UINT32 && strcmp(key, "general.alignment") == 0)
