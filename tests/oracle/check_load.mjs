@@ -15,9 +15,8 @@
 // The last line of stdout is always "RESULT PASS ..." or "RESULT FAIL ...".
 
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+
+import { createReferenceContext, entry, getCpuLlama, heldMismatch, loadCpuModel } from "./llama.mjs";
 
 const DEFAULT_TEXT =
     "The quick brown fox, 42 times: def f(x):\n    return x * 2  # 今天 🙂";
@@ -39,23 +38,15 @@ if (!args) {
     process.exit(2);
 }
 
-const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
-const entry = path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js");
 if (!fs.existsSync(entry)) {
     console.log(`RESULT FAIL node-llama-cpp not found at ${entry} (run scripts/oracle.sh)`);
     process.exit(3);
 }
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
 
 // llama.cpp's own log lines at warning level and above, kept so that a load
 // failure can be reported with llama.cpp's words, not node-llama-cpp's.
 const logs = [];
-const llama = await getLlama({
-    gpu: false,
-    build: "never",
-    logLevel: LlamaLogLevel.warn,
-    logger: (level, message) => logs.push(`[${level}] ${message.trimEnd()}`),
-});
+const llama = await getCpuLlama("warn", (level, message) => logs.push(`[${level}] ${message.trimEnd()}`));
 
 function fail(code, msg) {
     if (logs.length) console.log("llama.cpp log:\n  " + logs.join("\n  "));
@@ -65,7 +56,7 @@ function fail(code, msg) {
 
 let model, context;
 try {
-    model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
+    model = await loadCpuModel(llama, args.model);
 } catch (e) {
     fail(3, `load: ${e.message}`);
 }
@@ -84,23 +75,10 @@ if (typeof model._model?.getTokenString === "function")
 if (model.detokenize(textTokens, false) !== args.text)
     console.log("  note: detokenize(tokenize(text)) != text");
 
-// One decode call for the whole prompt: batch (= ubatch, node-llama-cpp sets
-// them equal) and the context hold all of it.
+// One decode call for the whole prompt (llama.mjs).
 const n = tokens.length;
-const ctxSize = Math.max(64, Math.ceil(n / 64) * 64);
 try {
-    context = await model.createContext({
-        contextSize: ctxSize,
-        batchSize: ctxSize,
-        sequences: 1,
-        // One thread unless told otherwise: on a small shared machine, ggml's
-        // spinning worker threads make a tiny model 100x slower when the
-        // cores are busy, and the result does not depend on it.
-        threads: Number(process.env.ORACLE_THREADS || 1),
-        flashAttention: false,
-        experimentalKvCacheKeyType: "F32",
-        experimentalKvCacheValueType: "F32",
-    });
+    context = await createReferenceContext(model, n);
 } catch (e) {
     fail(3, `context: ${e.message}`);
 }
@@ -114,11 +92,8 @@ try {
     fail(3, `evaluate: ${e.message}`);
 }
 
-// node-llama-cpp may shift a full context silently: the sequence must hold
-// exactly what we fed.
-const held = seq.contextTokens;
-if (held.length !== n || held.some((t, i) => t !== tokens[i]))
-    fail(1, `sequence holds ${held.length} tokens, not the ${n} fed`);
+const mismatch = heldMismatch(seq, tokens);
+if (mismatch) fail(1, mismatch);
 
 const problems = [];
 const stats = { n_vocab: null, sumMin: Infinity, sumMax: -Infinity, pmaxMax: 0, pmaxMin: 1,

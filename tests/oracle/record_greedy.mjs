@@ -12,9 +12,8 @@
 // env: ORACLE_DIR (default ~/.cache/moestream/oracle), ORACLE_THREADS (1).
 
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+
+import { createReferenceContext, getCpuLlama, heldMismatch, loadCpuModel, parseTokenCsv } from "./llama.mjs";
 
 const [modelPath, csv, nArg, outPath] = process.argv.slice(2);
 const nGen = Number.parseInt(nArg, 10);
@@ -22,27 +21,15 @@ if (!modelPath || !csv || !outPath || !(nGen > 0)) {
     console.error("usage: node record_greedy.mjs MODEL.gguf TOKENS_CSV N OUT.json");
     process.exit(2);
 }
-const prompt = csv.split(",").map((s) => Number.parseInt(s, 10));
-if (prompt.some((t) => !Number.isInteger(t) || t < 0)) {
+const prompt = parseTokenCsv(csv);
+if (!prompt) {
     console.error("record_greedy: bad token list");
     process.exit(2);
 }
 
-const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
-const entry = path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js");
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
-const ctxSize = Math.max(64, Math.ceil((prompt.length + nGen) / 64) * 64);
-const context = await model.createContext({
-    contextSize: ctxSize,
-    batchSize: ctxSize,
-    sequences: 1,
-    threads: Number(process.env.ORACLE_THREADS || 1),
-    flashAttention: false,
-    experimentalKvCacheKeyType: "F32",
-    experimentalKvCacheValueType: "F32",
-});
+const llama = await getCpuLlama("error");
+const model = await loadCpuModel(llama, modelPath);
+const context = await createReferenceContext(model, prompt.length + nGen);
 const seq = context.getSequence();
 
 // argmax (lowest id on a tie) and the top-2 probability margin of a logits map
@@ -69,10 +56,9 @@ for (let k = 0; k < nGen; k++) {
     fed.push(tok);
     if (k + 1 < nGen) out = await seq.controlledEvaluate([[tok, { generateNext: { logits: true } }]]);
 }
-const held = seq.contextTokens;
-const want = fed.slice(0, fed.length - 1);
-if (held.length !== want.length || held.some((t, i) => t !== want[i])) {
-    console.error(`record_greedy: sequence holds ${held.length} tokens, not the ${want.length} fed`);
+const mismatch = heldMismatch(seq, fed.slice(0, fed.length - 1));
+if (mismatch) {
+    console.error(`record_greedy: ${mismatch}`);
     process.exit(1);
 }
 fs.writeFileSync(outPath, JSON.stringify({ prompt, tokens: gen, margins }) + "\n");

@@ -16,17 +16,16 @@
 // env: ORACLE_DIR (default ~/.cache/moestream/oracle), ORACLE_THREADS (1).
 
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+
+import { createReferenceContext, getCpuLlama, heldMismatch, loadCpuModel, parseTokenCsv } from "./llama.mjs";
 
 const [modelPath, csv, outPath, posSpec] = process.argv.slice(2);
 if (!modelPath || !csv || !outPath) {
     console.error("usage: node record_logits.mjs MODEL.gguf TOKENS_CSV OUT.bin [POSITIONS]");
     process.exit(2);
 }
-const tokens = csv.split(",").map((s) => Number.parseInt(s, 10));
-if (tokens.some((t) => !Number.isInteger(t) || t < 0)) {
+const tokens = parseTokenCsv(csv);
+if (!tokens) {
     console.error("record_logits: bad token list");
     process.exit(2);
 }
@@ -46,27 +45,15 @@ if (posSpec) {
     stored = [...set].sort((x, y) => x - y);
 }
 
-const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
-const entry = path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js");
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(entry).href);
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
-const ctxSize = Math.max(64, Math.ceil(n / 64) * 64);
-const context = await model.createContext({
-    contextSize: ctxSize,
-    batchSize: ctxSize,
-    sequences: 1,
-    threads: Number(process.env.ORACLE_THREADS || 1),
-    flashAttention: false,
-    experimentalKvCacheKeyType: "F32",
-    experimentalKvCacheValueType: "F32",
-});
+const llama = await getCpuLlama("error");
+const model = await loadCpuModel(llama, modelPath);
+const context = await createReferenceContext(model, n);
 const seq = context.getSequence();
 const out = await seq.controlledEvaluate(
     tokens.map((t) => [t, { generateNext: { logits: true } }]));
-const held = seq.contextTokens;
-if (held.length !== n || held.some((t, i) => t !== tokens[i])) {
-    console.error(`record_logits: sequence holds ${held.length} tokens, not the ${n} fed`);
+const mismatch = heldMismatch(seq, tokens);
+if (mismatch) {
+    console.error(`record_logits: ${mismatch}`);
     process.exit(1);
 }
 const V = out[0].next.logits.size;

@@ -15,18 +15,14 @@
 // usage: node tests/oracle/record_tokens.mjs MODEL.gguf CORPUS.json OUT.json LABEL
 // env:   ORACLE_DIR (default ~/.cache/moestream/oracle)
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+
+import { getCpuLlama, loadCpuModel } from "./llama.mjs";
 
 const [modelPath, corpusPath, outPath, label] = process.argv.slice(2);
 if (!label) {
     console.error("usage: node record_tokens.mjs MODEL.gguf CORPUS.json OUT.json LABEL");
     process.exit(2);
 }
-const oracleDir = process.env.ORACLE_DIR || path.join(os.homedir(), ".cache/moestream/oracle");
-const { getLlama, LlamaLogLevel } = await import(
-    pathToFileURL(path.join(oracleDir, "node_modules/node-llama-cpp/dist/index.js")).href);
 
 // llama.cpp's UTF-8 decoding: no overlong or surrogate checks; a bad or
 // truncated sequence is one byte -> U+FFFD.
@@ -46,8 +42,8 @@ function llamaCodepoints(b) {
     return out;
 }
 
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-const model = await llama.loadModel({ modelPath, vocabOnly: true, gpuLayers: 0 });
+const llama = await getCpuLlama("error");
+const model = await loadCpuModel(llama, modelPath, { vocabOnly: true });
 const corpus = JSON.parse(fs.readFileSync(corpusPath, "utf8"));
 const cases = [];
 for (const c of corpus.cases) {
