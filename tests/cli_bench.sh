@@ -4,15 +4,10 @@
 # contexts whose intervals add up, positive speeds, a short text is repeated
 # (and said so), streaming rows report bytes read, and bad flags are usage
 # errors (exit 2) that name the flag.
-set -u
-BIN=$1 TMP=$2
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$TMP"
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 
 M=$TMP/tiny.gguf
-"$BIN" mkmodel --preset tiny --experts-type q8_0 --seed 5 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+tiny_model "$M" --experts-type q8_0 --seed 5
 TEXT=$SRC/bench/pride-and-prejudice-ch1-19.txt
 check "shipped text exists" "[ -s '$TEXT' ]"
 
@@ -92,5 +87,4 @@ check "missing model is a runtime error" "[ $? -eq 1 ] && grep -q 'missing.gguf'
 "$BIN" bench -m "$M" --prompt-file "$TMP/no-such-text" >/dev/null 2>"$TMP/notext.err"
 check "missing text is a runtime error" "[ $? -eq 1 ] && grep -q 'no-such-text' '$TMP/notext.err'"
 
-[ $fail -eq 0 ] && echo "cli_bench: all passed"
-exit $fail
+finish cli_bench

@@ -6,15 +6,10 @@
 # starts over; the same input and seed give the same answers; no prompt
 # noise on stdout; usage and runtime errors exit 2 and 1.
 # Usage: bash cli_chat.sh BIN TMPDIR
-set -u
-BIN=$1
-TMP=$2
-mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 M="$TMP/tiny.gguf"
-"$BIN" mkmodel --preset tiny --seed 1 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+tiny_model "$M" --seed 1
 
 chat() { "$BIN" chat -m "$M" -t 1 -n 10 --seed 5 "$@"; }
 # field N of the stats line of turn T in file F: prefilled, reused, generated
@@ -65,5 +60,4 @@ echo hi | "$BIN" chat -m "$M" -n 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "-n 0 n
 echo hi | "$BIN" chat -m "$TMP/missing.gguf" >/dev/null 2>"$TMP/e"; [ $? -eq 1 ] || fail "missing model not exit 1"
 grep -q '^moestream chat: .*cannot open' "$TMP/e" || fail "missing model message: $(cat "$TMP/e")"
 
-[ $fails -eq 0 ] && echo "cli_chat: all passed"
-exit $((fails > 0))
+finish cli_chat

@@ -5,15 +5,10 @@
 # another architecture, and one-line errors (exit 1) for missing, non-GGUF,
 # truncated files; usage errors exit 2.
 # Usage: bash cli_inspect.sh BIN TMPDIR
-set -u
-BIN=$1
-TMP=$2
-mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 M="$TMP/tiny.gguf"
-"$BIN" mkmodel --preset tiny --experts-type q4_k --dense-type q8_0 --seed 5 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+tiny_model "$M" --experts-type q4_k --dense-type q8_0 --seed 5
 
 "$BIN" inspect "$M" >"$TMP/out" 2>"$TMP/err" || fail "inspect exit $?"
 for pat in '^file: .*GGUF v3' '^metadata: [0-9]* keys' 'general.architecture = "deepseek4"' \
@@ -82,5 +77,4 @@ expect_err "truncated" "$TMP/trunc.gguf"
 "$BIN" inspect "$M" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad option: not exit 2"
 
 rm -f "$TMP"/*.gguf
-[ $fails -eq 0 ] && echo "cli_inspect: all passed"
-exit $((fails > 0))
+finish cli_inspect

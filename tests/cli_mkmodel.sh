@@ -4,12 +4,7 @@
 # a different seed giving different bytes, --f32-twin, mixed expert types,
 # --ds4-mix, and hyperparameter overrides landing in the metadata.
 # Usage: bash cli_mkmodel.sh BIN TMPDIR
-set -u
-BIN=$1
-TMP=$2
-mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # expect_usage "what" args... : exit 2 and a one-line "moestream mkmodel:" message
 expect_usage() {
@@ -80,5 +75,4 @@ grep -q '^bytes per expert by layer: 0:[0-9]* 1:[0-9]* 2:[0-9]* 3:[0-9]*' "$TMP/
 "$BIN" inspect "$TMP/d.gguf" | grep -q '^layout: ds4' || fail "ds4 layout not detected"
 
 rm -f "$TMP"/*.gguf
-[ $fails -eq 0 ] && echo "cli_mkmodel: all passed"
-exit $((fails > 0))
+finish cli_mkmodel

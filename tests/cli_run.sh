@@ -6,15 +6,10 @@
 # exit 1, each with one "moestream run:" line; logits --text equals logits
 # --tokens of the same tokenization.
 # Usage: bash cli_run.sh BIN TMPDIR
-set -u
-BIN=$1
-TMP=$2
-mkdir -p "$TMP"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 M="$TMP/tiny.gguf"
-"$BIN" mkmodel --preset tiny --seed 1 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+tiny_model "$M" --seed 1
 P="The quick brown fox"
 
 run() { "$BIN" run -m "$M" -p "$P" -t 1 "$@"; }
@@ -80,5 +75,4 @@ bos=$("$BIN" inspect "$M" | sed -n 's/.*tokenizer.ggml.bos_token_id = \([0-9]*\)
 "$BIN" logits -m "$M" >/dev/null 2>&1; [ $? -eq 2 ] || fail "logits without input not exit 2"
 "$BIN" logits -m "$M" --text "" >/dev/null 2>&1; [ $? -eq 2 ] || fail "logits --text '' not exit 2"
 
-[ $fails -eq 0 ] && echo "cli_run: all passed"
-exit $((fails > 0))
+finish cli_run

