@@ -2,14 +2,10 @@
 # cli_stream.sh BIN TMPDIR - streaming from the command line: a greedy run
 # gives the same text resident and streamed (tight and automatic caches), the
 # stats JSON carries its fields, and bad cache options are usage errors.
-set -u
-BIN=$1 TMP=$2
-mkdir -p "$TMP"
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 
 M=$TMP/tiny-q4k.gguf
-"$BIN" mkmodel --preset tiny --experts-type q4_k --dense-type q8_0 --seed 3 -o "$M" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+tiny_model "$M" --experts-type q4_k --dense-type q8_0 --seed 3
 P="The quick brown fox jumps over the lazy dog, then streams experts from disk."
 "$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --no-stream >"$TMP/resident.txt" 2>/dev/null
 for cache in 3 5 64MB; do
@@ -61,5 +57,4 @@ check "the routing profile loads as a hotlist" "[ $? -eq 0 ]"
 "$BIN" run -m "$M" -p "$P" -n 2 --prefill-chunk -3 >/dev/null 2>&1
 check "bad --prefill-chunk is a usage error" "[ $? -eq 2 ]"
 
-[ $fail -eq 0 ] && echo "cli_stream: all passed"
-exit $fail
+finish cli_stream
