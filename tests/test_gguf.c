@@ -29,27 +29,14 @@
 #include "gguf/gguf.h"
 #include "util/mem.h"
 #include "util/rng.h"
+#include "test_util.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
-static char g_tmp[1024];
-
-static const char *tmp_path(const char *name) {
-    static char p[4][1200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", g_tmp, name);
-    return p[k];
-}
-
 static int setup_tmp(void **state) {
     (void)state;
-    const char *t = getenv("MS_TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/gguf", t && *t ? t : "/tmp/ms-test");
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmp_setup("gguf", "/tmp/ms-test");
 }
 
 /* A growable byte buffer with little-endian field encoders. */

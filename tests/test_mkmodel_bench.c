@@ -16,18 +16,13 @@
 
 #include "model/mkmodel.h"
 #include "quant/quant.h"
+#include "test_util.h"
 
 #define TAIL 4096
 
-static char g_tmp[1024];
-
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("MS_TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/test_mkmodel_bench", base ? base : "/tmp");
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmp_setup("test_mkmodel_bench", "/tmp");
 }
 
 static uint8_t *slurp(const char *path, size_t *len) {

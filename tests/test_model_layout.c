@@ -22,24 +22,11 @@
 #include "model/layout.h"
 #include "model/mkmodel.h"
 #include "quant/quant.h"
-
-static char g_tmp[1024];
-
-static const char *tmp_path(const char *name) {
-    static char p[4][1200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", g_tmp, name);
-    return p[k];
-}
+#include "test_util.h"
 
 static int setup_tmp(void **state) {
     (void)state;
-    const char *base = getenv("MS_TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/test_model_layout", base ? base : "/tmp");
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_tmp_setup("test_model_layout", "/tmp");
 }
 
 static struct mkmodel_opts tiny_opts(void) {
