@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/vec.h"
 #include "model/session_impl.h"
 
 #define MOE_WEIGHT_FLOOR 6.103515625e-5f /* SPEC 3.6: renormalisation floor */
@@ -179,18 +180,12 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
         int ns = 0;
         float mx = -INFINITY;
         for (int64_t q_pos = lo; q_pos <= j->p; q_pos++) {
-            const float *k = j->st->raw + (q_pos % n_swa) * d;
-            float dot = 0.0f;
-            for (int64_t i = 0; i < d; i++) dot += q[i] * k[i];
-            score[ns] = dot * kq_scale;
+            score[ns] = ms_vec_dot(d, q, j->st->raw + (q_pos % n_swa) * d) * kq_scale;
             mx = fmaxf(mx, score[ns++]);
         }
         for (int64_t m = 0; m < j->n_comp; m++) {
             if (j->sel && !j->sel[m]) continue;
-            const float *k = j->st->comp + m * d;
-            float dot = 0.0f;
-            for (int64_t i = 0; i < d; i++) dot += q[i] * k[i];
-            score[ns] = dot * kq_scale;
+            score[ns] = ms_vec_dot(d, q, j->st->comp + m * d) * kq_scale;
             mx = fmaxf(mx, score[ns++]);
         }
         const float sink = j->sinks[h];
@@ -200,16 +195,14 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
         int js = 0;
         for (int64_t q_pos = lo; q_pos <= j->p; q_pos++, js++) {
             const float w = expf(score[js] - mx);
-            const float *v = j->st->raw + (q_pos % n_swa) * d;
             den += w;
-            for (int64_t i = 0; i < d; i++) o[i] += w * v[i];
+            ms_vec_axpy(d, w, j->st->raw + (q_pos % n_swa) * d, o);
         }
         for (int64_t m = 0; m < j->n_comp; m++) {
             if (j->sel && !j->sel[m]) continue;
             const float w = expf(score[js++] - mx);
-            const float *v = j->st->comp + m * d;
             den += w;
-            for (int64_t i = 0; i < d; i++) o[i] += w * v[i];
+            ms_vec_axpy(d, w, j->st->comp + m * d, o);
         }
         const float inv = 1.0f / den;
         for (int64_t i = 0; i < d; i++) o[i] *= inv;
@@ -233,8 +226,7 @@ static void indexer_select(struct dsv4_session *s, const struct dsv4_layer_state
         float score = 0.0f;
         for (int64_t h = 0; h < HI; h++) {
             const float *qh = sc->iq + (t * HI + h) * dI;
-            float dot = 0.0f;
-            for (int64_t i = 0; i < dI; i++) dot += qh[i] * key[i];
+            const float dot = ms_vec_dot(dI, qh, key);
             score += sc->iw[t * HI + h] * (dot > 0.0f ? dot : 0.0f);
         }
         sc->iscore[m] = score;
@@ -401,6 +393,35 @@ static int tail_routed(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *e
     return m->experts.tail_routed(m->experts.ctx, il, ids, n_ids, err);
 }
 
+/* Decode prefetch: guesses the experts layer il will select for this step's
+ * one token and tells the expert source, which reads the missing ones while
+ * the previous layer's experts compute. Hash layers: exact (tid2eid of the
+ * token). Others: layer il's router and selection bias applied to the
+ * previous layer's FFN input sc->h, which is close to layer il's (the
+ * residual stream changes little per layer; accuracy measured in
+ * stream/expert_source.h). sc->router, biased, topidx and etok are free
+ * between routing and the first expert_ffn. */
+static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
+                         ms_err *err) {
+    const struct dsv4_model *m = s->m;
+    const struct dsv4_layer *L = &m->layers[il];
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = m->hp.n_embd, E = m->hp.n_expert, k = m->hp.n_expert_used;
+    int32_t *ids = sc->etok;
+    if (il < m->hp.n_hash_layer) {
+        memcpy(ids, L->t[DSV4_FFN_GATE_TID2EID].i32 + (int64_t)tokens[0] * k,
+               (size_t)k * sizeof *ids);
+    } else {
+        if (mm(s, &L->t[DSV4_FFN_GATE_INP], sc->h, D, 1, sc->router, E, err)) return -1;
+        const float *bias = L->t[DSV4_EXP_PROBS_B].f32;
+        for (int64_t e = 0; e < E; e++)
+            sc->biased[e] = sqrtf(ms_softplus(sc->router[e])) + bias[e];
+        ms_topk_heap(sc->biased, (int)E, (int)k, sc->topidx);
+        for (int64_t j = 0; j < k; j++) ids[j] = sc->topidx[j];
+    }
+    return m->experts.prefetch(m->experts.ctx, il, ids, (int)k, err);
+}
+
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -465,6 +486,9 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
         const int ng = n_used - g0 < group ? n_used - g0 : group;
         if (m->experts.acquire(m->experts.ctx, il, used + g0, ng, sc->views, err)) return -1;
         int rc = 0;
+        /* decode: with this layer's experts pinned, start the next layer's */
+        if (g0 == 0 && n == 1 && m->experts.prefetch && il + 1 < m->n_layer)
+            rc = prefetch_next(s, il + 1, tokens, err);
         for (int u = 0; u < ng && !rc; u++)
             rc = expert_ffn(s, il, used[g0 + u], &sc->views[u], n, err);
         m->experts.release(m->experts.ctx, il, used + g0, ng);
