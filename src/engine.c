@@ -98,7 +98,8 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
                                           .hotlist_path = p->hotlist,
                                           .whole_layer_min_tokens = p->whole_layer_min_tokens,
-                                          .preload_experts = p->preload_experts};
+                                          .preload_experts = p->preload_experts,
+                                          .no_prefetch = p->no_prefetch};
     if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
     m->experts = ms_stream_source_iface(e->stream);
     snprintf(e->plan_line, sizeof e->plan_line,
@@ -194,7 +195,12 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
     const struct ms_stream_counters *c = ms_stream_source_counters(e->stream);
     st.layer_reads = c->layer_reads;
     st.layer_bytes_read = c->layer_bytes;
+    st.layer_read_seconds = c->layer_read_seconds;
     st.seeded_experts = c->seeded;
+    st.prefetched = c->prefetched;
+    st.prefetch_used = c->prefetch_used;
+    st.predicted_selected = c->predicted_selected;
+    st.predicted_right = c->predicted_right;
     st.peak_layer_buffer_bytes = c->peak_layer_buffer_bytes;
     return st;
 }

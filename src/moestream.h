@@ -53,6 +53,7 @@ struct ms_engine_params {
     int64_t whole_layer_min_tokens;
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
     uint32_t preload_experts; /* with a hotlist: read its top N experts at load */
+    bool no_prefetch;       /* streaming: no decode prefetch of the next layer's experts */
 };
 
 #define MS_PREFILL_WHOLE (-1)
@@ -70,9 +71,15 @@ struct ms_stream_stats {
     uint64_t peak_cache_bytes; /* expert buffers held at most */
     uint64_t layer_reads;      /* whole-layer reads (one-pass prefill) */
     uint64_t layer_bytes_read; /* their bytes (part of bytes_read) */
+    double layer_read_seconds; /* time the layer reads took (device time) */
     uint64_t seeded_experts;   /* experts copied into the cache from layer buffers */
     uint64_t peak_layer_buffer_bytes;
     int64_t prefill_chunk;     /* tokens per prefill step, MS_PREFILL_WHOLE = whole */
+    /* decode prefetch (stream/expert_source.h) */
+    uint64_t prefetched;         /* experts read ahead of their layer */
+    uint64_t prefetch_used;      /* of those, selected by their layer */
+    uint64_t predicted_selected; /* experts selected in layers with a router guess */
+    uint64_t predicted_right;    /* of those, guessed */
 };
 
 struct ms_model_info {

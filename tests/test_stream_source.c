@@ -5,6 +5,8 @@
  * last layers' experts are larger (mixed types), across a switch between
  * prompts under a tight budget (checked at every install), and after an
  * injected read error (an error for that step, then normal service).
+ * Decode prefetch: with it (the default) logits stay identical, the budget
+ * holds at every install, and a failed prefetch read is only a miss.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -221,6 +223,116 @@ static void test_read_error(void **state) {
     dsv4_model_free(m);
 }
 
+static long fail_all(void *ctx, uint64_t seq, long res) {
+    (void)seq, (void)res;
+    (*(uint64_t *)ctx)++;
+    return -EIO;
+}
+
+/* Decode (ubatch 1) with room to spare: the next layer's guessed experts
+ * are read in the background; logits equal the resident ones, the budget
+ * holds at every install, the guesses are scored. Then every prefetch read
+ * fails: the evaluation still succeeds, exactly, the failed experts being
+ * read again as misses. */
+static void test_prefetch(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_mixed);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 24 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 41);
+    float *want = eval(m, tok, N, 1);
+    const uint64_t budget = 3 * ms_stream_min_budget(m);
+    struct ms_stream_source *src = stream_on(m, budget);
+    assert_non_null(m->experts.prefetch);
+    struct ms_expert_cache *c = ms_stream_source_cache(src);
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(c, on_install, &bc);
+    float *got = eval(m, tok, N, 1);
+    assert_same(want, got, (size_t)N * m->hp.n_vocab, "decode with prefetch");
+    const struct ms_stream_counters *ctr = ms_stream_source_counters(src);
+    const struct ms_cache_stats *st = ms_expert_cache_stats(c);
+    print_message("prefetch: %llu read, %llu used, guessed %llu of %llu; hits %llu misses %llu\n",
+                  (unsigned long long)ctr->prefetched, (unsigned long long)ctr->prefetch_used,
+                  (unsigned long long)ctr->predicted_right,
+                  (unsigned long long)ctr->predicted_selected, (unsigned long long)st->hits,
+                  (unsigned long long)st->misses);
+    assert_true(ctr->prefetched > 0);
+    assert_true(ctr->prefetch_used > 0);
+    assert_true(ctr->prefetch_used <= ctr->prefetched);
+    assert_int_equal(st->prefetched, ctr->prefetched);
+    /* every layer after the first non-hash one had a guess, every step */
+    assert_int_equal(ctr->predicted_selected,
+                     (uint64_t)N * (m->n_layer - m->hp.n_hash_layer - (m->hp.n_hash_layer ? 0 : 1)) *
+                         m->hp.n_expert_used);
+    assert_true(ctr->predicted_right <= ctr->predicted_selected);
+    assert_true(st->peak_resident_bytes <= budget);
+    assert_int_equal(ctr->prefetch_failed, 0);
+
+    uint64_t failed = 0;
+    ms_io_set_fault_hook(ms_stream_source_prefetch_io(src), fail_all, &failed);
+    int32_t other[N];
+    random_tokens(other, N, 3, (uint32_t)m->hp.n_vocab - 3, 42);
+    float *want2 = NULL, *got2 = NULL;
+    m->experts = resident;
+    want2 = eval(m, other, N, 1);
+    m->experts = ms_stream_source_iface(src);
+    const uint64_t misses0 = st->misses;
+    got2 = eval(m, other, N, 1);
+    assert_same(want2, got2, (size_t)N * m->hp.n_vocab, "decode with failing prefetch reads");
+    assert_true(failed > 0);
+    assert_true(ctr->prefetch_failed > 0);
+    assert_true(st->misses > misses0);
+    assert_true(st->peak_resident_bytes <= budget);
+    ms_io_set_fault_hook(ms_stream_source_prefetch_io(src), NULL, NULL);
+
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    free(want2);
+    free(got2);
+    dsv4_model_free(m);
+}
+
+/* Short ubatches (selected-only mode): hash layers' experts are known from
+ * the token ids, so prepare reads them ahead; logits unchanged. With
+ * no_prefetch nothing is read ahead. */
+static void test_hash_prepare(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_tiny);
+    if (!m->hp.n_hash_layer) skip();
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 12 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, 500, 51);
+    float *want = eval(m, tok, N, 4);
+    for (int off = 0; off < 2; off++) {
+        struct ms_stream_source *src = NULL;
+        struct ms_stream_params p = {.budget_bytes = m->hp.n_expert * ms_stream_slot_bytes(m, 0),
+                                     .whole_layer_min_tokens = -1, .no_prefetch = off};
+        ms_err e = {{0}};
+        if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+        m->experts = ms_stream_source_iface(src);
+        assert_true(off ? !m->experts.prepare && !m->experts.prefetch : !!m->experts.prepare);
+        float *got = eval(m, tok, N, 4);
+        assert_same(want, got, (size_t)N * m->hp.n_vocab, "hash layers read in prepare");
+        const struct ms_stream_counters *ctr = ms_stream_source_counters(src);
+        if (off) {
+            assert_int_equal(ctr->prefetched, 0);
+        } else {
+            assert_true(ctr->prefetched > 0);
+            assert_true(ctr->prefetch_used > 0);
+            assert_int_equal(ctr->predicted_selected, 0); /* no router guesses for ubatch 4 */
+        }
+        m->experts = resident;
+        ms_stream_source_free(src);
+        free(got);
+    }
+    free(want);
+    dsv4_model_free(m);
+}
+
 /* A hotlist is loaded and validated at creation. */
 static void test_hotlist_seed(void **state) {
     (void)state;
@@ -252,6 +364,8 @@ int main(void) {
         cmocka_unit_test(test_prompt_switch),
         cmocka_unit_test(test_read_error),
         cmocka_unit_test(test_hotlist_seed),
+        cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_hash_prepare),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

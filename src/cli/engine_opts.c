@@ -71,6 +71,7 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     }
     case ENG_OPT_HOTLIST: p->hotlist = arg; return 1;
     case ENG_OPT_COLD: p->hotlist = NULL; return 1;
+    case ENG_OPT_NO_PREFETCH: p->no_prefetch = true; return 1;
     case ENG_OPT_PREFILL_CHUNK:
         if (parse_long(arg, 0, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --prefill-chunk must be an integer >= 0\n", cmd);
@@ -139,7 +140,14 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
     json_object_set_new(o, "prefill_chunk", json_integer(ss.prefill_chunk));
     json_object_set_new(o, "layer_reads", json_integer((json_int_t)ss.layer_reads));
     json_object_set_new(o, "layer_bytes_read", json_integer((json_int_t)ss.layer_bytes_read));
+    json_object_set_new(o, "layer_read_seconds", json_real(ss.layer_read_seconds));
     json_object_set_new(o, "seeded_experts", json_integer((json_int_t)ss.seeded_experts));
+    json_object_set_new(o, "prefetched_experts", json_integer((json_int_t)ss.prefetched));
+    json_object_set_new(o, "prefetch_used", json_integer((json_int_t)ss.prefetch_used));
+    json_object_set_new(o, "prefetch_accuracy",
+                        json_real(ss.predicted_selected ? (double)ss.predicted_right /
+                                                              (double)ss.predicted_selected
+                                                        : 0.0));
     json_object_set_new(o, "peak_layer_buffer_bytes",
                         json_integer((json_int_t)ss.peak_layer_buffer_bytes));
     char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));

@@ -25,6 +25,7 @@ enum {
     ENG_OPT_PREFILL_CHUNK,
     ENG_OPT_WHOLE_LAYER_MIN,
     ENG_OPT_PRELOAD,
+    ENG_OPT_NO_PREFETCH,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -38,7 +39,8 @@ enum {
         {"hotlist", required_argument, 0, ENG_OPT_HOTLIST}, {"cold", no_argument, 0, ENG_OPT_COLD}, \
         {"prefill-chunk", required_argument, 0, ENG_OPT_PREFILL_CHUNK},                          \
         {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN},                      \
-        {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD}
+        {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD},                              \
+        {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -55,6 +57,7 @@ enum {
     "      --hotlist FILE   seed expert priorities from a routing profile\n"                       \
     "      --cold           no hotlist seeding\n"                                                 \
     "      --preload-experts N  read the hotlist's N highest-priority experts at start\n"          \
+    "      --no-prefetch    no decode prefetch of the next layer's likely experts\n"               \
     "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
     "                       of the routed weights per prompt; default when streaming, else 512)\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \

@@ -72,6 +72,12 @@ struct dsv4_expert_source {
      * token's first): a streaming source seeds its decode cache with them
      * while the layer is in memory. -1 with err on I/O error. */
     int (*tail_routed)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
+    /* Optional. A guess of the experts ids[0..n) layer il will select, made
+     * while an earlier layer computes (decode steps): a streaming source
+     * starts reading the missing ones in the background. Best effort: a
+     * wrong guess only costs a read, a failed read is a miss later. -1 with
+     * err only on OOM. */
+    int (*prefetch)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
 };
 
 /* How many of a ubatch's last tokens tell tail_routed their experts. */

@@ -362,6 +362,14 @@ void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t
     }
 }
 
+/* Bytes unpinned slots and free budget can provide, stopping at `want`. */
+static uint64_t freeable(const struct ms_expert_cache *c, uint64_t want) {
+    uint64_t f = c->budget - c->st.used_bytes;
+    for (uint32_t s = 0; s < c->n_slots && f < want; s++)
+        if (c->slots[s].live && !c->slots[s].pins) f += c->slots[s].bytes;
+    return f;
+}
+
 /* ---- seeding and counters ---------------------------------------------- */
 
 int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expert,
@@ -372,10 +380,7 @@ int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expe
     const uint32_t key = key_of(c, il, expert);
     if (c->entry_slot[key] >= 0) return 0;
     /* room check first, so "no room" changes nothing */
-    uint64_t freeable = c->budget - c->st.used_bytes;
-    for (uint32_t s = 0; s < c->n_slots && freeable < c->slot_bytes[il]; s++)
-        if (c->slots[s].live && !c->slots[s].pins) freeable += c->slots[s].bytes;
-    if (freeable < c->slot_bytes[il]) return 0;
+    if (freeable(c, c->slot_bytes[il]) < c->slot_bytes[il]) return 0;
     ++c->tick;
     if (install(c, il, key, err)) return -1;
     struct slot *sl = &c->slots[c->entry_slot[key]];
@@ -383,6 +388,32 @@ int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expe
     sl->loading = false;
     sl->pins = 0;
     return 1;
+}
+
+int ms_expert_cache_reserve(struct ms_expert_cache *c, uint32_t il, int32_t expert, void **buf,
+                            ms_err *err) {
+    if (il >= c->n_layer || expert < 0 || (uint32_t)expert >= c->n_expert)
+        return ms_err_set(err, "expert cache: reserve of layer %u expert %d out of range", il,
+                          expert);
+    const uint32_t key = key_of(c, il, expert);
+    if (c->entry_slot[key] >= 0 || freeable(c, c->slot_bytes[il]) < c->slot_bytes[il]) return 0;
+    ++c->tick;
+    if (install(c, il, key, err)) return -1;
+    *buf = c->slots[c->entry_slot[key]].buf; /* pinned and loading, from install */
+    return 1;
+}
+
+void ms_expert_cache_filled(struct ms_expert_cache *c, uint32_t il, int32_t expert, bool ok) {
+    if (il >= c->n_layer || expert < 0 || (uint32_t)expert >= c->n_expert) return;
+    const int32_t s = c->entry_slot[key_of(c, il, expert)];
+    if (s < 0 || !c->slots[s].loading) return;
+    if (!ok) {
+        drop_slot(c, (uint32_t)s);
+        return;
+    }
+    c->slots[s].loading = false;
+    if (c->slots[s].pins) c->slots[s].pins--;
+    c->st.prefetched++;
 }
 
 void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h) {

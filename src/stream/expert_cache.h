@@ -68,6 +68,7 @@ struct ms_expert_cache_params {
 
 struct ms_cache_stats {
     uint64_t hits, misses, evictions;
+    uint64_t prefetched;          /* experts filled through ms_expert_cache_reserve */
     uint64_t bytes_read;          /* noted by the reader (ms_expert_cache_note_io) */
     double io_wait_seconds;       /* likewise */
     uint64_t resident_bytes;      /* buffers held: slots in use + kept for reuse */
@@ -117,6 +118,24 @@ void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t
  */
 int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expert,
                             void (*fill)(void *ctx, void *buf), void *ctx, ms_err *err);
+
+/*
+ * Reserves a slot for an expert read in the background (decode prefetch):
+ * when expert `expert` of layer il is not resident and room can be made by
+ * evicting unpinned slots (the budget holds at every install), a slot is
+ * made, pinned and marked loading, *buf receives its buffer (slot_bytes[il]
+ * bytes) and 1 is returned; the caller fills it and must call
+ * ms_expert_cache_filled before any pin of that expert (a pin of a loading
+ * expert is an error). Counts neither a hit nor a miss and does not tell
+ * the policy (a guess is not a selection). 0 when already resident or no
+ * room (nothing changes), -1 on a bad id or OOM.
+ */
+int ms_expert_cache_reserve(struct ms_expert_cache *c, uint32_t il, int32_t expert, void **buf,
+                            ms_err *err);
+/* Ends a reservation: ok = the buffer was filled (the expert becomes an
+ * ordinary unpinned resident, counted in stats.prefetched), else the slot
+ * is dropped (a later pin is a miss). */
+void ms_expert_cache_filled(struct ms_expert_cache *c, uint32_t il, int32_t expert, bool ok);
 
 /* Seeds the policy from a hotlist (entries outside the cache's shape are
  * skipped). */

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "stream/layer_reader.h"
+#include "stream/prefetch.h"
 
 #include "util/mem.h"
 
@@ -53,6 +54,17 @@ struct ms_stream_source {
     int64_t whole_min;       /* smallest whole-layer ubatch (INT64_MAX: never) */
     int64_t whole_il;        /* layer served from a layer buffer now, or -1 */
     uint32_t seed_quota;     /* experts seeded per layer */
+    /* decode prefetch (NULL when off) */
+    struct ms_prefetch *pf;
+    struct ms_io_req *pf_reqs; /* [2 * n_expert * 3] scratch of one submission */
+    uint32_t *res_il;          /* [2 * n_expert] slots reserved since the last reap */
+    int32_t *res_e;
+    uint32_t n_res, cap_res;
+    uint32_t n_reaped;         /* of res_*: filled by the last reap, layer reaped_il */
+    int64_t pred_il;           /* layer of the last router guess, or -1 */
+    bool *pred;                /* [n_expert]: that guess */
+    bool *seen;                /* [n_expert] scratch */
+    int32_t *hash_ids;         /* [n_expert] scratch */
     struct ms_stream_counters ctr;
 };
 
@@ -117,6 +129,97 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- decode prefetch ---------------------------------------------------- */
+
+/* Waits for the background reads and ends their reservations: filled slots
+ * become ordinary residents; after a failure every slot of the batch is
+ * dropped (a failed prefetch is only a miss later). The wait counts as I/O
+ * wait of the forward pass. */
+static void reap(struct ms_stream_source *s) {
+    double waited = 0.0;
+    uint64_t bytes = 0;
+    ms_err e = {{0}};
+    const int rc = ms_prefetch_wait(s->pf, &waited, &bytes, &e);
+    ms_expert_cache_note_io(s->cache, bytes, waited);
+    for (uint32_t i = 0; i < s->n_res; i++)
+        ms_expert_cache_filled(s->cache, s->res_il[i], s->res_e[i], rc == 0);
+    if (rc) s->ctr.prefetch_failed += s->n_res;
+    else s->ctr.prefetched += s->n_res;
+    s->n_reaped = rc ? 0 : s->n_res;
+    s->n_res = 0;
+}
+
+/* Reserves slots for the experts ids[0..n) of layer il that are not
+ * resident and submits their reads. Best effort: no room, a full queue or
+ * a bad id just reads less. -1 only on OOM. */
+static int start_reads(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
+                       ms_err *err) {
+    if (s->n_reaped) s->n_reaped = 0; /* the reaped list was for an earlier acquire */
+    const uint32_t first = s->n_res;
+    const struct layer_plan *lp = &s->plan[il];
+    size_t n_req = 0;
+    for (int i = 0; i < n && s->n_res < s->cap_res; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert) continue;
+        void *buf = NULL;
+        const int rc = ms_expert_cache_reserve(s->cache, il, ids[i], &buf, err);
+        if (rc < 0) {
+            for (uint32_t j = first; j < s->n_res; j++)
+                ms_expert_cache_filled(s->cache, s->res_il[j], s->res_e[j], false);
+            s->n_res = first;
+            return ms_err_prefix(err, "prefetch of layer %u", il);
+        }
+        if (!rc) continue;
+        s->res_il[s->n_res] = il;
+        s->res_e[s->n_res++] = ids[i];
+        for (int k = 0; k < N_PART; k++) {
+            const struct part *p = &lp->p[k];
+            s->pf_reqs[n_req++] = (struct ms_io_req){
+                .offset = p->file_base + (uint64_t)ids[i] * p->bytes,
+                .len = (size_t)p->bytes,
+                .buf = (char *)buf + p->slot_off};
+        }
+    }
+    if (n_req && ms_prefetch_submit(s->pf, s->pf_reqs, n_req)) {
+        for (uint32_t j = first; j < s->n_res; j++)
+            ms_expert_cache_filled(s->cache, s->res_il[j], s->res_e[j], false);
+        s->n_res = first;
+    }
+    return 0;
+}
+
+static int stream_prefetch(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    if (il >= s->m->n_layer || n < 0) return 0;
+    if (il >= s->m->hp.n_hash_layer) { /* a router guess: remember it to score it */
+        memset(s->pred, 0, s->m->hp.n_expert * sizeof *s->pred);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && (uint32_t)ids[i] < s->m->hp.n_expert) s->pred[ids[i]] = true;
+        s->pred_il = il;
+    }
+    return start_reads(s, il, ids, n, err);
+}
+
+/* Selected-only mode, hash layer: its experts are known from the token ids
+ * (tid2eid), so their reads start before the layer's attention. */
+static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const int32_t *tokens,
+                               int64_t n, ms_err *err) {
+    const struct dsv4_tensor *t = &s->m->layers[il].t[DSV4_FFN_GATE_TID2EID];
+    const int64_t k = s->m->hp.n_expert_used;
+    if (!t->i32 || !tokens) return 0;
+    memset(s->seen, 0, s->m->hp.n_expert * sizeof *s->seen);
+    int n_ids = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->hp.n_vocab) continue;
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = t->i32[(int64_t)tokens[i] * k + j];
+            if (e < 0 || (uint32_t)e >= s->m->hp.n_expert || s->seen[e]) continue;
+            s->seen[e] = true;
+            s->hash_ids[n_ids++] = e;
+        }
+    }
+    return start_reads(s, il, s->hash_ids, n_ids, err);
+}
+
 /* ---- whole-layer mode -------------------------------------------------- */
 
 /* Auto switch point: whole layers once n_tokens * n_expert_used >=
@@ -159,11 +262,12 @@ static int queue_layer(struct ms_stream_source *s, uint32_t il, int64_t keep, ms
 static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t n,
                           ms_err *err) {
     struct ms_stream_source *s = ctx;
-    (void)tokens;
     s->whole_il = -1;
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
-        if (ms_layer_reader_buffer_bytes(s->lr)) ms_layer_reader_drop(s->lr);
+        if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) ms_layer_reader_drop(s->lr);
+        if (s->pf && il < s->m->hp.n_hash_layer)
+            return prefetch_hash_layer(s, il, tokens, n, err);
         return 0;
     }
     if (!layer_cached(s, il)) {
@@ -261,7 +365,19 @@ static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < 0 || n > (int)s->m->hp.n_expert)
         return ms_err_set(err, "layer %u: %d experts requested", il, n);
+    if (s->pf && ms_prefetch_pending(s->pf)) reap(s);
     if (s->whole_il == (int64_t)il) return whole_acquire(s, il, ids, n, views, err);
+    if (s->pred_il == (int64_t)il) { /* score the router guess */
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && (uint32_t)ids[i] < s->m->hp.n_expert && s->pred[ids[i]])
+                s->ctr.predicted_right++;
+        s->ctr.predicted_selected += (uint64_t)n;
+        s->pred_il = -1;
+    }
+    for (uint32_t r = 0; r < s->n_reaped; r++)
+        for (int i = 0; i < n; i++)
+            if (s->res_il[r] == il && s->res_e[r] == ids[i]) s->ctr.prefetch_used++;
+    s->n_reaped = 0;
     if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) return -1;
     const struct layer_plan *lp = &s->plan[il];
     size_t n_req = 0;
@@ -376,6 +492,7 @@ static int preload(struct ms_stream_source *s, const struct ms_hotlist *h, uint3
 
 void ms_stream_source_free(struct ms_stream_source *s) {
     if (!s) return;
+    ms_prefetch_free(s->pf); /* its reads end before the slots go */
     ms_layer_reader_free(s->lr);
     ms_expert_cache_free(s->cache);
     ms_io_close(s->io);
@@ -383,6 +500,12 @@ void ms_stream_source_free(struct ms_stream_source *s) {
     free(s->bufs);
     free(s->miss);
     free(s->reqs);
+    free(s->pf_reqs);
+    free(s->res_il);
+    free(s->res_e);
+    free(s->pred);
+    free(s->seen);
+    free(s->hash_ids);
     free(s);
 }
 
@@ -399,8 +522,17 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
         s->bufs = calloc(E ? E : 1, sizeof *s->bufs);
         s->miss = calloc(E ? E : 1, sizeof *s->miss);
         s->reqs = calloc((size_t)(E ? E : 1) * N_PART, sizeof *s->reqs);
+        s->pred_il = -1;
+        s->cap_res = 2 * (E ? E : 1);
+        s->pf_reqs = calloc((size_t)s->cap_res * N_PART, sizeof *s->pf_reqs);
+        s->res_il = calloc(s->cap_res, sizeof *s->res_il);
+        s->res_e = calloc(s->cap_res, sizeof *s->res_e);
+        s->pred = calloc(E ? E : 1, sizeof *s->pred);
+        s->seen = calloc(E ? E : 1, sizeof *s->seen);
+        s->hash_ids = calloc(E ? E : 1, sizeof *s->hash_ids);
     }
-    if (!s || !slot_bytes || !s->plan || !s->bufs || !s->miss || !s->reqs) {
+    if (!s || !slot_bytes || !s->plan || !s->bufs || !s->miss || !s->reqs || !s->pf_reqs ||
+        !s->res_il || !s->res_e || !s->pred || !s->seen || !s->hash_ids) {
         ms_err_set(err, "out of memory");
         goto fail;
     }
@@ -446,6 +578,9 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     if (s->whole_min != INT64_MAX && max_layer &&
         ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, err))
         goto fail;
+    if (!p->no_prefetch &&
+        ms_prefetch_new(&s->pf, m->gguf->path, &p->io, (size_t)s->cap_res * N_PART, err))
+        goto fail;
     free(slot_bytes);
     *out = s;
     return 0;
@@ -469,12 +604,14 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
     if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
                                        .release = stream_release, .max_per_acquire = (int)fit,
-                                       .prepare = s->lr ? stream_prepare : NULL,
-                                       .tail_routed = s->lr ? stream_tail_routed : NULL};
+                                       .prepare = s->lr || s->pf ? stream_prepare : NULL,
+                                       .tail_routed = s->lr ? stream_tail_routed : NULL,
+                                       .prefetch = s->pf ? stream_prefetch : NULL};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
-const struct ms_stream_counters *ms_stream_source_counters(const struct ms_stream_source *s) {
+const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s) {
+    if (s->lr) s->ctr.layer_read_seconds = ms_layer_reader_busy_seconds(s->lr);
     return &s->ctr;
 }
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s) {
@@ -484,3 +621,6 @@ struct ms_io *ms_stream_source_layer_io(struct ms_stream_source *s) {
     return s->lr ? ms_layer_reader_io(s->lr) : NULL;
 }
 struct ms_io *ms_stream_source_io(struct ms_stream_source *s) { return s->io; }
+struct ms_io *ms_stream_source_prefetch_io(struct ms_stream_source *s) {
+    return s->pf ? ms_prefetch_io(s->pf) : NULL;
+}

@@ -57,6 +57,7 @@
 #ifndef MS_STREAM_EXPERT_SOURCE_H
 #define MS_STREAM_EXPERT_SOURCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -75,6 +76,8 @@ struct ms_stream_params {
     /* with a hotlist: read its first this many experts (highest priority
      * first) into the cache at creation, as far as the budget holds them */
     uint32_t preload_experts;
+    /* true: no decode prefetch (see "Decode prefetch" above) */
+    bool no_prefetch;
 };
 
 struct ms_stream_counters {
@@ -82,6 +85,13 @@ struct ms_stream_counters {
     uint64_t layer_bytes;       /* bytes they read (also in the cache's bytes_read) */
     uint64_t seeded;            /* experts installed into the cache from layer buffers */
     uint64_t peak_layer_buffer_bytes;
+    double layer_read_seconds;  /* the layer reader's time in reads */
+    /* decode prefetch */
+    uint64_t prefetched;         /* experts read ahead and filled */
+    uint64_t prefetch_failed;    /* experts whose read-ahead failed (misses later) */
+    uint64_t prefetch_used;      /* prefetched experts the next acquire selected */
+    uint64_t predicted_selected; /* experts selected in layers with a router guess */
+    uint64_t predicted_right;    /* of those, guessed */
 };
 
 struct ms_stream_source;
@@ -105,7 +115,7 @@ void ms_stream_source_free(struct ms_stream_source *s);
 /* The interface the forward pass calls (ctx = s). */
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s);
 
-const struct ms_stream_counters *ms_stream_source_counters(const struct ms_stream_source *s);
+const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s);
 /* The smallest ubatch that reads whole layers (INT64_MAX: never). */
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s);
 /* The whole-layer reader's I/O engine (fault injection in tests). */
@@ -113,5 +123,7 @@ struct ms_io *ms_stream_source_layer_io(struct ms_stream_source *s);
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s);
 struct ms_io *ms_stream_source_io(struct ms_stream_source *s);
+/* The prefetcher's I/O engine (fault injection in tests), NULL when off. */
+struct ms_io *ms_stream_source_prefetch_io(struct ms_stream_source *s);
 
 #endif

@@ -41,6 +41,7 @@ struct ms_layer_reader {
     pthread_cond_t cv;     /* any state change */
     pthread_t thread;
     bool stop;
+    double busy_s;         /* seconds the thread spent reading */
 };
 
 static double now_s(void) {
@@ -75,9 +76,12 @@ static void *reader_main(void *arg) {
         pthread_mutex_unlock(&r->mu);
         ms_err e = {{0}};
         const uint64_t b0 = ms_io_bytes_read(r->io);
+        const double t0 = now_s();
         const int rc = ms_io_read(r->io, reqs, n, &e);
+        const double dt = now_s() - t0;
         const uint64_t got = ms_io_bytes_read(r->io) - b0;
         pthread_mutex_lock(&r->mu);
+        r->busy_s += dt;
         b->bytes = got;
         b->counted = false;
         b->err = e;
@@ -223,3 +227,10 @@ uint64_t ms_layer_reader_buffer_bytes(const struct ms_layer_reader *r) {
 }
 
 struct ms_io *ms_layer_reader_io(struct ms_layer_reader *r) { return r->io; }
+
+double ms_layer_reader_busy_seconds(struct ms_layer_reader *r) {
+    pthread_mutex_lock(&r->mu);
+    const double t = r->busy_s;
+    pthread_mutex_unlock(&r->mu);
+    return t;
+}

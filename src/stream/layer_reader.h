@@ -69,6 +69,10 @@ int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *
 /* Waits for both buffers' jobs, forgets them and frees the buffers. */
 void ms_layer_reader_drop(struct ms_layer_reader *r);
 
+/* Seconds the reader thread has spent in reads so far (its device time:
+ * bytes read / this = the bandwidth the whole-layer reads reached). */
+double ms_layer_reader_busy_seconds(struct ms_layer_reader *r);
+
 /* Bytes of buffers allocated now. */
 uint64_t ms_layer_reader_buffer_bytes(const struct ms_layer_reader *r);
 
