@@ -7,7 +7,10 @@
  * number of tokens or threads: the result for a token does not depend on
  * the batch it was computed in. That is what makes one-shot, chunked and
  * token-by-token evaluation (and streamed vs resident runs) agree bit for
- * bit. (A dequantize-once-then-f32-dot path for exact mode was tried: it sums
+ * bit. Groups of four tokens go through the type's four-token kernel where
+ * it has one (traits vec_dot_x4 / vec_dot_f32_x4): it loads and decodes each
+ * weight block once for the four and gives each token exactly the single
+ * kernel's result, so grouping keeps that guarantee. (A dequantize-once-then-f32-dot path for exact mode was tried: it sums
  * in another order, so prefill and decode differed in the last bits, which
  * the quantized activations of the next expert layer can amplify.)
  */
@@ -29,6 +32,7 @@ struct mm_job {
     const void *act;       /* activations in the dot's format */
     size_t act_stride;     /* bytes between tokens' activation rows */
     ms_vec_dot_fn dot;
+    ms_vec_dot_x4_fn dot4; /* NULL: tokens one by one */
     int64_t n_tok;
     float *y;
     int64_t ldy;
@@ -40,7 +44,17 @@ static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
     const int64_t n = j->w->n_cols;
     for (int64_t r = r0; r < r1; r++) {
         const char *wr = (const char *)j->w->data + (size_t)r * j->w->row_stride;
-        for (int64_t t = 0; t < j->n_tok; t++) {
+        int64_t t = 0;
+        if (j->dot4) {
+            for (; t + 4 <= j->n_tok; t += 4) {
+                const char *a = (const char *)j->act + (size_t)t * j->act_stride;
+                const void *const a4[4] = {a, a + j->act_stride, a + 2 * j->act_stride, a + 3 * j->act_stride};
+                float s[4];
+                j->dot4(n, s, wr, a4);
+                for (int k = 0; k < 4; k++) j->y[(t + k) * j->ldy + r] = s[k];
+            }
+        }
+        for (; t < j->n_tok; t++) {
             float s;
             j->dot(n, &s, wr, (const char *)j->act + (size_t)t * j->act_stride);
             j->y[t * j->ldy + r] = s;
@@ -56,6 +70,7 @@ int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, i
     struct mm_job j = {.w = w, .n_tok = n_tok, .y = y, .ldy = ldy};
     if (exact || tt->vec_dot_type == MS_TYPE_F32) {
         j.dot = exact ? tt->vec_dot_f32 : tt->vec_dot;
+        j.dot4 = exact ? tt->vec_dot_f32_x4 : tt->vec_dot_x4;
         j.act = x;
         j.act_stride = (size_t)ldx * sizeof(float);
     } else {
@@ -75,6 +90,7 @@ int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, i
         for (int64_t t = 0; t < n_tok; t++)
             at->from_float(x + t * ldx, (char *)c->scratch + (size_t)t * row, w->n_cols);
         j.dot = tt->vec_dot;
+        j.dot4 = tt->vec_dot_x4;
         j.act = c->scratch;
         j.act_stride = row;
     }

@@ -11,6 +11,8 @@
  *   vec_dot      dot(weight row, activation row in vec_dot_type)   (fast mode)
  *   vec_dot_f32  dot(weight row, f32 activation row)               (--quality:
  *                exact math on the stored weights, accumulated in f32/f64)
+ *   vec_dot_x4, vec_dot_f32_x4   optional: the same dots for four activation
+ *                rows at once, bit-identical to four single calls
  *
  * Nothing else in the engine switches on the type. Each kernel has a scalar
  * reference; ms_quant_init() swaps in AVX2 or AVX-512 versions once, at start,
@@ -72,6 +74,13 @@ typedef void (*ms_from_float_fn)(const float *restrict x, void *restrict y, int6
 /* *s = dot(x, y) over n elements; x and y are rows in their own formats. */
 typedef void (*ms_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                               const void *restrict y);
+/* s[k] = dot(x, y[k]) for k = 0..3: one weight row against four activation
+ * rows, loading and decoding each weight block once. Each s[k] is bit-for-bit
+ * the value the matching ms_vec_dot_fn gives for (x, y[k]) (the x4 kernels
+ * repeat the single kernel's float operations per output, in its order), so
+ * batching never changes a result. */
+typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restrict x,
+                                 const void *const y[4]);
 
 struct ms_type_traits {
     const char *name;          /* ggml's name, lower case: "q4_K", "mxfp4", ... */
@@ -84,6 +93,10 @@ struct ms_type_traits {
     ms_from_float_fn from_float;
     ms_vec_dot_fn vec_dot;     /* (weight row, vec_dot_type row) */
     ms_vec_dot_fn vec_dot_f32; /* (weight row, f32 row) */
+    /* Optional four-token forms of vec_dot and vec_dot_f32 (see
+     * ms_vec_dot_x4_fn); NULL where there is none: call the single kernel. */
+    ms_vec_dot_x4_fn vec_dot_x4;
+    ms_vec_dot_x4_fn vec_dot_f32_x4;
 };
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).

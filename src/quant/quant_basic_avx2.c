@@ -252,3 +252,110 @@ MS_DECL_DOT(mxfp4, f32, avx2) {
     }
     *s = hsum256_f32(acc);
 }
+
+/* ---- four-token dots -----------------------------------------------------
+ * Each repeats its single-token kernel above per token k: the same float
+ * operations on the same values, in the same order, into accumulators of its
+ * own, so s[k] is bit-identical to the single call. What is shared is the
+ * weight side only: loads, conversions, nibble decoding and the int8 |w|
+ * (exact integer work). */
+
+MS_DECL_DOT_X4(f32, f32, avx2) {
+    const float *a = x, *b[4] = {y[0], y[1], y[2], y[3]};
+    __m256 acc0[4], acc1[4], acc2[4], acc3[4];
+    MS_X4(k, acc0[k] = acc1[k] = acc2[k] = acc3[k] = _mm256_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256 w0 = _mm256_loadu_ps(a + i), w1 = _mm256_loadu_ps(a + i + 8);
+        const __m256 w2 = _mm256_loadu_ps(a + i + 16), w3 = _mm256_loadu_ps(a + i + 24);
+        MS_X4(k, acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[k] + i), acc0[k]);
+              acc1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b[k] + i + 8), acc1[k]);
+              acc2[k] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(b[k] + i + 16), acc2[k]);
+              acc3[k] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(b[k] + i + 24), acc3[k]););
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 w0 = _mm256_loadu_ps(a + i);
+        MS_X4(k, acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[k] + i), acc0[k]););
+    }
+    MS_X4(k, float sum = hsum256_f32(_mm256_add_ps(_mm256_add_ps(acc0[k], acc1[k]), _mm256_add_ps(acc2[k], acc3[k])));
+          for (int64_t j = i; j < n; j++) sum += a[j] * b[k][j];
+          s[k] = sum;);
+}
+
+MS_SIMD_INLINE void dot_half_f32_x4(const uint16_t *a, const void *const y[4], int64_t n, bool bf16, float *s) {
+    const float *b[4] = {y[0], y[1], y[2], y[3]};
+    __m256 acc0[4], acc1[4];
+    MS_X4(k, acc0[k] = acc1[k] = _mm256_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 w0 = load_half8(a + i, bf16), w1 = load_half8(a + i + 8, bf16);
+        MS_X4(k, acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[k] + i), acc0[k]);
+              acc1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b[k] + i + 8), acc1[k]););
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 w0 = load_half8(a + i, bf16);
+        MS_X4(k, acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[k] + i), acc0[k]););
+    }
+    MS_X4(k, float sum = hsum256_f32(_mm256_add_ps(acc0[k], acc1[k]));
+          for (int64_t j = i; j < n; j++) sum += half_to_f32(a[j], bf16) * b[k][j];
+          s[k] = sum;);
+}
+
+MS_DECL_DOT_X4(f16, f32, avx2) { dot_half_f32_x4(x, y, n, false, s); }
+MS_DECL_DOT_X4(bf16, f32, avx2) { dot_half_f32_x4(x, y, n, true, s); }
+
+/* dot_i8x32 with the weight's |w| computed once: sign(a, w) still needs w. */
+static inline __m256 dot_i8x32_abs(__m256i w, __m256i absw, __m256i a) {
+    const __m256i p16 = _mm256_maddubs_epi16(absw, _mm256_sign_epi8(a, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* dot_w32_q8_0 for four activation rows b[k]. */
+MS_SIMD_INLINE void dot_w32_q8_0_x4(const void *w, const void *const y[4], int64_t nb, bool mx, float *s) {
+    const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
+    __m256 acc0[4], acc1[4];
+    MS_X4(k, acc0[k] = acc1[k] = _mm256_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
+        const __m256i w0 = w32_values(w, i, mx), w1 = w32_values(w, i + 1, mx);
+        const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+        MS_X4(k, const block_q8_0 *bk = b[k];
+              const __m256 d0 = _mm256_set1_ps(ws0 * fp16_scale(bk[i].d));
+              const __m256 d1 = _mm256_set1_ps(ws1 * fp16_scale(bk[i + 1].d));
+              const __m256 p0 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)bk[i].qs));
+              const __m256 p1 = dot_i8x32_abs(w1, a1, _mm256_loadu_si256((const __m256i *)bk[i + 1].qs));
+              acc0[k] = _mm256_fmadd_ps(d0, p0, acc0[k]);
+              acc1[k] = _mm256_fmadd_ps(d1, p1, acc1[k]););
+    }
+    for (; i < nb; i++) {
+        const float ws0 = w32_scale(w, i, mx);
+        const __m256i w0 = w32_values(w, i, mx), a0 = _mm256_sign_epi8(w0, w0);
+        MS_X4(k, const __m256 d0 = _mm256_set1_ps(ws0 * fp16_scale(b[k][i].d));
+              acc0[k] = _mm256_fmadd_ps(d0, dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b[k][i].qs)),
+                                        acc0[k]););
+    }
+    MS_X4(k, s[k] = hsum256_f32(_mm256_add_ps(acc0[k], acc1[k])););
+}
+
+MS_DECL_DOT_X4(q8_0, q8_0, avx2) { dot_w32_q8_0_x4(x, y, n / QK8_0, false, s); }
+MS_DECL_DOT_X4(mxfp4, q8_0, avx2) { dot_w32_q8_0_x4(x, y, n / QK_MXFP4, true, s); }
+
+MS_DECL_DOT_X4(q8_0, f32, avx2) {
+    const block_q8_0 *a = x;
+    const float *b[4] = {y[0], y[1], y[2], y[3]};
+    __m256 acc[4];
+    MS_X4(k, acc[k] = _mm256_setzero_ps(););
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256 w0 = load_i8x8(a[i].qs), w1 = load_i8x8(a[i].qs + 8);
+        const __m256 w2 = load_i8x8(a[i].qs + 16), w3 = load_i8x8(a[i].qs + 24);
+        const __m256 d = _mm256_set1_ps(fp16_scale(a[i].d));
+        MS_X4(k, const float *yb = b[k] + i * QK8_0;
+              __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(yb));
+              t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(yb + 8), t);
+              t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(yb + 16), t);
+              t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(yb + 24), t);
+              acc[k] = _mm256_fmadd_ps(d, t, acc[k]););
+    }
+    MS_X4(k, s[k] = hsum256_f32(acc[k]););
+}

@@ -293,3 +293,133 @@ MS_DECL_DOT(mxfp4, f32, avx512) {
     }
     *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
+
+/* ---- four-token dots -----------------------------------------------------
+ * Each repeats its single-token kernel above per token k: the same float
+ * operations on the same values, in the same order, into accumulators of its
+ * own, so s[k] is bit-identical to the single call. What is shared is the
+ * weight side only: loads, nibble decoding, int8 sign/abs preparation (exact
+ * integer work) and, in the f32 dots, the scaled weights d * w (one product,
+ * identical in both forms). */
+
+MS_DECL_DOT_X4(f32, f32, avx512) {
+    const float *a = x, *b[4] = {y[0], y[1], y[2], y[3]};
+    __m512 acc0[4], acc1[4], acc2[4], acc3[4];
+    MS_X4(k, acc0[k] = acc1[k] = acc2[k] = acc3[k] = _mm512_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512 w0 = _mm512_loadu_ps(a + i), w1 = _mm512_loadu_ps(a + i + 16);
+        const __m512 w2 = _mm512_loadu_ps(a + i + 32), w3 = _mm512_loadu_ps(a + i + 48);
+        MS_X4(k, acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b[k] + i), acc0[k]);
+              acc1[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(b[k] + i + 16), acc1[k]);
+              acc2[k] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(b[k] + i + 32), acc2[k]);
+              acc3[k] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(b[k] + i + 48), acc3[k]););
+    }
+    for (; i + 16 <= n; i += 16) {
+        const __m512 w0 = _mm512_loadu_ps(a + i);
+        MS_X4(k, acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b[k] + i), acc0[k]););
+    }
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 w0 = _mm512_maskz_loadu_ps(m, a + i);
+        MS_X4(k, acc1[k] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, b[k] + i), acc1[k]););
+    }
+    MS_X4(k, s[k] = _mm512_reduce_add_ps(
+                 _mm512_add_ps(_mm512_add_ps(acc0[k], acc1[k]), _mm512_add_ps(acc2[k], acc3[k]))););
+}
+
+MS_SIMD_INLINE void dot_half_f32_x4(const uint16_t *a, const void *const y[4], int64_t n, bool bf16, float *s) {
+    const float *b[4] = {y[0], y[1], y[2], y[3]};
+    __m512 acc0[4], acc1[4];
+    MS_X4(k, acc0[k] = acc1[k] = _mm512_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 w0 = load_half16(a + i, bf16), w1 = load_half16(a + i + 16, bf16);
+        MS_X4(k, acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b[k] + i), acc0[k]);
+              acc1[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(b[k] + i + 16), acc1[k]););
+    }
+    for (; i + 16 <= n; i += 16) {
+        const __m512 w0 = load_half16(a + i, bf16);
+        MS_X4(k, acc0[k] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b[k] + i), acc0[k]););
+    }
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 w0 = load_half16_mask(a + i, m, bf16);
+        MS_X4(k, acc1[k] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, b[k] + i), acc1[k]););
+    }
+    MS_X4(k, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+}
+
+MS_DECL_DOT_X4(f16, f32, avx512) { dot_half_f32_x4(x, y, n, false, s); }
+MS_DECL_DOT_X4(bf16, f32, avx512) { dot_half_f32_x4(x, y, n, true, s); }
+
+/* dot_i8x64 split: the weight half (|w| and its sign mask) once per block
+ * pair, the activation half per token; integer work, so exact either way. */
+struct w64_prep {
+    __m512i absw;
+    __mmask64 neg;
+};
+
+static inline struct w64_prep w64_prepare(__m512i w) {
+    return (struct w64_prep){_mm512_abs_epi8(w), _mm512_movepi8_mask(w)};
+}
+
+static inline __m512 dot_i8x64_prep(struct w64_prep w, __m512i a) {
+    const __m512i sa = _mm512_mask_sub_epi8(a, w.neg, _mm512_setzero_si512(), a);
+    const __m512i p16 = _mm512_maddubs_epi16(w.absw, sa);
+    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
+}
+
+/* dot_w32_q8_0 for four activation rows b[k]. */
+MS_SIMD_INLINE void dot_w32_q8_0_x4(const void *w, const void *const y[4], int64_t nb, bool mx, float *s) {
+    const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
+    __m512 acc0[4], acc1[4];
+    MS_X4(k, acc0[k] = acc1[k] = _mm512_setzero_ps(););
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
+        const float ws2 = w32_scale(w, i + 2, mx), ws3 = w32_scale(w, i + 3, mx);
+        const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
+        const struct w64_prep w23 = w64_prepare(w64_values(w, i + 2, mx));
+        MS_X4(k, const block_q8_0 *bk = b[k];
+              const __m512 d01 = scale_2x8(ws0 * fp16_scale(bk[i].d), ws1 * fp16_scale(bk[i + 1].d));
+              const __m512 d23 = scale_2x8(ws2 * fp16_scale(bk[i + 2].d), ws3 * fp16_scale(bk[i + 3].d));
+              const __m512 p01 = dot_i8x64_prep(w01, load2x32(bk[i].qs, bk[i + 1].qs));
+              const __m512 p23 = dot_i8x64_prep(w23, load2x32(bk[i + 2].qs, bk[i + 3].qs));
+              acc0[k] = _mm512_fmadd_ps(d01, p01, acc0[k]);
+              acc1[k] = _mm512_fmadd_ps(d23, p23, acc1[k]););
+    }
+    for (; i + 2 <= nb; i += 2) {
+        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
+        const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
+        MS_X4(k, const block_q8_0 *bk = b[k];
+              const __m512 d01 = scale_2x8(ws0 * fp16_scale(bk[i].d), ws1 * fp16_scale(bk[i + 1].d));
+              acc0[k] = _mm512_fmadd_ps(d01, dot_i8x64_prep(w01, load2x32(bk[i].qs, bk[i + 1].qs)), acc0[k]););
+    }
+    MS_X4(k, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+    if (i < nb) {
+        const __m256i wv = w32_values(w, i, mx);
+        const float ws = w32_scale(w, i, mx);
+        MS_X4(k, const __m256 p = dot_i8x32(wv, _mm256_loadu_si256((const __m256i *)b[k][i].qs));
+              s[k] += hsum256_f32(p) * (ws * fp16_scale(b[k][i].d)););
+    }
+}
+
+MS_DECL_DOT_X4(q8_0, q8_0, avx512) { dot_w32_q8_0_x4(x, y, n / QK8_0, false, s); }
+MS_DECL_DOT_X4(mxfp4, q8_0, avx512) { dot_w32_q8_0_x4(x, y, n / QK_MXFP4, true, s); }
+
+MS_DECL_DOT_X4(q8_0, f32, avx512) {
+    const block_q8_0 *a = x;
+    const float *b[4] = {y[0], y[1], y[2], y[3]};
+    __m512 acc0[4], acc1[4];
+    MS_X4(k, acc0[k] = acc1[k] = _mm512_setzero_ps(););
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 d = _mm512_set1_ps(fp16_scale(a[i].d));
+        const __m512 dw0 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs)));
+        const __m512 dw1 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16))));
+        MS_X4(k, const float *yb = b[k] + i * QK8_0;
+              acc0[k] = _mm512_fmadd_ps(dw0, _mm512_loadu_ps(yb), acc0[k]);
+              acc1[k] = _mm512_fmadd_ps(dw1, _mm512_loadu_ps(yb + 16), acc1[k]););
+    }
+    MS_X4(k, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+}

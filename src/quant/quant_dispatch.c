@@ -98,6 +98,22 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->from_float = k.from_float;
     t->vec_dot = k.vec_dot;
     t->vec_dot_f32 = k.vec_dot_f32;
+    t->vec_dot_x4 = NULL; /* attach_x4 sets the ones that exist */
+    t->vec_dot_f32_x4 = NULL;
+}
+
+/* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
+ * scalar table leaves them NULL and matmul falls back to the single kernel. */
+#define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
+
+static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
+    tab[MS_TYPE_F32].vec_dot_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
+    tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
+    tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f16_f32_x4);
+    tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_bf16_f32_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(isa, ms_dot_q8_0_q8_0_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_q8_0_f32_x4);
+    tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa) {
@@ -110,6 +126,8 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
+
+    attach_x4(tab, isa);
 
     /* Q8_K is an activation format only: it can be produced and read back,
      * but there is no dot with it as the weight, so has_kernels stays false. */

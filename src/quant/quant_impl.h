@@ -17,6 +17,9 @@
 #define MS_DECL_DEQUANT(fmt, isa) void ms_dequant_##fmt##_##isa(const void *restrict x, float *restrict y, int64_t n)
 #define MS_DECL_QUANT(fmt, isa) void ms_quant_##fmt##_##isa(const float *restrict x, void *restrict y, int64_t n)
 #define MS_DECL_DOT(w, a, isa) void ms_dot_##w##_##a##_##isa(int64_t n, float *restrict s, const void *restrict x, const void *restrict y)
+/* Four-token form (ms_vec_dot_x4_fn): s[k] = ms_dot_<w>_<a>_<isa>(x, y[k]), bit for bit. */
+#define MS_DECL_DOT_X4(w, a, isa) \
+    void ms_dot_##w##_##a##_x4_##isa(int64_t n, float *restrict s, const void *restrict x, const void *const y[4])
 
 /* ---- f32 / f16 / bf16 / q8_0 / mxfp4 / q8_0 activations (quant_basic*.c) */
 MS_DECL_DOT(f32, f32, ref);   MS_DECL_DOT(f32, f32, avx2);   MS_DECL_DOT(f32, f32, avx512);
@@ -36,6 +39,14 @@ MS_DECL_DEQUANT(mxfp4, ref);  MS_DECL_DEQUANT(mxfp4, avx2);  MS_DECL_DEQUANT(mxf
 MS_DECL_QUANT(mxfp4, ref);
 MS_DECL_DOT(mxfp4, q8_0, ref); MS_DECL_DOT(mxfp4, q8_0, avx2); MS_DECL_DOT(mxfp4, q8_0, avx512);
 MS_DECL_DOT(mxfp4, f32, ref);  MS_DECL_DOT(mxfp4, f32, avx2);  MS_DECL_DOT(mxfp4, f32, avx512);
+
+/* ---- four-token dots (SIMD only; the scalar table has none) */
+MS_DECL_DOT_X4(f32, f32, avx2);    MS_DECL_DOT_X4(f32, f32, avx512);
+MS_DECL_DOT_X4(f16, f32, avx2);    MS_DECL_DOT_X4(f16, f32, avx512);
+MS_DECL_DOT_X4(bf16, f32, avx2);   MS_DECL_DOT_X4(bf16, f32, avx512);
+MS_DECL_DOT_X4(q8_0, q8_0, avx2);  MS_DECL_DOT_X4(q8_0, q8_0, avx512);
+MS_DECL_DOT_X4(q8_0, f32, avx2);   MS_DECL_DOT_X4(q8_0, f32, avx512);
+MS_DECL_DOT_X4(mxfp4, q8_0, avx2); MS_DECL_DOT_X4(mxfp4, q8_0, avx512);
 
 /* ---- k-quants, iq2_xxs, q8_K activations (quant_kq*.c) */
 MS_DECL_DEQUANT(q8_K, ref);

@@ -22,6 +22,17 @@
  * inline so the selector folds away and each kernel keeps its own loop. */
 #define MS_SIMD_INLINE static inline __attribute__((always_inline))
 
+/* The four-token kernels (ms_vec_dot_x4_fn): MS_X4(k, body) runs body with k
+ * = 0, 1, 2, 3 as constants, so per-token accumulator arrays indexed by k stay
+ * in registers whatever the compiler's unrolling heuristics. */
+#define MS_X4(k, ...)                                      \
+    do {                                                   \
+        { const int k = 0; __VA_ARGS__ }                   \
+        { const int k = 1; __VA_ARGS__ }                   \
+        { const int k = 2; __VA_ARGS__ }                   \
+        { const int k = 3; __VA_ARGS__ }                   \
+    } while (0)
+
 /* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
  * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
 static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }

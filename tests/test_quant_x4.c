@@ -1,0 +1,232 @@
+/*
+ * test_quant_x4.c - the four-token dot kernels (ms_vec_dot_x4_fn) and
+ * ms_matmul's use of them.
+ *
+ * The x4 kernels promise more than closeness: each of their four outputs must
+ * be bit-for-bit the single-token kernel's result for the same pair of rows,
+ * because matmul groups tokens in fours and one-shot, chunked and
+ * token-by-token evaluation must agree exactly. So every check here is a
+ * memcmp, never a tolerance:
+ * - every AVX2 / AVX-512 x4 kernel (called directly, whatever MS_ISA says,
+ *   when the CPU has the ISA) against four calls of its single kernel, on
+ *   random rows of many lengths (1, 2, 3, 7, 16 blocks and more, with tails);
+ * - the dispatch table: x4 entries are the active ISA's and NULL in the
+ *   scalar reference table;
+ * - ms_matmul over 1..11 tokens against the same matmul one token at a time,
+ *   fast and quality mode, for every type with an x4 kernel.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cpuid.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/quant_impl.h"
+#include "util/mem.h"
+#include "util/rng.h"
+
+static bool cpu_avx2(void) {
+    unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (clang's builtin lacks "f16c") */
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+}
+
+static bool cpu_avx512(void) {
+    return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+static void *xalloc(size_t n) {
+    void *p = ms_aligned_alloc(MS_ALIGN, n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* A random row of n elements in `type`. Weights (weight true) of Q8_0 get
+ * fully random int8 values (-128 included) and MXFP4 fully random codes, as a
+ * file may hold; activations come from the reference quantizer (no -128, the
+ * kernels' documented precondition). Floats are normal with outliers. */
+static void make_row(ms_rng *r, enum ms_type type, int64_t n, bool weight, void *out) {
+    float *tmp = xalloc((size_t)n * sizeof(float));
+    ms_rng_fill_normal(r, tmp, n, 1.0f);
+    for (int64_t i = 0; i < n; i += 37) tmp[i] *= 8.0f;
+    if (type == MS_TYPE_F32) {
+        memcpy(out, tmp, (size_t)n * sizeof(float));
+    } else if (type == MS_TYPE_MXFP4) {
+        block_mxfp4 *b = out;
+        for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+            b[i].e = (uint8_t)(117 + ms_rng_u64(r) % 21);
+            for (int j = 0; j < QK_MXFP4 / 2; j++) b[i].qs[j] = (uint8_t)ms_rng_u64(r);
+        }
+    } else {
+        ms_type_traits_ref(type)->from_float(tmp, out, n);
+        if (type == MS_TYPE_Q8_0 && weight) {
+            block_q8_0 *b = out;
+            for (int64_t i = 0; i < n / QK8_0; i++)
+                for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)(uint8_t)ms_rng_u64(r);
+        }
+    }
+    ms_free(tmp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kernels against their single-token forms                                 */
+
+struct x4_case {
+    const char *name;
+    int isa; /* 1 avx2, 2 avx512 */
+    enum ms_type w, a;
+    ms_vec_dot_fn one;
+    ms_vec_dot_x4_fn four;
+};
+
+#define X4_CASE(isa, isa_id, wt, at, wname, aname) \
+    {#wname "_" #aname "_" #isa, isa_id, wt, at, ms_dot_##wname##_##aname##_##isa, ms_dot_##wname##_##aname##_x4_##isa}
+#define X4_BOTH(wt, at, wname, aname) \
+    X4_CASE(avx2, 1, wt, at, wname, aname), X4_CASE(avx512, 2, wt, at, wname, aname)
+
+static const struct x4_case cases[] = {
+    X4_BOTH(MS_TYPE_Q8_0, MS_TYPE_Q8_0, q8_0, q8_0), X4_BOTH(MS_TYPE_Q8_0, MS_TYPE_F32, q8_0, f32),
+    X4_BOTH(MS_TYPE_MXFP4, MS_TYPE_Q8_0, mxfp4, q8_0), X4_BOTH(MS_TYPE_F16, MS_TYPE_F32, f16, f32),
+    X4_BOTH(MS_TYPE_BF16, MS_TYPE_F32, bf16, f32), X4_BOTH(MS_TYPE_F32, MS_TYPE_F32, f32, f32),
+};
+
+/* Lengths in blocks for block formats; for the float formats (block size 1)
+ * element counts that leave every kind of tail. */
+static const int64_t block_counts[] = {1, 2, 3, 4, 5, 7, 16, 33, 128};
+static const int64_t float_lengths[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257, 1001, 4099};
+
+static void check_case(const struct x4_case *c, int64_t n, ms_rng *r) {
+    const size_t wsize = ms_row_size(c->w, n), asize = ms_row_size(c->a, n);
+    assert_true(wsize > 0 && asize > 0);
+    void *w = xalloc(wsize);
+    void *a[4];
+    make_row(r, c->w, n, true, w);
+    for (int k = 0; k < 4; k++) {
+        a[k] = xalloc(asize);
+        make_row(r, c->a, n, false, a[k]);
+    }
+    const void *const a4[4] = {a[0], a[1], a[2], a[3]};
+    float got[4], want[4];
+    c->four(n, got, w, a4);
+    for (int k = 0; k < 4; k++) c->one(n, &want[k], w, a[k]);
+    if (memcmp(got, want, sizeof got) != 0) {
+        for (int k = 0; k < 4; k++)
+            print_error("%s n=%lld token %d: x4 %.9g (0x%08x) single %.9g\n", c->name, (long long)n, k,
+                        (double)got[k], (unsigned)((const uint32_t *)got)[k], (double)want[k]);
+        fail();
+    }
+    /* the results are not trivially zero (random data): the check has teeth */
+    assert_true(want[0] != 0.0f || want[1] != 0.0f || want[2] != 0.0f || want[3] != 0.0f);
+    for (int k = 0; k < 4; k++) ms_free(a[k]);
+    ms_free(w);
+}
+
+static void test_x4_bit_identical(void **state) {
+    (void)state;
+    const bool have[3] = {true, cpu_avx2(), cpu_avx512()};
+    ms_rng r;
+    ms_rng_seed(&r, 0x7e574a11ull);
+    int ran = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct x4_case *c = &cases[ci];
+        if (!have[c->isa]) continue;
+        const int64_t blck = ms_type_traits_ref(c->w)->blck_size;
+        const bool blocks = blck > 1;
+        const size_t nl = blocks ? sizeof block_counts / sizeof block_counts[0]
+                                 : sizeof float_lengths / sizeof float_lengths[0];
+        for (size_t li = 0; li < nl; li++) {
+            const int64_t n = blocks ? block_counts[li] * blck : float_lengths[li];
+            for (int rep = 0; rep < 4; rep++) check_case(c, n, &r);
+            ran++;
+        }
+    }
+    if (ran == 0) skip(); /* no AVX2 on this CPU: nothing to compare */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatch                                                                  */
+
+static void test_x4_table(void **state) {
+    (void)state;
+    const enum ms_type types[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
+                                  MS_TYPE_MXFP4, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const struct ms_type_traits *ref = ms_type_traits_ref(types[i]);
+        assert_null(ref->vec_dot_x4);
+        assert_null(ref->vec_dot_f32_x4);
+    }
+    const char *isa = ms_quant_isa();
+    const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
+    if (!strcmp(isa, "avx512")) {
+        assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx512);
+        assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx512);
+    } else if (!strcmp(isa, "avx2")) {
+        assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
+        assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
+    } else {
+        assert_null(q8->vec_dot_x4);
+        assert_null(q8->vec_dot_f32_x4);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* matmul: batched == token by token                                         */
+
+static void test_matmul_batch_invariant(void **state) {
+    (void)state;
+    const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32};
+    const int64_t n_rows = 13, n_cols = 96, n_tok = 11;
+    ms_rng r;
+    ms_rng_seed(&r, 0x3a7b1e55ull);
+    float *x = xalloc((size_t)(n_tok * n_cols) * sizeof(float));
+    float *yb = xalloc((size_t)(n_tok * n_rows) * sizeof(float));
+    float *y1 = xalloc((size_t)(n_tok * n_rows) * sizeof(float));
+    ms_rng_fill_normal(&r, x, n_tok * n_cols, 1.0f);
+    struct ms_matmul_ctx ctx = {0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const size_t row = ms_row_size(types[ti], n_cols);
+        char *w = xalloc(row * (size_t)n_rows);
+        for (int64_t i = 0; i < n_rows; i++) make_row(&r, types[ti], n_cols, true, w + (size_t)i * row);
+        const struct ms_mat m = {.data = w, .type = types[ti], .n_rows = n_rows, .n_cols = n_cols, .row_stride = row};
+        for (int exact = 0; exact < 2; exact++) {
+            for (int64_t nt = 1; nt <= n_tok; nt++) {
+                ms_err err = {0};
+                memset(yb, 0, (size_t)(n_tok * n_rows) * sizeof(float));
+                assert_int_equal(ms_matmul(&ctx, &m, x, n_cols, nt, yb, n_rows, exact, &err), 0);
+                for (int64_t t = 0; t < nt; t++)
+                    assert_int_equal(ms_matmul(&ctx, &m, x + t * n_cols, n_cols, 1, y1 + t * n_rows, n_rows,
+                                               exact, &err),
+                                     0);
+                assert_memory_equal(yb, y1, (size_t)(nt * n_rows) * sizeof(float));
+                bool nonzero = false;
+                for (int64_t i = 0; i < nt * n_rows; i++) nonzero |= yb[i] != 0.0f;
+                assert_true(nonzero);
+            }
+        }
+        ms_free(w);
+    }
+    ms_matmul_ctx_free(&ctx);
+    ms_free(x);
+    ms_free(yb);
+    ms_free(y1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_x4_bit_identical),
+        cmocka_unit_test(test_x4_table),
+        cmocka_unit_test(test_matmul_batch_invariant),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
