@@ -86,7 +86,9 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
                                 .min_cache_bytes = ms_stream_min_budget(m),
                                 .stream = p->stream,
                                 .cache_bytes = p->cache_experts ? p->cache_experts * max_slot
-                                                                : p->cache_bytes};
+                                                                : p->cache_bytes,
+                                /* layers held whole are resident, like dense weights */
+                                .full_bytes = ms_stream_full_layer_bytes(m, p->full_layers)};
     struct ms_mem_plan plan;
     if (ms_mem_plan(&in, &plan, err)) return -1;
     if (!plan.stream) {
@@ -96,6 +98,7 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
         return 0;
     }
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
+                                          .full_layers = p->full_layers,
                                           .hotlist_path = p->hotlist,
                                           .whole_layer_min_tokens = p->whole_layer_min_tokens,
                                           .preload_experts = p->preload_experts,

@@ -54,6 +54,8 @@ struct ms_engine_params {
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
     uint32_t preload_experts; /* with a hotlist: read its top N experts at load */
     bool no_prefetch;       /* streaming: no decode prefetch of the next layer's experts */
+    uint32_t full_layers;   /* streaming: hold the first N layers' experts whole (resident
+                               in the memory plan, beside the dense weights) */
 };
 
 #define MS_PREFILL_WHOLE (-1)

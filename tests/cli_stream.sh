@@ -57,4 +57,17 @@ check "the routing profile loads as a hotlist" "[ $? -eq 0 ]"
 "$BIN" run -m "$M" -p "$P" -n 2 --prefill-chunk -3 >/dev/null 2>&1
 check "bad --prefill-chunk is a usage error" "[ $? -eq 2 ]"
 
+# Decode prefetch (on by default) and --full-layers keep the resident text;
+# prefetch reads ahead, --no-prefetch does not; bad --full-layers is usage.
+"$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --stream --cache-experts 12 --full-layers 2 \
+    --stats-json "$TMP/full.json" >"$TMP/full.txt" 2>/dev/null
+check "--full-layers 2 == resident" "cmp -s '$TMP/resident.txt' '$TMP/full.txt'"
+check "prefetch reads ahead" "python3 -c \"import json,sys; d=json.load(open('$TMP/full.json')); sys.exit(0 if d['prefetched_experts']>0 and 0<d['prefetch_accuracy']<=1 else 1)\""
+"$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --stream --cache-experts 12 --no-prefetch \
+    --stats-json "$TMP/nopf.json" >"$TMP/nopf.txt" 2>/dev/null
+check "--no-prefetch == resident" "cmp -s '$TMP/resident.txt' '$TMP/nopf.txt'"
+check "--no-prefetch reads nothing ahead" "python3 -c \"import json,sys; d=json.load(open('$TMP/nopf.json')); sys.exit(0 if d['prefetched_experts']==0 else 1)\""
+"$BIN" run -m "$M" -p "$P" -n 2 --full-layers x >/dev/null 2>&1
+check "bad --full-layers is a usage error" "[ $? -eq 2 ]"
+
 finish cli_stream

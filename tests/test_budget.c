@@ -127,6 +127,16 @@ static void test_plan(void **state) {
     assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
     assert_true(p.stream);
     assert_int_equal(p.cache_bytes, in.routed_bytes); /* never more than all experts */
+    /* layers held whole (--full-layers) are resident: less room, and the
+     * cache never exceeds the experts still streamed */
+    in.full_bytes = 3 * GiB;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_int_equal(p.cache_bytes, in.routed_bytes - 3 * GiB);
+    in.limit_bytes = 10 * GiB;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_int_equal(p.cache_bytes, 8 * GiB - 2 * GiB - 3 * GiB - GiB / 4 - GiB);
+    in.limit_bytes = 64 * GiB;
+    in.full_bytes = 0;
     /* too small to stream at all: a clear error with the figures */
     in.limit_bytes = 2 * GiB;
     in.stream = -1;

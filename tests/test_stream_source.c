@@ -333,6 +333,48 @@ static void test_hash_prepare(void **state) {
     dsv4_model_free(m);
 }
 
+/* --full-layers: the first layers are read whole at creation and served
+ * from there; logits unchanged, and those layers never reach the cache (no
+ * hits, misses or residents), in decode and in short ubatches. */
+static void test_full_layers(void **state) {
+    (void)state;
+    struct dsv4_model *m = load(g_mixed);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 16, FULL = 2 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 61);
+    float *want1 = eval(m, tok, N, 1), *want4 = eval(m, tok, N, 4);
+    assert_true(ms_stream_full_layer_bytes(m, FULL) >=
+                (uint64_t)FULL * m->hp.n_expert * ms_stream_slot_bytes(m, 0) / 2);
+    assert_int_equal(ms_stream_full_layer_bytes(m, 0), 0);
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.budget_bytes = ms_stream_min_budget(m), .full_layers = FULL,
+                                 .whole_layer_min_tokens = -1};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    struct ms_expert_cache *c = ms_stream_source_cache(src);
+    const struct ms_cache_stats *st = ms_expert_cache_stats(c);
+    const uint64_t read0 = st->bytes_read;
+    assert_true(read0 >= ms_stream_full_layer_bytes(m, FULL) / 2);
+    float *got1 = eval(m, tok, N, 1);
+    assert_same(want1, got1, (size_t)N * m->hp.n_vocab, "full layers, decode");
+    assert_int_equal(st->hits + st->misses, (uint64_t)N * (m->n_layer - FULL) * m->hp.n_expert_used);
+    float *got4 = eval(m, tok, N, 4);
+    assert_same(want4, got4, (size_t)N * m->hp.n_vocab, "full layers, ubatch 4");
+    for (uint32_t il = 0; il < FULL; il++)
+        for (uint32_t x = 0; x < m->hp.n_expert; x++)
+            assert_false(ms_expert_cache_contains(c, il, x));
+    assert_true(st->peak_resident_bytes <= ms_stream_min_budget(m));
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want1);
+    free(want4);
+    free(got1);
+    free(got4);
+    dsv4_model_free(m);
+}
+
 /* A hotlist is loaded and validated at creation. */
 static void test_hotlist_seed(void **state) {
     (void)state;
@@ -366,6 +408,7 @@ int main(void) {
         cmocka_unit_test(test_hotlist_seed),
         cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_hash_prepare),
+        cmocka_unit_test(test_full_layers),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -72,6 +72,13 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_HOTLIST: p->hotlist = arg; return 1;
     case ENG_OPT_COLD: p->hotlist = NULL; return 1;
     case ENG_OPT_NO_PREFETCH: p->no_prefetch = true; return 1;
+    case ENG_OPT_FULL_LAYERS:
+        if (parse_long(arg, 0, UINT32_MAX, &v)) {
+            fprintf(stderr, "moestream %s: --full-layers must be an integer >= 0\n", cmd);
+            return -1;
+        }
+        p->full_layers = (uint32_t)v;
+        return 1;
     case ENG_OPT_PREFILL_CHUNK:
         if (parse_long(arg, 0, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --prefill-chunk must be an integer >= 0\n", cmd);

@@ -26,6 +26,7 @@ enum {
     ENG_OPT_WHOLE_LAYER_MIN,
     ENG_OPT_PRELOAD,
     ENG_OPT_NO_PREFETCH,
+    ENG_OPT_FULL_LAYERS,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -40,7 +41,8 @@ enum {
         {"prefill-chunk", required_argument, 0, ENG_OPT_PREFILL_CHUNK},                          \
         {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN},                      \
         {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD},                              \
-        {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH}
+        {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH},                                    \
+        {"full-layers", required_argument, 0, ENG_OPT_FULL_LAYERS}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -58,6 +60,8 @@ enum {
     "      --cold           no hotlist seeding\n"                                                 \
     "      --preload-experts N  read the hotlist's N highest-priority experts at start\n"          \
     "      --no-prefetch    no decode prefetch of the next layer's likely experts\n"               \
+    "      --full-layers N  hold the first N layers' routed experts in memory whole (their\n"     \
+    "                       bytes count as resident in the memory plan)\n"                          \
     "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
     "                       of the routed weights per prompt; default when streaming, else 512)\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \

@@ -34,6 +34,8 @@ struct ms_mem_plan_in {
     uint64_t min_cache_bytes; /* smallest workable expert cache */
     int stream;               /* -1 auto, 0 never, 1 always */
     uint64_t cache_bytes;     /* requested cache target in bytes, 0 = auto */
+    uint64_t full_bytes;      /* routed experts held whole (--full-layers), resident
+                                 beside the dense weights when streaming */
 };
 
 struct ms_mem_plan {

@@ -54,6 +54,9 @@ struct ms_stream_source {
     int64_t whole_min;       /* smallest whole-layer ubatch (INT64_MAX: never) */
     int64_t whole_il;        /* layer served from a layer buffer now, or -1 */
     uint32_t seed_quota;     /* experts seeded per layer */
+    /* --full-layers: the first n_full layers held whole, read at creation */
+    uint32_t n_full;
+    void **full;               /* [n_full] layer buffers (layer_plan layout) */
     /* decode prefetch (NULL when off) */
     struct ms_prefetch *pf;
     struct ms_io_req *pf_reqs; /* [2 * n_expert * 3] scratch of one submission */
@@ -189,7 +192,7 @@ static int start_reads(struct ms_stream_source *s, uint32_t il, const int32_t *i
 
 static int stream_prefetch(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err) {
     struct ms_stream_source *s = ctx;
-    if (il >= s->m->n_layer || n < 0) return 0;
+    if (il >= s->m->n_layer || il < s->n_full || n < 0) return 0;
     if (il >= s->m->hp.n_hash_layer) { /* a router guess: remember it to score it */
         memset(s->pred, 0, s->m->hp.n_expert * sizeof *s->pred);
         for (int i = 0; i < n; i++)
@@ -236,6 +239,7 @@ static int whole_buffer(const struct ms_stream_source *s, uint32_t il) {
 /* True when every expert of layer il is in the decode cache already (then
  * the cache serves it and nothing is read). */
 static bool layer_cached(const struct ms_stream_source *s, uint32_t il) {
+    if (il < s->n_full) return true; /* held whole: nothing to read */
     for (uint32_t e = 0; e < s->m->hp.n_expert; e++)
         if (!ms_expert_cache_contains(s->cache, il, e)) return false;
     return true;
@@ -266,7 +270,7 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
         if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) ms_layer_reader_drop(s->lr);
-        if (s->pf && il < s->m->hp.n_hash_layer)
+        if (s->pf && il < s->m->hp.n_hash_layer && il >= s->n_full)
             return prefetch_hash_layer(s, il, tokens, n, err);
         return 0;
     }
@@ -340,10 +344,10 @@ static int stream_tail_routed(void *ctx, uint32_t il, const int32_t *ids, int n,
     return 0;
 }
 
-static int whole_acquire(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
-                         struct dsv4_expert_view *views, ms_err *err) {
-    char *data;
-    if (whole_wait(s, il, &data, err)) return -1;
+/* Views of experts ids[0..n) into data, a whole layer il in the layer
+ * buffer layout. */
+static int layer_views(const struct ms_stream_source *s, const char *data, uint32_t il,
+                       const int32_t *ids, int n, struct dsv4_expert_view *views, ms_err *err) {
     const struct layer_plan *lp = &s->plan[il];
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert)
@@ -357,6 +361,13 @@ static int whole_acquire(struct ms_stream_source *s, uint32_t il, const int32_t 
     return 0;
 }
 
+static int whole_acquire(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
+                         struct dsv4_expert_view *views, ms_err *err) {
+    char *data;
+    if (whole_wait(s, il, &data, err)) return -1;
+    return layer_views(s, data, il, ids, n, views, err);
+}
+
 /* ---- selected experts through the decode cache ------------------------- */
 
 static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
@@ -366,6 +377,7 @@ static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
     if (n < 0 || n > (int)s->m->hp.n_expert)
         return ms_err_set(err, "layer %u: %d experts requested", il, n);
     if (s->pf && ms_prefetch_pending(s->pf)) reap(s);
+    if (il < s->n_full) return layer_views(s, s->full[il], il, ids, n, views, err);
     if (s->whole_il == (int64_t)il) return whole_acquire(s, il, ids, n, views, err);
     if (s->pred_il == (int64_t)il) { /* score the router guess */
         for (int i = 0; i < n; i++)
@@ -418,8 +430,46 @@ static void stream_release(void *ctx, uint32_t il, const int32_t *ids, int n) {
     struct ms_stream_source *s = ctx;
     /* whole-layer views pinned nothing: the buffer lives until the next
      * layer's prepare reuses it */
-    if (il < s->m->n_layer && s->whole_il != (int64_t)il)
+    if (il < s->m->n_layer && il >= s->n_full && s->whole_il != (int64_t)il)
         ms_expert_cache_unpin(s->cache, il, ids, n);
+}
+
+/* ---- layers held whole (--full-layers) --------------------------------- */
+
+/* Reads layers [0, n_full) whole into their own buffers (outside the cache
+ * budget: the caller's memory plan counts them, full_layer_bytes). */
+static int read_full_layers(struct ms_stream_source *s, ms_err *err) {
+    if (!s->n_full) return 0;
+    s->full = calloc(s->n_full, sizeof *s->full);
+    if (!s->full) return ms_err_set(err, "out of memory");
+    for (uint32_t il = 0; il < s->n_full; il++) {
+        const struct layer_plan *lp = &s->plan[il];
+        char *mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)lp->layer_bytes);
+        if (!mem)
+            return ms_err_set(err, "out of memory for layer %u held whole (%llu bytes)", il,
+                              (unsigned long long)lp->layer_bytes);
+        s->full[il] = mem;
+        struct ms_io_req reads[N_PART];
+        for (int k = 0; k < N_PART; k++)
+            reads[k] = (struct ms_io_req){.offset = lp->p[k].file_base,
+                                          .len = (size_t)(lp->p[k].bytes * s->m->hp.n_expert),
+                                          .buf = mem + lp->p[k].layer_off};
+        const uint64_t b0 = ms_io_bytes_read(s->io);
+        const int rc = ms_io_read(s->io, reads, N_PART, err);
+        ms_expert_cache_note_io(s->cache, ms_io_bytes_read(s->io) - b0, 0.0);
+        if (rc) return ms_err_prefix(err, "reading layer %u whole", il);
+    }
+    return 0;
+}
+
+uint64_t ms_stream_full_layer_bytes(const struct dsv4_model *m, uint32_t n) {
+    uint64_t sum = 0;
+    for (uint32_t il = 0; il < n && il < m->n_layer; il++) {
+        struct layer_plan lp;
+        ms_err e;
+        if (!plan_layer(m, il, &lp, &e)) sum += lp.layer_bytes;
+    }
+    return sum;
 }
 
 /* ---- preloading from a hotlist ----------------------------------------- */
@@ -460,6 +510,7 @@ static int preload(struct ms_stream_source *s, const struct ms_hotlist *h, uint3
         size_t n_req = 0;
         for (; i < h->n && done + (uint32_t)nb < n && nb < PRELOAD_BATCH; i++) {
             const struct ms_hotlist_entry *he = &h->e[i];
+            if (he->layer < s->n_full) continue; /* held whole already */
             const struct layer_plan *lp = &s->plan[he->layer];
             if (planned + lp->slot_bytes > st->budget_bytes) {
                 i = h->n; /* full */
@@ -494,6 +545,8 @@ void ms_stream_source_free(struct ms_stream_source *s) {
     if (!s) return;
     ms_prefetch_free(s->pf); /* its reads end before the slots go */
     ms_layer_reader_free(s->lr);
+    for (uint32_t il = 0; s->full && il < s->n_full; il++) ms_free(s->full[il]);
+    free(s->full);
     ms_expert_cache_free(s->cache);
     ms_io_close(s->io);
     free(s->plan);
@@ -554,6 +607,8 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     pol = (struct ms_cache_policy){0}; /* the cache owns it now, even on error */
     if (ms_expert_cache_new(&s->cache, &cp, err)) goto fail;
     if (ms_io_open(&s->io, m->gguf->path, &p->io, err)) goto fail;
+    s->n_full = p->full_layers < m->n_layer ? p->full_layers : m->n_layer;
+    if (read_full_layers(s, err)) goto fail;
     if (p->hotlist_path) {
         struct ms_hotlist h;
         if (ms_hotlist_load(&h, p->hotlist_path, m->n_layer, E, err)) goto fail;

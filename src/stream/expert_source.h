@@ -76,6 +76,10 @@ struct ms_stream_params {
     /* with a hotlist: read its first this many experts (highest priority
      * first) into the cache at creation, as far as the budget holds them */
     uint32_t preload_experts;
+    /* hold the first this many layers' experts whole, read at creation,
+     * outside the cache budget (ms_stream_full_layer_bytes); they never
+     * touch the cache */
+    uint32_t full_layers;
     /* true: no decode prefetch (see "Decode prefetch" above) */
     bool no_prefetch;
 };
@@ -101,6 +105,8 @@ uint64_t ms_stream_slot_bytes(const struct dsv4_model *m, uint32_t il);
 /* The smallest budget that holds one token's experts in every layer:
  * max over layers of n_expert_used * slot bytes. */
 uint64_t ms_stream_min_budget(const struct dsv4_model *m);
+/* Bytes that holding the first n layers whole takes (--full-layers). */
+uint64_t ms_stream_full_layer_bytes(const struct dsv4_model *m, uint32_t n);
 
 /*
  * Opens the model's file for expert reads (O_DIRECT where allowed) and
