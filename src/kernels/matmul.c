@@ -1,7 +1,8 @@
 /*
  * matmul.c - batched matmul over the quant traits table (see matmul.h).
- * Threads split output rows; within a thread each weight row is used for all
- * tokens before moving on, so a row is read from memory once per call.
+ * Threads split output rows; within a thread a tile of weight rows (about
+ * 128 KiB, kept in L2) is used for all tokens before moving on, so weights
+ * are read from memory once per call and activations once per tile.
  *
  * Every output element is one call of the same dot kernel, whatever the
  * number of tokens or threads: the result for a token does not depend on
@@ -10,9 +11,10 @@
  * bit. Groups of four tokens go through the type's four-token kernel where
  * it has one (traits vec_dot_x4 / vec_dot_f32_x4): it loads and decodes each
  * weight block once for the four and gives each token exactly the single
- * kernel's result, so grouping keeps that guarantee. (A dequantize-once-then-f32-dot path for exact mode was tried: it sums
- * in another order, so prefill and decode differed in the last bits, which
- * the quantized activations of the next expert layer can amplify.)
+ * kernel's result, so grouping keeps that guarantee. (A dequantize-once-
+ * then-f32-dot path for exact mode was tried: it sums in another order, so
+ * prefill and decode differed in the last bits, which the quantized
+ * activations of the next expert layer can amplify.)
  */
 #include "kernels/matmul.h"
 
@@ -38,28 +40,45 @@ struct mm_job {
     int64_t ldy;
 };
 
-static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
-    (void)ith;
-    const struct mm_job *j = ctx;
+/* Rows per cache tile: a tile of weight rows (at most this many bytes, at
+ * least one row) is run over all tokens before the next, so it stays in L2
+ * while each group of activation rows is read from memory once per tile, not
+ * once per row (a prefill's activations are megabytes). */
+#define MM_TILE_BYTES (128 * 1024)
+
+/* y[t][r] for r in [r0, r1) and every token: one dot call per element
+ * (four-token calls for whole groups of four). */
+static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     const int64_t n = j->w->n_cols;
-    for (int64_t r = r0; r < r1; r++) {
-        const char *wr = (const char *)j->w->data + (size_t)r * j->w->row_stride;
-        int64_t t = 0;
-        if (j->dot4) {
-            for (; t + 4 <= j->n_tok; t += 4) {
-                const char *a = (const char *)j->act + (size_t)t * j->act_stride;
-                const void *const a4[4] = {a, a + j->act_stride, a + 2 * j->act_stride, a + 3 * j->act_stride};
+    const size_t as = j->act_stride;
+    int64_t t = 0;
+    if (j->dot4) {
+        for (; t + 4 <= j->n_tok; t += 4) {
+            const char *a = (const char *)j->act + (size_t)t * as;
+            const void *const a4[4] = {a, a + as, a + 2 * as, a + 3 * as};
+            for (int64_t r = r0; r < r1; r++) {
                 float s[4];
-                j->dot4(n, s, wr, a4);
+                j->dot4(n, s, (const char *)j->w->data + (size_t)r * j->w->row_stride, a4);
                 for (int k = 0; k < 4; k++) j->y[(t + k) * j->ldy + r] = s[k];
             }
         }
-        for (; t < j->n_tok; t++) {
+    }
+    for (; t < j->n_tok; t++) {
+        const char *a = (const char *)j->act + (size_t)t * as;
+        for (int64_t r = r0; r < r1; r++) {
             float s;
-            j->dot(n, &s, wr, (const char *)j->act + (size_t)t * j->act_stride);
+            j->dot(n, &s, (const char *)j->w->data + (size_t)r * j->w->row_stride, a);
             j->y[t * j->ldy + r] = s;
         }
     }
+}
+
+static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
+    (void)ith;
+    const struct mm_job *j = ctx;
+    int64_t tile = (int64_t)(MM_TILE_BYTES / (j->w->row_stride ? j->w->row_stride : 1));
+    if (tile < 1) tile = 1;
+    for (int64_t r = r0; r < r1; r += tile) mm_tile(j, r, r + tile < r1 ? r + tile : r1);
 }
 
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
