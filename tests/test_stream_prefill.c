@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "model/model.h"
+#include "test_model_util.h"
 #include "model/session.h"
 #include "moestream.h"
 #include "stream/expert_source.h"
@@ -30,14 +31,6 @@
 
 static char g_tiny[600], g_small[600], g_dir[512];
 
-static int make_model(const char *path, const char *opts) {
-    const char *bin = getenv("MS_BIN");
-    if (!bin) return -1;
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel %s -o '%s' >/dev/null", bin, opts, path);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static int setup(void **state) {
     (void)state;
     const char *tmp = getenv("MS_TMPDIR");
@@ -45,15 +38,8 @@ static int setup(void **state) {
     mkdir(g_dir, 0755);
     snprintf(g_tiny, sizeof g_tiny, "%s/prefill_tiny.gguf", g_dir);
     snprintf(g_small, sizeof g_small, "%s/prefill_small.gguf", g_dir);
-    if (make_model(g_tiny, "--preset tiny --experts-type q4_K --seed 5")) return -1;
-    return make_model(g_small, "--preset small --experts-type q4_K --seed 6");
-}
-
-static struct dsv4_model *load(const char *path) {
-    struct dsv4_model *m = NULL;
-    ms_err e = {{0}};
-    if (dsv4_model_load(&m, path, &e)) fail_msg("%s", e.msg);
-    return m;
+    if (test_mkmodel(g_tiny, "--preset tiny --experts-type q4_K --seed 5")) return -1;
+    return test_mkmodel(g_small, "--preset small --experts-type q4_K --seed 6");
 }
 
 static void random_tokens(int32_t *t, int64_t n, uint32_t lo, uint32_t span, uint64_t seed) {
@@ -110,7 +96,7 @@ static void on_install(void *ctx, uint64_t resident, uint64_t budget) {
  * layer read per layer; seeding within the budget at every install. */
 static void test_whole_layer_identity(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     const struct dsv4_expert_source resident = m->experts;
     int32_t tok[N_ALL];
     random_tokens(tok, N_ALL, 3, (uint32_t)m->hp.n_vocab - 3, 21);
@@ -159,7 +145,7 @@ static void test_whole_layer_identity(void **state) {
  * (still whole-layer steps) read them once per chunk. */
 static void test_one_pass(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_small);
+    struct dsv4_model *m = test_load_model(g_small);
     const struct dsv4_expert_source resident = m->experts;
     const double routed = (double)dsv4_model_routed_bytes(m);
     int32_t tok[N_PROMPT];
@@ -206,7 +192,7 @@ static long fail_once(void *ctx, uint64_t seq, long res) {
 /* EIO in a whole-layer read: that eval fails cleanly, the next one works. */
 static void test_layer_read_eio(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     const struct dsv4_expert_source resident = m->experts;
     int32_t tok[N_ALL];
     random_tokens(tok, N_ALL, 3, (uint32_t)m->hp.n_vocab - 3, 44);
@@ -282,7 +268,7 @@ static void test_routing_profile(void **state) {
  * many as the budget holds, and serve decode steps with the resident bytes. */
 static void test_preload(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 8 };
     int32_t tok[N];

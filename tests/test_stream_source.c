@@ -22,19 +22,12 @@
 #include <cmocka.h>
 
 #include "model/model.h"
+#include "test_model_util.h"
 #include "model/session.h"
 #include "stream/expert_source.h"
 #include "util/rng.h"
 
 static char g_tiny[600], g_mixed[600], g_dir[512];
-
-static int make_model(const char *path, const char *opts) {
-    const char *bin = getenv("MS_BIN");
-    if (!bin) return -1;
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset tiny %s -o '%s' >/dev/null", bin, opts, path);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static int setup(void **state) {
     (void)state;
@@ -43,15 +36,8 @@ static int setup(void **state) {
     mkdir(g_dir, 0755);
     snprintf(g_tiny, sizeof g_tiny, "%s/stream_tiny_q4k.gguf", g_dir);
     snprintf(g_mixed, sizeof g_mixed, "%s/stream_mixed.gguf", g_dir);
-    if (make_model(g_tiny, "--experts-type q4_K")) return -1;
-    return make_model(g_mixed, "--experts-type q2_K --experts-type-last-layers q4_K:2");
-}
-
-static struct dsv4_model *load(const char *path) {
-    struct dsv4_model *m = NULL;
-    ms_err e = {{0}};
-    if (dsv4_model_load(&m, path, &e)) fail_msg("%s", e.msg);
-    return m;
+    if (test_mkmodel(g_tiny, "--preset tiny --experts-type q4_K")) return -1;
+    return test_mkmodel(g_mixed, "--preset tiny --experts-type q2_K --experts-type-last-layers q4_K:2");
 }
 
 /* Logits [n][n_vocab] of tokens evaluated in steps of n_ubatch, through
@@ -92,7 +78,7 @@ static void assert_same(const float *a, const float *b, size_t n, const char *wh
 
 /* Smallest cache: every decode step replaces most of it. */
 static void check_min_cache(const char *path, bool mixed) {
-    struct dsv4_model *m = load(path);
+    struct dsv4_model *m = test_load_model(path);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 20 };
     int32_t tok[N];
@@ -156,7 +142,7 @@ static void on_install(void *ctx, uint64_t resident, uint64_t budget) {
  * experts of the largest layer (1/n_layer of them all). */
 static void test_prompt_switch(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_mixed);
+    struct dsv4_model *m = test_load_model(g_mixed);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 16 };
     int32_t a[N], b[N];
@@ -196,7 +182,7 @@ static long fail_nth(void *ctx, uint64_t seq, long res) {
  * next evaluation is served normally and is still exact. */
 static void test_read_error(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 6 };
     int32_t tok[N];
@@ -236,7 +222,7 @@ static long fail_all(void *ctx, uint64_t seq, long res) {
  * read again as misses. */
 static void test_prefetch(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_mixed);
+    struct dsv4_model *m = test_load_model(g_mixed);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 24 };
     int32_t tok[N];
@@ -300,7 +286,7 @@ static void test_prefetch(void **state) {
  * no_prefetch nothing is read ahead. */
 static void test_hash_prepare(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     if (!m->hp.n_hash_layer) skip();
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 12 };
@@ -338,7 +324,7 @@ static void test_hash_prepare(void **state) {
  * hits, misses or residents), in decode and in short ubatches. */
 static void test_full_layers(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_mixed);
+    struct dsv4_model *m = test_load_model(g_mixed);
     const struct dsv4_expert_source resident = m->experts;
     enum { N = 16, FULL = 2 };
     int32_t tok[N];
@@ -378,7 +364,7 @@ static void test_full_layers(void **state) {
 /* A hotlist is loaded and validated at creation. */
 static void test_hotlist_seed(void **state) {
     (void)state;
-    struct dsv4_model *m = load(g_tiny);
+    struct dsv4_model *m = test_load_model(g_tiny);
     char good[700], bad[700];
     snprintf(good, sizeof good, "%s/stream_hot_good.txt", g_dir);
     snprintf(bad, sizeof bad, "%s/stream_hot_bad.txt", g_dir);
