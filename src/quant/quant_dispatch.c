@@ -50,11 +50,14 @@ static enum isa detect_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     const bool f16c = cpu_has_f16c();
-    /* __builtin_cpu_supports also checks that the OS saves the wider
+    /* The AVX-512 set includes VNNI (Ice Lake, Zen 4 and later): the int8
+     * dots use vpdpbusd. Older AVX-512 parts (Skylake-X) take the AVX2 set.
+     * __builtin_cpu_supports also checks that the OS saves the wider
      * register state (XCR0), so a "yes" here means usable. */
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma") && f16c && __builtin_cpu_supports("avx2"))
+        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && f16c &&
+        __builtin_cpu_supports("avx2"))
         return ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
         return ISA_AVX2;
