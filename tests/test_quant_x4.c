@@ -98,6 +98,8 @@ static const struct x4_case cases[] = {
     X4_BOTH(MS_TYPE_Q8_0, MS_TYPE_Q8_0, q8_0, q8_0), X4_BOTH(MS_TYPE_Q8_0, MS_TYPE_F32, q8_0, f32),
     X4_BOTH(MS_TYPE_MXFP4, MS_TYPE_Q8_0, mxfp4, q8_0), X4_BOTH(MS_TYPE_F16, MS_TYPE_F32, f16, f32),
     X4_BOTH(MS_TYPE_BF16, MS_TYPE_F32, bf16, f32), X4_BOTH(MS_TYPE_F32, MS_TYPE_F32, f32, f32),
+    X4_BOTH(MS_TYPE_Q4_K, MS_TYPE_Q8_K, q4_K, q8_K), X4_BOTH(MS_TYPE_Q2_K, MS_TYPE_Q8_K, q2_K, q8_K),
+    X4_BOTH(MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
 };
 
 /* Lengths in blocks for block formats; for the float formats (block size 1)
@@ -171,10 +173,16 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx512);
         assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
         assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx2);
     } else {
         assert_null(q8->vec_dot_x4);
         assert_null(q8->vec_dot_f32_x4);
@@ -186,9 +194,11 @@ static void test_x4_table(void **state) {
 
 static void test_matmul_batch_invariant(void **state) {
     (void)state;
-    const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32};
-    /* 1400 rows: several of matmul's 128 KiB row tiles for every type */
-    const int64_t n_rows = 1400, n_cols = 96, n_tok = 11;
+    const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32,
+                                  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
+    /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
+     * columns: three blocks of the 256-element k-quant formats */
+    const int64_t n_rows = 1400, n_cols = 768, n_tok = 11;
     ms_rng r;
     ms_rng_seed(&r, 0x3a7b1e55ull);
     float *x = xalloc((size_t)(n_tok * n_cols) * sizeof(float));

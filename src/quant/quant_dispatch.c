@@ -117,6 +117,9 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(isa, ms_dot_q8_0_q8_0_x4);
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
+    tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q4_K_q8_K_x4);
+    tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q2_K_q8_K_x4);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa) {

@@ -47,6 +47,9 @@ MS_DECL_DOT_X4(bf16, f32, avx2);   MS_DECL_DOT_X4(bf16, f32, avx512);
 MS_DECL_DOT_X4(q8_0, q8_0, avx2);  MS_DECL_DOT_X4(q8_0, q8_0, avx512);
 MS_DECL_DOT_X4(q8_0, f32, avx2);   MS_DECL_DOT_X4(q8_0, f32, avx512);
 MS_DECL_DOT_X4(mxfp4, q8_0, avx2); MS_DECL_DOT_X4(mxfp4, q8_0, avx512);
+MS_DECL_DOT_X4(q4_K, q8_K, avx2);  MS_DECL_DOT_X4(q4_K, q8_K, avx512);
+MS_DECL_DOT_X4(q2_K, q8_K, avx2);  MS_DECL_DOT_X4(q2_K, q8_K, avx512);
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
 
 /* ---- k-quants, iq2_xxs, q8_K activations (quant_kq*.c) */
 MS_DECL_DEQUANT(q8_K, ref);

@@ -38,10 +38,14 @@ static inline void ms_q4k_pack_scales(const uint8_t sc[8], const uint8_t m[8], u
  * formula): ad * d * sumi - ad * dmin * summ, with ad the activation scale,
  * d and dmin the block's fp16 scales, sumi the scaled code dot and summ the
  * min-weighted bsums. Each kernel adds it to its f32 sum. */
-static inline float ms_kq_block_sum(float ad, uint16_t d, uint16_t dmin, int32_t sumi, int32_t summ) {
-    const float sd = ad * ms_fp16_to_fp32(d);
-    const float smin = ad * ms_fp16_to_fp32(dmin);
+static inline float ms_kq_block_sum_f32(float ad, float d, float dmin, int32_t sumi, int32_t summ) {
+    const float sd = ad * d;
+    const float smin = ad * dmin;
     return sd * (float)sumi - smin * (float)summ;
+}
+
+static inline float ms_kq_block_sum(float ad, uint16_t d, uint16_t dmin, int32_t sumi, int32_t summ) {
+    return ms_kq_block_sum_f32(ad, ms_fp16_to_fp32(d), ms_fp16_to_fp32(dmin), sumi, summ);
 }
 
 /* IQ2_XXS sub-block ib (32 values) as two little-endian words: aux[0] holds
@@ -52,5 +56,26 @@ static inline void ms_iq2xxs_aux(const block_iq2_xxs *b, int ib, uint32_t aux[2]
     aux[0] = (uint32_t)q[0] | (uint32_t)q[1] << 16;
     aux[1] = (uint32_t)q[2] | (uint32_t)q[3] << 16;
 }
+
+#ifdef __AVX2__
+#include <immintrin.h>
+
+/* The SIMD Q8_K dots (quant_kq_avx*.c) end each block with integer lane
+ * sums; the four-token forms reduce their tokens together. Integer sums are
+ * exact, so any reduction order gives the single kernel's values. */
+
+/* Lane k of the result = the sum of the 8 int32 lanes of v[k], k = 0..7. */
+static inline __m256i ms_kq_hsum8x8_i32(const __m256i v[8]) {
+    const __m256i t0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i t1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+}
+
+/* Lane k of the result = the sum of the 8 int32 lanes of v[k], k = 0..3. */
+static inline __m128i ms_kq_hsum4x8_i32(const __m256i v[4]) {
+    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+#endif
 
 #endif

@@ -127,94 +127,208 @@ MS_DECL_DEQUANT(iq2_xxs, avx2) {
     }
 }
 
-/* ---- dots with Q8_K activations */
+/* ---- dots with Q8_K activations
+ *
+ * The weight side of a Q4_K or Q2_K block (kq_prep: codes, scales, mins) is
+ * decoded once into eight 32-byte code vectors w[c] lined up with activation
+ * bytes 32c..32c+31, with the int16 scale of every maddubs pair. The
+ * four-token forms share it between their tokens; integer sums are exact and
+ * the float formula per block and token is the single kernel's
+ * (ms_kq_block_sum_f32), in its order, so the results are equal bit for bit. */
+
+struct kq_prep {
+    __m256i w[8];  /* u8 codes, vector c for activation bytes 32c..32c+31 */
+    __m256i sc[8]; /* int16 scale of each maddubs pair of w[c] */
+    __m256i mins;  /* 16 int16 mins, lined up with the Q8_K bsums */
+    float d, dmin;
+};
+
+/* sum over the block of scale * code * q8, spread over 8 int32 lanes */
+static inline __m256i kq_sumi(const struct kq_prep *p, const int8_t *q8) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+        const __m256i p16 = _mm256_maddubs_epi16(p->w[c], _mm256_loadu_si256((const __m256i *)(q8 + 32 * c)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, p->sc[c]));
+    }
+    return acc;
+}
+
+/* the min term's products, summed to summ over 8 int32 lanes */
+static inline __m256i kq_summ(const struct kq_prep *p, const block_q8_K *a) {
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
+}
+
+static inline float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
+    return ms_kq_block_sum_f32(a->d, p->d, p->dmin, hsum256_i32(kq_sumi(p, a->qs)), hsum256_i32(kq_summ(p, a)));
+}
+
+/* One block for four tokens: sumf[k] += the block's share for token k. */
+static inline void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
+    __m256i v[8];
+    MS_X4(k, v[k] = kq_sumi(p, a[k]->qs); v[4 + k] = kq_summ(p, a[k]););
+    int32_t r[8];
+    _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
+    MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k]->d, p->d, p->dmin, r[k], r[4 + k]););
+}
+
+/* Q4_K: byte group g (qs[32g..32g+31]) holds sub-block 2g in its low and
+ * 2g+1 in its high nibbles. */
+static inline void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    uint8_t sc[8], m[8];
+    ms_q4k_unpack_scales(b->scales, sc, m);
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
+        p->w[2 * g] = _mm256_and_si256(q, m4);
+        p->w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    for (int j = 0; j < 8; j++) p->sc[j] = _mm256_set1_epi16(sc[j]);
+    p->mins = q4k_mins16(m);
+    p->d = fp16_scale(b->d);
+    p->dmin = fp16_scale(b->dmin);
+}
 
 MS_DECL_DOT(q4_K, q8_K, avx2) {
     const block_q4_K *w = x;
     const block_q8_K *a = y;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        ms_q4k_unpack_scales(w[i].scales, sc, m);
-        __m256i acc = _mm256_setzero_si256();
-        for (int g = 0; g < 4; g++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * g));
-            const __m256i lo = _mm256_and_si256(q, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i a_lo = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * g));
-            const __m256i a_hi = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * g + 32));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), _mm256_set1_epi16(sc[2 * g])));
-            acc = _mm256_add_epi32(acc,
-                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), _mm256_set1_epi16(sc[2 * g + 1])));
-        }
-        /* min term: sum_j m[j] * (bsums[2j] + bsums[2j+1]) */
-        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16(m));
-        const int32_t sumi = hsum256_i32(acc);
-        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
+        struct kq_prep p;
+        q4k_prep(&w[i], &p);
+        sumf += kq_block_one(&p, &a[i]);
     }
     *s = sumf;
+}
+
+MS_DECL_DOT_X4(q4_K, q8_K, avx2) {
+    const block_q4_K *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct kq_prep p;
+        q4k_prep(&w[i], &p);
+        const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
+        kq_block_x4(&p, ai, sumf);
+    }
+    MS_X4(k, s[k] = sumf[k];);
+}
+
+/* Q2_K: element 128h + 32j + l has code (qs[32h + l] >> 2j) & 3 and scale
+ * (128h + 32j + l) / 16: vector c = 4h + j takes scale 2c in its low 128-bit
+ * lane and 2c + 1 in its high one. */
+static inline void q2k_prep(const block_q2_K *b, struct kq_prep *p) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
+    /* byte 2c (low lane) or 2c + 1 (high lane) to every int16, zero-extended */
+    const __m256i sc8 = _mm256_broadcastsi128_si256(_mm_and_si128(scb, m4));
+    const __m256i pick = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128,
+                                          1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128);
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        p->w[4 * h] = _mm256_and_si256(q, m3);
+        p->w[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+        p->w[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+        p->w[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+    }
+    for (int c = 0; c < 8; c++)
+        p->sc[c] = _mm256_shuffle_epi8(sc8, _mm256_add_epi8(pick, _mm256_set1_epi8((char)(2 * c))));
+    p->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
+    p->d = fp16_scale(b->d);
+    p->dmin = fp16_scale(b->dmin);
 }
 
 MS_DECL_DOT(q2_K, q8_K, avx2) {
     const block_q2_K *w = x;
     const block_q8_K *a = y;
-    const __m256i m3 = _mm256_set1_epi8(3);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scb, m4));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
-        const int32_t summ = q8k_bsums_dot(a[i].bsums, mn16);
-        int16_t sck[16];
-        _mm256_storeu_si256((__m256i *)sck, sc16);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
-                const __m256i q8 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * j));
-                const int k = 8 * h + 2 * j; /* scales k (low 16 lanes) and k + 1 */
-                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sck[k + 1]), _mm_set1_epi16(sck[k]));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, q8), scv));
-            }
-        }
-        const int32_t sumi = hsum256_i32(acc);
-        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
+        struct kq_prep p;
+        q2k_prep(&w[i], &p);
+        sumf += kq_block_one(&p, &a[i]);
     }
     *s = sumf;
 }
 
-MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
-    const block_iq2_xxs *w = x;
-    const block_q8_K *a = y;
+MS_DECL_DOT_X4(q2_K, q8_K, avx2) {
+    const block_q2_K *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct kq_prep p;
+        q2k_prep(&w[i], &p);
+        const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
+        kq_block_x4(&p, ai, sumf);
+    }
+    MS_X4(k, s[k] = sumf[k];);
+}
+
+/* IQ2_XXS: per 32-value sub-block the grid magnitudes (u8, at most 43), the
+ * signs as +-1 bytes that sign_epi8 moves onto the activations (Q8_K has no
+ * -128, so negation is exact) and the odd scale 2 * s + 1. The block's value
+ * is ad * d * sumi, the row's 0.125 * sum, as the reference. */
+struct iq2_prep {
+    __m256i grid[8], sgn[8], ls[8];
+    float d;
+};
+
+static inline void iq2xxs_prep(const block_iq2_xxs *b, struct iq2_prep *p) {
     /* byte k of the 32 sign bits goes to bytes 8k .. 8k+7, tested per bit */
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                                             3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i one = _mm256_set1_epi8(1);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        uint32_t aux[2];
+        ms_iq2xxs_aux(b, ib, aux);
+        p->grid[ib] = _mm256_set_epi64x(
+            (long long)ms_iq2xxs_grid[aux[0] >> 24], (long long)ms_iq2xxs_grid[(aux[0] >> 16) & 0xff],
+            (long long)ms_iq2xxs_grid[(aux[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[aux[0] & 0xff]);
+        const uint32_t sw = (uint32_t)ms_iq2_ksigns[aux[1] & 127] | (uint32_t)ms_iq2_ksigns[(aux[1] >> 7) & 127] << 8 |
+                            (uint32_t)ms_iq2_ksigns[(aux[1] >> 14) & 127] << 16 |
+                            (uint32_t)ms_iq2_ksigns[(aux[1] >> 21) & 127] << 24;
+        const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sw), spread);
+        p->sgn[ib] = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sb, bits), bits), one);
+        p->ls[ib] = _mm256_set1_epi16((short)(2 * (aux[1] >> 28) + 1));
+    }
+    p->d = fp16_scale(b->d);
+}
+
+static inline __m256i iq2xxs_sumi(const struct iq2_prep *p, const int8_t *q8) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const __m256i a = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), p->sgn[ib]);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(p->grid[ib], a), p->ls[ib]));
+    }
+    return acc;
+}
+
+MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a = y;
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i acc = _mm256_setzero_si256();
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            uint32_t aux[2];
-            ms_iq2xxs_aux(&w[i], ib, aux);
-            const __m256i grid = _mm256_set_epi64x(
-                (long long)ms_iq2xxs_grid[aux[0] >> 24], (long long)ms_iq2xxs_grid[(aux[0] >> 16) & 0xff],
-                (long long)ms_iq2xxs_grid[(aux[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[aux[0] & 0xff]);
-            const uint32_t sw = (uint32_t)ms_iq2_ksigns[aux[1] & 127] | (uint32_t)ms_iq2_ksigns[(aux[1] >> 7) & 127] << 8 |
-                                (uint32_t)ms_iq2_ksigns[(aux[1] >> 14) & 127] << 16 |
-                                (uint32_t)ms_iq2_ksigns[(aux[1] >> 21) & 127] << 24;
-            const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sw), spread);
-            const __m256i sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sb, bits), bits), one);
-            const __m256i q8 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * ib)), sgn);
-            const __m256i ls = _mm256_set1_epi16((short)(2 * (aux[1] >> 28) + 1));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(grid, q8), ls));
-        }
-        sumf += a[i].d * ms_fp16_to_fp32(w[i].d) * (float)hsum256_i32(acc);
+        struct iq2_prep p;
+        iq2xxs_prep(&w[i], &p);
+        sumf += a[i].d * p.d * (float)hsum256_i32(iq2xxs_sumi(&p, a[i].qs));
     }
     *s = 0.125f * sumf;
+}
+
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct iq2_prep p;
+        iq2xxs_prep(&w[i], &p);
+        __m256i v[4];
+        MS_X4(k, v[k] = iq2xxs_sumi(&p, a[k][i].qs););
+        int32_t r[4];
+        _mm_storeu_si128((__m128i *)r, ms_kq_hsum4x8_i32(v));
+        MS_X4(k, sumf[k] += a[k][i].d * p.d * (float)r[k];);
+    }
+    MS_X4(k, s[k] = 0.125f * sumf[k];);
 }
 
 /* ---- dots with f32 activations: dequantize one block to the stack, then

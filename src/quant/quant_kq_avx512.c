@@ -1,9 +1,11 @@
 /*
- * quant_kq_avx512.c - AVX-512 (F, BW, VL, DQ) kernels for Q4_K, Q2_K,
- * IQ2_XXS weights and Q8_K activations. Same method and same results as the
- * AVX2 kernels (quant_kq_avx2.c), 64 bytes at a time: two Q4_K nibble
- * groups, both Q2_K 128-value halves, two IQ2_XXS sub-blocks, whose 64 sign
- * bits become one mask register applied with a masked subtract.
+ * quant_kq_avx512.c - AVX-512 (F, BW, VL, DQ, VNNI) kernels for Q4_K, Q2_K,
+ * IQ2_XXS weights and Q8_K activations. Same results as the AVX2 kernels
+ * (quant_kq_avx2.c), 64 bytes at a time: the weight codes are rearranged so
+ * that each 64-byte vector lines up with 64 consecutive activation bytes
+ * (two Q4_K sub-blocks, a quarter of a Q2_K block, two IQ2_XXS sub-blocks,
+ * whose 64 sign bits become one mask register applied with a masked
+ * subtract); VNNI's dpwssd applies the int16 scales and accumulates.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -108,104 +110,221 @@ MS_DECL_DEQUANT(iq2_xxs, avx512) {
     }
 }
 
-/* ---- dots with Q8_K activations */
+/* ---- dots with Q8_K activations
+ *
+ * Q4_K and Q2_K share one shape. The weight side of a block (kq_prep: codes,
+ * scales, mins) is decoded once into four 64-byte code vectors w[c] lined up
+ * with activation bytes 64c..64c+63, so the activations are plain 64-byte
+ * loads, plus the int16 scale of every maddubs pair. Per token, maddubs makes
+ * int16 pair sums (at most 2 * 15 * 128: no saturation) and VNNI's dpwssd
+ * multiplies them by their scale and accumulates in int32. The four-token
+ * forms do the weight side once per block for all four tokens; the integer
+ * sums are exact and the float formula per block and token is the single
+ * kernel's (ms_kq_block_sum_f32), in its order, so the results are equal bit
+ * for bit. */
+
+struct kq_prep {
+    __m512i w[4];  /* u8 codes, vector c for activation bytes 64c..64c+63 */
+    __m512i sc[4]; /* int16 scale of each maddubs pair of w[c] */
+    __m256i mins;  /* 16 int16 mins, lined up with the Q8_K bsums */
+    float d, dmin;
+};
+
+/* sum over the block of scale * code * q8, spread over 16 int32 lanes */
+static inline __m512i kq_sumi(const struct kq_prep *p, const int8_t *q8) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->w[c], _mm512_loadu_si512(q8 + 64 * c)), p->sc[c]);
+    return acc;
+}
+
+/* the min term's products, summed to summ over 8 int32 lanes */
+static inline __m256i kq_summ(const struct kq_prep *p, const block_q8_K *a) {
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
+}
+
+static inline float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
+    const int32_t sumi = _mm512_reduce_add_epi32(kq_sumi(p, a->qs));
+    return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, hsum256_i32(kq_summ(p, a)));
+}
+
+/* One block for four tokens: sumf[k] += the block's share for token k. */
+static inline void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
+    __m256i v[8];
+    MS_X4(k, const __m512i acc = kq_sumi(p, a[k]->qs);
+          v[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+          v[4 + k] = kq_summ(p, a[k]););
+    int32_t r[8];
+    _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
+    MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k]->d, p->d, p->dmin, r[k], r[4 + k]););
+}
+
+/* Q4_K: byte group c (qs[32c..32c+31]) holds sub-block 2c in its low and
+ * 2c+1 in its high nibbles, i.e. exactly activation bytes 64c..64c+63. */
+static inline void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    uint8_t sc[8], m[8];
+    ms_q4k_unpack_scales(b->scales, sc, m);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m512i half = cat256(_mm256_setzero_si256(), _mm256_set1_epi16(1));
+    for (int c = 0; c < 4; c++) {
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
+        p->w[c] = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), m4);
+        p->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc16);
+    }
+    p->mins = q4k_mins16(m);
+    p->d = fp16_scale(b->d);
+    p->dmin = fp16_scale(b->dmin);
+}
 
 MS_DECL_DOT(q4_K, q8_K, avx512) {
     const block_q4_K *w = x;
     const block_q8_K *a = y;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        ms_q4k_unpack_scales(w[i].scales, sc, m);
-        __m512i acc = _mm512_setzero_si512();
-        for (int p = 0; p < 2; p++) { /* nibble groups g = 2p (low half) and 2p + 1 */
-            const __m512i q = _mm512_loadu_si512(w[i].qs + 64 * p);
-            const __m512i lo = _mm512_and_si512(q, m4);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            const int8_t *q8 = a[i].qs + 128 * p;
-            const __m512i a_lo = load2x32(q8, q8 + 64), a_hi = load2x32(q8 + 32, q8 + 96);
-            const __m512i s_lo = cat256(_mm256_set1_epi16(sc[4 * p]), _mm256_set1_epi16(sc[4 * p + 2]));
-            const __m512i s_hi = cat256(_mm256_set1_epi16(sc[4 * p + 1]), _mm256_set1_epi16(sc[4 * p + 3]));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, a_lo), s_lo));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, a_hi), s_hi));
-        }
-        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16(m));
-        const int32_t sumi = _mm512_reduce_add_epi32(acc);
-        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
+        struct kq_prep p;
+        q4k_prep(&w[i], &p);
+        sumf += kq_block_one(&p, &a[i]);
     }
     *s = sumf;
 }
 
-/* For shift 2j, the 64 codes of both halves use scales 2j, 2j+1 (half 0)
- * and 8+2j, 9+2j (half 1), one per 16 codes = one per 128-bit lane, i.e. per
- * 8 int16 pair sums after maddubs. */
-static const int16_t k_q2k_scale_idx[4][32] = {
-#define Q2K_IDX(j) {2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j),                       \
-                    2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, \
-                    8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), 8 + 2 * (j), \
-                    9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j), 9 + 2 * (j)}
-    Q2K_IDX(0), Q2K_IDX(1), Q2K_IDX(2), Q2K_IDX(3)
-#undef Q2K_IDX
-};
+MS_DECL_DOT_X4(q4_K, q8_K, avx512) {
+    const block_q4_K *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct kq_prep p;
+        q4k_prep(&w[i], &p);
+        const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
+        kq_block_x4(&p, ai, sumf);
+    }
+    MS_X4(k, s[k] = sumf[k];);
+}
+
+/* Q2_K: element 128h + 32j + l has code (qs[32h + l] >> 2j) & 3 and scale
+ * (128h + 32j + l) / 16, so activation bytes 64c..64c+63 take half h = c / 2
+ * with shifts 4 (c % 2) and 4 (c % 2) + 2, and int16 pair lane l of vector c
+ * (elements 64c + 2l, 64c + 2l + 1) scale 4c + l / 8. */
+static const int16_t k_q2k_lane_quarter[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+
+static inline void q2k_prep(const block_q2_K *b, struct kq_prep *p) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(scb, m4)));
+    const __m512i quarter = _mm512_loadu_si512(k_q2k_lane_quarter);
+    const __m512i sh_even = cat256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+    const __m512i sh_odd = cat256(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+    for (int h = 0; h < 2; h++) {
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * h)));
+        p->w[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_even), m3);
+        p->w[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_odd), m3);
+    }
+    for (int c = 0; c < 4; c++)
+        p->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * c))), sc16);
+    p->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
+    p->d = fp16_scale(b->d);
+    p->dmin = fp16_scale(b->dmin);
+}
 
 MS_DECL_DOT(q2_K, q8_K, avx512) {
     const block_q2_K *w = x;
     const block_q8_K *a = y;
-    const __m512i m3 = _mm512_set1_epi8(3);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m512i idx[4];
-    for (int j = 0; j < 4; j++) idx[j] = _mm512_loadu_si512(k_q2k_scale_idx[j]);
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(scb, m4)));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
-        const int32_t summ = q8k_bsums_dot(a[i].bsums, mn16);
-        const __m512i q = _mm512_loadu_si512(w[i].qs);
-        __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            const __m512i v = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
-            const __m512i q8 = load2x32(a[i].qs + 32 * j, a[i].qs + 128 + 32 * j);
-            const __m512i scv = _mm512_permutexvar_epi16(idx[j], sc16);
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(v, q8), scv));
-        }
-        const int32_t sumi = _mm512_reduce_add_epi32(acc);
-        sumf += ms_kq_block_sum(a[i].d, w[i].d, w[i].dmin, sumi, summ);
+        struct kq_prep p;
+        q2k_prep(&w[i], &p);
+        sumf += kq_block_one(&p, &a[i]);
     }
     *s = sumf;
+}
+
+MS_DECL_DOT_X4(q2_K, q8_K, avx512) {
+    const block_q2_K *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct kq_prep p;
+        q2k_prep(&w[i], &p);
+        const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
+        kq_block_x4(&p, ai, sumf);
+    }
+    MS_X4(k, s[k] = sumf[k];);
+}
+
+/* IQ2_XXS: sub-blocks ib, ib + 1 per 64-byte vector: grid magnitudes (at
+ * most 43) as u8, their 64 sign bits as a mask that negates the activations
+ * (Q8_K has no -128, so negation is exact), and the odd scale 2 * s + 1 per
+ * sub-block; maddubs pairs stay within 2 * 43 * 127. The block's value is
+ * ad * d * sumi, the row's 0.125 * sum, as the reference. */
+struct iq2_prep {
+    __m512i grid[4], ls[4];
+    __mmask64 neg[4];
+    float d;
+};
+
+static inline void iq2xxs_prep(const block_iq2_xxs *b, struct iq2_prep *p) {
+    for (int t = 0; t < 4; t++) {
+        uint32_t a0[2], a1[2];
+        ms_iq2xxs_aux(b, 2 * t, a0);
+        ms_iq2xxs_aux(b, 2 * t + 1, a1);
+        p->grid[t] = _mm512_set_epi64(
+            (long long)ms_iq2xxs_grid[a1[0] >> 24], (long long)ms_iq2xxs_grid[(a1[0] >> 16) & 0xff],
+            (long long)ms_iq2xxs_grid[(a1[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a1[0] & 0xff],
+            (long long)ms_iq2xxs_grid[a0[0] >> 24], (long long)ms_iq2xxs_grid[(a0[0] >> 16) & 0xff],
+            (long long)ms_iq2xxs_grid[(a0[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a0[0] & 0xff]);
+        uint64_t sw = 0;
+        for (int l = 0; l < 4; l++) {
+            sw |= (uint64_t)ms_iq2_ksigns[(a0[1] >> (7 * l)) & 127] << (8 * l);
+            sw |= (uint64_t)ms_iq2_ksigns[(a1[1] >> (7 * l)) & 127] << (8 * l + 32);
+        }
+        p->neg[t] = (__mmask64)sw;
+        p->ls[t] = cat256(_mm256_set1_epi16((short)(2 * (a0[1] >> 28) + 1)),
+                          _mm256_set1_epi16((short)(2 * (a1[1] >> 28) + 1)));
+    }
+    p->d = fp16_scale(b->d);
+}
+
+static inline __m512i iq2xxs_sumi(const struct iq2_prep *p, const int8_t *q8) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i acc = zero;
+    for (int t = 0; t < 4; t++) {
+        __m512i a = _mm512_loadu_si512(q8 + 64 * t);
+        a = _mm512_mask_sub_epi8(a, p->neg[t], zero, a);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->grid[t], a), p->ls[t]);
+    }
+    return acc;
 }
 
 MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
     const block_iq2_xxs *w = x;
     const block_q8_K *a = y;
-    const __m512i zero = _mm512_setzero_si512();
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m512i acc = _mm512_setzero_si512();
-        for (int ib = 0; ib < QK_K / 32; ib += 2) {
-            uint32_t a0[2], a1[2];
-            ms_iq2xxs_aux(&w[i], ib, a0);
-            ms_iq2xxs_aux(&w[i], ib + 1, a1);
-            const __m512i grid = _mm512_set_epi64(
-                (long long)ms_iq2xxs_grid[a1[0] >> 24], (long long)ms_iq2xxs_grid[(a1[0] >> 16) & 0xff],
-                (long long)ms_iq2xxs_grid[(a1[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a1[0] & 0xff],
-                (long long)ms_iq2xxs_grid[a0[0] >> 24], (long long)ms_iq2xxs_grid[(a0[0] >> 16) & 0xff],
-                (long long)ms_iq2xxs_grid[(a0[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a0[0] & 0xff]);
-            uint64_t sw = 0;
-            for (int l = 0; l < 4; l++) {
-                sw |= (uint64_t)ms_iq2_ksigns[(a0[1] >> (7 * l)) & 127] << (8 * l);
-                sw |= (uint64_t)ms_iq2_ksigns[(a1[1] >> (7 * l)) & 127] << (8 * l + 32);
-            }
-            __m512i q8 = _mm512_loadu_si512(a[i].qs + 32 * ib);
-            q8 = _mm512_mask_sub_epi8(q8, (__mmask64)sw, zero, q8);
-            const __m512i ls = cat256(_mm256_set1_epi16((short)(2 * (a0[1] >> 28) + 1)),
-                                      _mm256_set1_epi16((short)(2 * (a1[1] >> 28) + 1)));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(grid, q8), ls));
-        }
-        sumf += a[i].d * ms_fp16_to_fp32(w[i].d) * (float)_mm512_reduce_add_epi32(acc);
+        struct iq2_prep p;
+        iq2xxs_prep(&w[i], &p);
+        sumf += a[i].d * p.d * (float)_mm512_reduce_add_epi32(iq2xxs_sumi(&p, a[i].qs));
     }
     *s = 0.125f * sumf;
+}
+
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct iq2_prep p;
+        iq2xxs_prep(&w[i], &p);
+        __m256i v[4];
+        MS_X4(k, const __m512i acc = iq2xxs_sumi(&p, a[k][i].qs);
+              v[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)););
+        int32_t r[4];
+        _mm_storeu_si128((__m128i *)r, ms_kq_hsum4x8_i32(v));
+        MS_X4(k, sumf[k] += a[k][i].d * p.d * (float)r[k];);
+    }
+    MS_X4(k, s[k] = 0.125f * sumf[k];);
 }
 
 /* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
