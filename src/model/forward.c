@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/vec.h"
@@ -341,36 +342,93 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
 
 /* ---- MoE (SPEC 3.6) ----------------------------------------------------- */
 
-/* One routed expert over the ubatch tokens that selected it: gather their
- * inputs, clamped SwiGLU, down projection, and the router weight; the result
- * goes to the (token, slot) rows of sc->eo. */
-static int expert_ffn(struct dsv4_session *s, uint32_t il, int32_t expert,
-                      const struct dsv4_expert_view *v, int64_t n, ms_err *err) {
+/* One routed expert over its gathered rows [r0, r0 + rows) of eh/eg/eu
+ * (token ids in etok, slots in eslot): clamped SwiGLU, down projection and
+ * the router weight; the result goes to the (token, slot) rows of sc->eo.
+ * Experts own disjoint row ranges, so several can run at once, each with its
+ * own matmul context. */
+static int expert_ffn(struct dsv4_session *s, struct ms_matmul_ctx *mc, uint32_t il,
+                      const struct dsv4_expert_view *v, int64_t r0, int64_t rows, ms_err *err) {
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, k = hp->n_expert_used, F = hp->n_ff_exp;
     const bool exact = s->p.quality;
-    int64_t rows = 0;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t j = 0; j < k; j++)
-            if (sc->sel[t * k + j] == expert) {
-                memcpy(sc->eh + rows * D, sc->h + t * D, (size_t)D * sizeof(float));
-                sc->etok[rows] = (int32_t)t;
-                sc->eslot[rows++] = (int32_t)j;
-            }
-    if (ms_matmul(&s->mm, &v->gate, sc->eh, D, rows, sc->eg, F, exact, err) ||
-        ms_matmul(&s->mm, &v->up, sc->eh, D, rows, sc->eu, F, exact, err))
+    float *eh = sc->eh + r0 * D, *eg = sc->eg + r0 * F, *eu = sc->eu + r0 * F;
+    const int32_t *etok = sc->etok + r0, *eslot = sc->eslot + r0;
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(eh + i * D, sc->h + (int64_t)etok[i] * D, (size_t)D * sizeof(float));
+    if (ms_matmul(mc, &v->gate, eh, D, rows, eg, F, exact, err) ||
+        ms_matmul(mc, &v->up, eh, D, rows, eu, F, exact, err))
         return -1;
     for (int64_t i = 0; i < rows; i++)
-        ms_swiglu_clamped(sc->eg + i * F, sc->eg + i * F, sc->eu + i * F, F,
-                          hp->swiglu_clamp_exp[il]);
+        ms_swiglu_clamped(eg + i * F, eg + i * F, eu + i * F, F, hp->swiglu_clamp_exp[il]);
     /* down: into eh (free now), then scaled into the (token, slot) row */
-    if (ms_matmul(&s->mm, &v->down, sc->eg, F, rows, sc->eh, D, exact, err)) return -1;
+    if (ms_matmul(mc, &v->down, eg, F, rows, eh, D, exact, err)) return -1;
     for (int64_t i = 0; i < rows; i++) {
-        const int64_t t = sc->etok[i], j = sc->eslot[i];
+        const int64_t t = etok[i], j = eslot[i];
         const float w = sc->selw[t * k + j];
         float *dst = sc->eo + (t * k + j) * D;
-        for (int64_t c = 0; c < D; c++) dst[c] = w * sc->eh[i * D + c];
+        for (int64_t c = 0; c < D; c++) dst[c] = w * eh[i * D + c];
+    }
+    return 0;
+}
+
+/* A group of acquired experts run in parallel, one expert per thread at a
+ * time (each with its own single-threaded matmul context), largest first. */
+struct expert_job {
+    struct dsv4_session *s;
+    uint32_t il;
+    const struct dsv4_expert_view *views; /* [ng] */
+    const int32_t *order;                 /* [ng] group indices, most rows first */
+    const int32_t *u0;                    /* [ng] index of each in used[]/eoff[] */
+    _Atomic int failed;
+    ms_err *errs;                         /* [n_threads] */
+};
+
+static void expert_task(void *ctx, int64_t b, int64_t e, int ith) {
+    struct expert_job *j = ctx;
+    struct dsv4_session *s = j->s;
+    for (int64_t i = b; i < e && !atomic_load_explicit(&j->failed, memory_order_relaxed); i++) {
+        const int32_t g = j->order[i], u = j->u0[g];
+        const int64_t r0 = s->sc.eoff[u], rows = s->sc.eoff[u + 1] - r0;
+        if (expert_ffn(s, &s->mm_thread[ith], j->il, &j->views[g], r0, rows, &j->errs[ith]))
+            atomic_store(&j->failed, ith + 1);
+    }
+}
+
+/* Runs experts used[g0 .. g0 + ng) (acquired, views in sc->views). Long
+ * ubatches give each thread whole experts: one hand-off per expert instead
+ * of three row-split matmuls per expert, and no thread waits on another
+ * between an expert's matmuls. Short ones (decode) split each matmul's rows
+ * across the pool. Every output element is the same dot call either way, so
+ * both give identical results. */
+static int run_experts(struct dsv4_session *s, uint32_t il, int g0, int ng, ms_err *err) {
+    struct dsv4_scratch *sc = &s->sc;
+    const int nt = ms_pool_n_threads(s->p.pool);
+    if (nt <= 1 || ng < 2 * nt || !s->mm_thread) {
+        for (int g = 0; g < ng; g++) {
+            const int64_t r0 = sc->eoff[g0 + g], rows = sc->eoff[g0 + g + 1] - r0;
+            if (expert_ffn(s, &s->mm, il, &sc->views[g], r0, rows, err)) return -1;
+        }
+        return 0;
+    }
+    int32_t *order = sc->eorder, *u0 = sc->eorder + ng;
+    for (int g = 0; g < ng; g++) {
+        const int64_t rows = sc->eoff[g0 + g + 1] - sc->eoff[g0 + g];
+        int i = g;
+        for (; i > 0 && sc->eoff[g0 + order[i - 1] + 1] - sc->eoff[g0 + order[i - 1]] < rows; i--)
+            order[i] = order[i - 1];
+        order[i] = g;
+        u0[g] = g0 + g;
+    }
+    struct expert_job j = {.s = s, .il = il, .views = sc->views, .order = order, .u0 = u0,
+                           .errs = sc->eerr};
+    atomic_init(&j.failed, 0);
+    ms_pool_for_each(s->p.pool, ng, expert_task, &j);
+    const int failed = atomic_load(&j.failed);
+    if (failed) {
+        *err = sc->eerr[failed - 1];
+        return -1;
     }
     return 0;
 }
@@ -399,15 +457,15 @@ static int tail_routed(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *e
  * token). Others: layer il's router and selection bias applied to the
  * previous layer's FFN input sc->h, which is close to layer il's (the
  * residual stream changes little per layer; accuracy measured in
- * stream/expert_source.h). sc->router, biased, topidx and etok are free
- * between routing and the first expert_ffn. */
+ * stream/expert_source.h). sc->router, biased, topidx and eorder are free
+ * between routing and the first run_experts. */
 static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                          ms_err *err) {
     const struct dsv4_model *m = s->m;
     const struct dsv4_layer *L = &m->layers[il];
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, k = m->hp.n_expert_used;
-    int32_t *ids = sc->etok;
+    int32_t *ids = sc->eorder;
     if (il < m->hp.n_hash_layer) {
         memcpy(ids, L->t[DSV4_FFN_GATE_TID2EID].i32 + (int64_t)tokens[0] * k,
                (size_t)k * sizeof *ids);
@@ -471,14 +529,30 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
     if (s->p.on_route) s->p.on_route(s->p.route_ctx, il, sc->sel, sc->selw, n, (int)k);
     if (m->experts.tail_routed && tail_routed(s, il, n, err)) return -1;
 
-    /* Experts: gather each expert's tokens, run it once over all of them. */
-    int32_t *used = sc->used;
+    /* Experts: each used expert's rows (token, slot) gathered in expert
+     * order, so expert u owns rows [eoff[u], eoff[u + 1]) of eh/eg/eu. */
+    int32_t *used = sc->used, *eidx = sc->eidx;
     int n_used = 0;
-    for (int64_t e = 0; e < E; e++) {
-        bool any = false;
-        for (int64_t i = 0; i < n * k && !any; i++) any = sc->sel[i] == e;
-        if (any) used[n_used++] = (int32_t)e;
-    }
+    for (int64_t e = 0; e < E; e++) eidx[e] = -1;
+    for (int64_t i = 0; i < n * k; i++)
+        if (eidx[sc->sel[i]] < 0) eidx[sc->sel[i]] = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (eidx[e] == 0) {
+            eidx[e] = n_used;
+            used[n_used++] = (int32_t)e;
+        }
+    int64_t *eoff = sc->eoff;
+    for (int u = 0; u <= n_used; u++) eoff[u] = 0;
+    for (int64_t i = 0; i < n * k; i++) eoff[eidx[sc->sel[i]] + 1]++;
+    for (int u = 0; u < n_used; u++) eoff[u + 1] += eoff[u];
+    for (int64_t t = 0; t < n; t++) /* token order within an expert, as before */
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t r = eoff[eidx[sc->sel[t * k + j]]]++;
+            sc->etok[r] = (int32_t)t;
+            sc->eslot[r] = (int32_t)j;
+        }
+    for (int u = n_used; u > 0; u--) eoff[u] = eoff[u - 1]; /* back to starts */
+    eoff[0] = 0;
     /* Acquired in groups the expert source can hold at once (all of them
      * when resident); each group is computed, then released. */
     const int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
@@ -489,8 +563,7 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
         /* decode: with this layer's experts pinned, start the next layer's */
         if (g0 == 0 && n == 1 && m->experts.prefetch && il + 1 < m->n_layer)
             rc = prefetch_next(s, il + 1, tokens, err);
-        for (int u = 0; u < ng && !rc; u++)
-            rc = expert_ffn(s, il, used[g0 + u], &sc->views[u], n, err);
+        if (!rc) rc = run_experts(s, il, g0, ng, err);
         m->experts.release(m->experts.ctx, il, used + g0, ng);
         if (rc) return -1;
     }

@@ -59,7 +59,8 @@ static void free_scratch(struct dsv4_scratch *sc) {
                     sc->cb,     sc->cia,   sc->cib,    sc->iq,   sc->iw,   sc->router, sc->sel,
                     sc->selw,   sc->eo,    sc->eh,     sc->eg,   sc->eu,   sc->etok, sc->eslot,
                     sc->sg,     sc->su,    sc->att,    sc->iscore, sc->itop, sc->isel,
-                    sc->biased, sc->topidx, sc->used,  sc->views};
+                    sc->biased, sc->topidx, sc->used,  sc->views, sc->eidx, sc->eoff,
+                    sc->eorder, sc->eerr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ms_free(bufs[i]);
 }
 
@@ -70,6 +71,9 @@ void dsv4_session_free(struct dsv4_session *s) {
     free(s->ls);
     free_scratch(&s->sc);
     ms_matmul_ctx_free(&s->mm);
+    if (s->mm_thread)
+        for (int i = 0; i < ms_pool_n_threads(s->p.pool); i++) ms_matmul_ctx_free(&s->mm_thread[i]);
+    free(s->mm_thread);
     ms_free(s->tokens);
     ms_free(s->logits);
     free(s);
@@ -125,6 +129,10 @@ static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
     sc->topidx = zalloc(E, sizeof(int), &ok);
     sc->used = zalloc(E, 4, &ok);
     sc->views = zalloc(E, sizeof(struct dsv4_expert_view), &ok);
+    sc->eidx = zalloc(E, 4, &ok);
+    sc->eoff = zalloc(E + 1, 8, &ok);
+    sc->eorder = zalloc(2 * E, 4, &ok);
+    sc->eerr = zalloc(nt, sizeof(ms_err), &ok);
     if (!ok) {
         free_scratch(&nsc);
         return false;
@@ -149,6 +157,8 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     if (s->p.n_ubatch == 0) s->p.n_ubatch = DEFAULT_UBATCH;
     if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
     s->mm.pool = p->pool;
+    /* pool NULL: each runs on the worker that owns it */
+    s->mm_thread = calloc((size_t)ms_pool_n_threads(p->pool), sizeof *s->mm_thread);
     s->comp_cap = s->p.n_ctx / 4 + 1;
 
     /* Whole-call sessions start with a default-sized scratch and grow it. */
@@ -158,6 +168,7 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     const size_t V = m->hp.n_vocab;
     s->tokens = zalloc((size_t)s->p.n_ctx, 4, &ok);
     s->logits = zalloc(V, 4, &ok);
+    if (!s->mm_thread) ok = false;
     s->ls = calloc(m->n_layer ? m->n_layer : 1, sizeof *s->ls);
     if (!s->ls) ok = false;
     for (uint32_t il = 0; ok && il < m->n_layer; il++) {

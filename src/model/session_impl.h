@@ -40,9 +40,13 @@ struct dsv4_scratch {
     int32_t *sel;  /* [n][k] selected experts */
     float *selw;   /* [n][k] their weights */
     float *eo;     /* [n][k][D] weighted routed expert outputs, per slot */
-    float *eh, *eg, *eu; /* [n][D], [n][F], [n][F]: one expert's gathered tokens */
-    int32_t *etok; /* [n*k] token of each gathered row; etok2: its slot */
+    float *eh, *eg, *eu; /* [n*k][D], [n*k][F], [n*k][F]: gathered rows, by expert */
+    int32_t *etok; /* [n*k] token of each gathered row; eslot: its slot */
     int32_t *eslot;
+    int32_t *eidx; /* [E] index in used[] of each expert, -1 if unused */
+    int64_t *eoff; /* [E+1] first gathered row of each used expert */
+    int32_t *eorder; /* [2E] run order of a group of experts, and scratch */
+    ms_err *eerr;  /* [n_threads] errors of parallel expert runs */
     float *sg, *su;/* [n][F*n_shared] shared expert */
     float *att;    /* [n_threads][n_swa + comp_cap] attention scores */
     float *iscore; /* [comp_cap] indexer scores */
@@ -66,6 +70,7 @@ struct dsv4_session {
     struct dsv4_scratch sc;
     int64_t sc_cap;          /* tokens the scratch holds */
     struct ms_matmul_ctx mm;
+    struct ms_matmul_ctx *mm_thread; /* [n_threads]: single-threaded, one per worker */
 };
 
 /* Runs every layer and the requested heads over tokens[0..n) at positions

@@ -27,10 +27,15 @@ void ms_pool_free(struct ms_pool *p);
 int ms_pool_n_threads(const struct ms_pool *p);
 
 /* Runs fn over [0, n) split into contiguous chunks of at least `grain`
- * items, one chunk per thread, and returns when all are done. Not
+ * items (about four per thread), and returns when all are done. Not
  * re-entrant: fn must not call ms_pool_for on the same pool. p may be NULL
  * (runs on the caller). */
 void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx);
+
+/* As ms_pool_for, but one item per call: for a few items of uneven cost
+ * (the experts of a MoE layer), handed out in turn to whichever thread is
+ * free. */
+void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx);
 
 /* Number of online CPUs (>= 1). */
 int ms_n_cpus(void);
