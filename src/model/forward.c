@@ -61,18 +61,53 @@ static struct ms_rope_params rope_params(const struct dsv4_hparams *hp, uint32_t
     return p;
 }
 
+/* ---- per-token work across the pool ------------------------------------ */
+
+/* The element-wise and per-token steps between matmuls (norms, RoPE, HC
+ * mixing) are cheap per token but serial work is paid on every thread's
+ * clock, so long ubatches split them by token too. Each token's arithmetic
+ * is the same whatever thread runs it. */
+typedef void (*tok_fn)(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg);
+
+struct tok_job {
+    struct dsv4_session *s;
+    tok_fn fn;
+    const void *arg;
+};
+
+static void tok_task(void *ctx, int64_t t0, int64_t t1, int ith) {
+    (void)ith;
+    const struct tok_job *j = ctx;
+    j->fn(j->s, t0, t1, j->arg);
+}
+
+static void for_tokens(struct dsv4_session *s, int64_t n, tok_fn fn, const void *arg) {
+    struct tok_job j = {s, fn, arg};
+    ms_pool_for(s->p.pool, n, 8, tok_task, &j);
+}
+
 /* ---- hyper-connections (SPEC 3.3) -------------------------------------- */
 
-/* HC-pre for n tokens: fills sc->pre/post/comb and writes the mixed input
- * sum_s pre_s X_s into sc->h (before the sublayer norm). */
-static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const float *base,
-                  const float *scale, int64_t n, ms_err *err) {
+struct hc_args {
+    const float *base, *scale; /* HC base [(2+n_hc)*n_hc], scale [3] */
+    const float *norm;         /* the sublayer's RMSNorm weight [D] */
+};
+
+static void hc_flat(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    (void)arg;
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t w = hp->n_hc * hp->n_embd;
+    for (int64_t t = t0; t < t1; t++)
+        ms_rmsnorm(s->sc.flat + t * w, s->sc.X + t * w, NULL, w, hp->rms_eps);
+}
+
+static void hc_mix(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    const struct hc_args *a = arg;
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D, nmix = (2 + nh) * nh;
-    for (int64_t t = 0; t < n; t++) ms_rmsnorm(sc->flat + t * w, sc->X + t * w, NULL, w, hp->rms_eps);
-    if (mm(s, fn, sc->flat, w, n, sc->mix, nmix, err)) return -1;
-    for (int64_t t = 0; t < n; t++) {
+    const float *base = a->base, *scale = a->scale;
+    for (int64_t t = t0; t < t1; t++) {
         const float *mu = sc->mix + t * nmix;
         float *pre = sc->pre + t * nh, *post = sc->post + t * nh, *comb = sc->comb + t * nh * nh;
         for (int64_t k = 0; k < nh; k++) {
@@ -89,16 +124,31 @@ static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const fl
             for (int64_t k = 0; k < nh; k++) acc += pre[k] * X[k * D + i];
             x[i] = acc;
         }
+        ms_rmsnorm(x, x, a->norm, D, hp->rms_eps);
     }
+}
+
+/* HC-pre for n tokens: fills sc->pre/post/comb and writes the mixed input
+ * sum_s pre_s X_s, RMS-normalised with the sublayer's norm weight, into
+ * sc->h. */
+static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const float *base,
+                  const float *scale, const float *norm, int64_t n, ms_err *err) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t nh = hp->n_hc, w = nh * hp->n_embd, nmix = (2 + nh) * nh;
+    for_tokens(s, n, hc_flat, NULL);
+    if (mm(s, fn, s->sc.flat, w, n, s->sc.mix, nmix, err)) return -1;
+    const struct hc_args a = {base, scale, norm};
+    for_tokens(s, n, hc_mix, &a);
     return 0;
 }
 
-/* HC-post: X'_d = post_d * f + sum_s C[d][s] X_s, for n tokens; f = sc->a. */
-static void hc_post(struct dsv4_session *s, int64_t n) {
+/* HC-post: X'_d = post_d * f + sum_s C[d][s] X_s; f = sc->a. */
+static void hc_post_tokens(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    (void)arg;
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, nh = hp->n_hc, w = nh * D;
-    for (int64_t t = 0; t < n; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         float *X = sc->X + t * w, *old = sc->flat + t * w;
         const float *f = sc->a + t * D, *post = sc->post + t * nh, *C = sc->comb + t * nh * nh;
         memcpy(old, X, (size_t)w * sizeof(float));
@@ -111,6 +161,8 @@ static void hc_post(struct dsv4_session *s, int64_t n) {
         }
     }
 }
+
+static void hc_post(struct dsv4_session *s, int64_t n) { for_tokens(s, n, hc_post_tokens, NULL); }
 
 /* ---- attention (SPEC 3.5) ---------------------------------------------- */
 
@@ -154,38 +206,54 @@ static void compressor_emit(const float *fa, const float *fb, int64_t S, int64_t
     ms_rope_tail(row, dc, (int64_t)r * m, rp, false);
 }
 
+/* Attention of the ubatch's tokens over the layer state. The keys of
+ * positions before the ubatch come from the sliding-window ring st->raw,
+ * those of the ubatch itself from sc->kv (the ring gets them only after
+ * every token has attended, so none is overwritten early); compressed rows
+ * are all emitted before, and token t sees the n_comp[t] its position
+ * completes. So tokens are independent and run in parallel. */
 struct attn_job {
     struct dsv4_session *s;
     const struct dsv4_layer_state *st;
     uint32_t ratio;
-    int64_t t, p;     /* token index in the ubatch, its position */
-    int64_t n_comp;   /* compressed rows visible (before indexer selection) */
-    const uint8_t *sel; /* ratio 4: which of them the indexer kept (NULL: all) */
+    int64_t n;          /* tokens in the ubatch */
+    const int64_t *n_comp; /* [n] compressed rows visible to each token */
     const float *sinks; /* [H] this layer's sink logits */
+    int64_t t;          /* one-token jobs (split by heads): the token */
 };
 
-/* Sink softmax attention of heads [h0, h1) of one token (SPEC 3.5, "Attention
- * core"), then inverse RoPE of each head's output at the query position. */
-static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
-    const struct attn_job *j = ctx;
+/* Key (= value) row of position q for token t's attention. */
+static inline const float *attn_key(const struct attn_job *j, int64_t q) {
+    const struct dsv4_session *s = j->s;
+    const int64_t d = s->m->hp.n_embd_head;
+    if (q >= s->n_past) return s->sc.kv + (q - s->n_past) * d;
+    return j->st->raw + (q % (int64_t)s->m->hp.n_swa) * d;
+}
+
+/* Sink softmax attention of heads [h0, h1) of token t (SPEC 3.5, "Attention
+ * core"), then inverse RoPE of each head's output at the query position.
+ * sel: ratio 4, the compressed rows the indexer kept (NULL: all). score:
+ * this thread's [n_swa + comp_cap] scratch. */
+static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, int64_t h1,
+                             const uint8_t *sel, float *score) {
     const struct dsv4_session *s = j->s;
     const struct dsv4_hparams *hp = &s->m->hp;
     const int64_t d = hp->n_embd_head, n_swa = hp->n_swa, H = hp->n_head;
+    const int64_t p = s->n_past + t, n_comp = j->n_comp[t];
     const float kq_scale = 1.0f / sqrtf((float)d);
-    const int64_t lo = j->p - n_swa + 1 > 0 ? j->p - n_swa + 1 : 0;
-    float *score = s->sc.att + (size_t)ith * (size_t)(n_swa + s->comp_cap);
+    const int64_t lo = p - n_swa + 1 > 0 ? p - n_swa + 1 : 0;
     const struct ms_rope_params rp = rope_params(hp, j->ratio);
     for (int64_t h = h0; h < h1; h++) {
-        const float *q = s->sc.q + (j->t * H + h) * d;
-        float *o = s->sc.o + (j->t * H + h) * d;
+        const float *q = s->sc.q + (t * H + h) * d;
+        float *o = s->sc.o + (t * H + h) * d;
         int ns = 0;
         float mx = -INFINITY;
-        for (int64_t q_pos = lo; q_pos <= j->p; q_pos++) {
-            score[ns] = ms_vec_dot(d, q, j->st->raw + (q_pos % n_swa) * d) * kq_scale;
+        for (int64_t q_pos = lo; q_pos <= p; q_pos++) {
+            score[ns] = ms_vec_dot(d, q, attn_key(j, q_pos)) * kq_scale;
             mx = fmaxf(mx, score[ns++]);
         }
-        for (int64_t m = 0; m < j->n_comp; m++) {
-            if (j->sel && !j->sel[m]) continue;
+        for (int64_t m = 0; m < n_comp; m++) {
+            if (sel && !sel[m]) continue;
             score[ns] = ms_vec_dot(d, q, j->st->comp + m * d) * kq_scale;
             mx = fmaxf(mx, score[ns++]);
         }
@@ -194,32 +262,33 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
         float den = expf(sink - mx);
         memset(o, 0, (size_t)d * sizeof(float));
         int js = 0;
-        for (int64_t q_pos = lo; q_pos <= j->p; q_pos++, js++) {
+        for (int64_t q_pos = lo; q_pos <= p; q_pos++, js++) {
             const float w = expf(score[js] - mx);
             den += w;
-            ms_vec_axpy(d, w, j->st->raw + (q_pos % n_swa) * d, o);
+            ms_vec_axpy(d, w, attn_key(j, q_pos), o);
         }
-        for (int64_t m = 0; m < j->n_comp; m++) {
-            if (j->sel && !j->sel[m]) continue;
+        for (int64_t m = 0; m < n_comp; m++) {
+            if (sel && !sel[m]) continue;
             const float w = expf(score[js++] - mx);
             den += w;
             ms_vec_axpy(d, w, j->st->comp + m * d, o);
         }
         const float inv = 1.0f / den;
         for (int64_t i = 0; i < d; i++) o[i] *= inv;
-        ms_rope_tail(o, d, j->p, &rp, true);
+        ms_rope_tail(o, d, p, &rp, true);
     }
 }
 
-/* Lightning indexer (SPEC 3.5): marks in sc->isel which of the n_comp
- * visible compressed rows token t attends to. */
-static void indexer_select(struct dsv4_session *s, const struct dsv4_layer_state *st, int64_t t,
-                           int64_t n_comp) {
+/* Lightning indexer (SPEC 3.5): marks in sel which of the n_comp visible
+ * compressed rows token t attends to. iscore, itop, sel: this thread's
+ * [comp_cap] scratch. */
+static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer_state *st,
+                           int64_t t, int64_t n_comp, float *iscore, int *itop, uint8_t *sel) {
     const struct dsv4_hparams *hp = &s->m->hp;
-    struct dsv4_scratch *sc = &s->sc;
+    const struct dsv4_scratch *sc = &s->sc;
     const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, K = hp->indexer_top_k;
     if (n_comp <= K) {
-        memset(sc->isel, 1, (size_t)n_comp);
+        memset(sel, 1, (size_t)n_comp);
         return;
     }
     for (int64_t m = 0; m < n_comp; m++) {
@@ -230,11 +299,101 @@ static void indexer_select(struct dsv4_session *s, const struct dsv4_layer_state
             const float dot = ms_vec_dot(dI, qh, key);
             score += sc->iw[t * HI + h] * (dot > 0.0f ? dot : 0.0f);
         }
-        sc->iscore[m] = score;
+        iscore[m] = score;
     }
-    ms_topk_heap(sc->iscore, (int)n_comp, (int)K, sc->itop);
-    memset(sc->isel, 0, (size_t)n_comp);
-    for (int64_t i = 0; i < K; i++) sc->isel[sc->itop[i]] = 1;
+    ms_topk_heap(iscore, (int)n_comp, (int)K, itop);
+    memset(sel, 0, (size_t)n_comp);
+    for (int64_t i = 0; i < K; i++) sel[itop[i]] = 1;
+}
+
+/* Scratch of worker ith: attention scores and the indexer's buffers. */
+static float *attn_scores(const struct dsv4_session *s, int ith) {
+    return s->sc.att + (size_t)ith * (size_t)(s->m->hp.n_swa + s->comp_cap);
+}
+
+static const uint8_t *attn_select(const struct attn_job *j, int64_t t, int ith) {
+    const struct dsv4_session *s = j->s;
+    if (j->ratio != 4) return NULL;
+    const size_t cc = (size_t)s->comp_cap;
+    uint8_t *sel = s->sc.isel + (size_t)ith * cc;
+    indexer_select(s, j->st, t, j->n_comp[t], s->sc.iscore + (size_t)ith * cc,
+                   s->sc.itop + (size_t)ith * cc, sel);
+    return sel;
+}
+
+/* Pool items: whole tokens (prefill). */
+static void attn_tokens(void *ctx, int64_t t0, int64_t t1, int ith) {
+    const struct attn_job *j = ctx;
+    const int64_t H = j->s->m->hp.n_head;
+    for (int64_t t = t0; t < t1; t++)
+        attn_token_heads(j, t, 0, H, attn_select(j, t, ith), attn_scores(j->s, ith));
+}
+
+/* Pool items: the heads of token j->t (decode); its selection is made once
+ * before, in worker 0's indexer scratch. */
+static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
+    const struct attn_job *j = ctx;
+    const uint8_t *sel = j->ratio == 4 ? j->s->sc.isel : NULL;
+    attn_token_heads(j, j->t, h0, h1, sel, attn_scores(j->s, ith));
+}
+
+/* Per-token steps of the attention projections (for_tokens). */
+struct qkv_args {
+    const struct dsv4_layer *L;
+    const struct ms_rope_params *rp, *rpc; /* this layer's RoPE; compressed rows' */
+    uint32_t ratio;
+};
+
+/* qr = RMSNorm(q_a h) * q_a_norm */
+static void qr_norm(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    const struct qkv_args *a = arg;
+    const int64_t rq = s->m->hp.q_lora_rank;
+    for (int64_t t = t0; t < t1; t++)
+        ms_rmsnorm(s->sc.qr + t * rq, s->sc.qr + t * rq, a->L->t[DSV4_ATTN_Q_A_NORM].f32, rq,
+                   s->m->hp.rms_eps);
+}
+
+/* per-head RMSNorm and RoPE of q; RMSNorm * kv_norm and RoPE of kv */
+static void qkv_norm_rope(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    const struct qkv_args *a = arg;
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t d = hp->n_embd_head, H = hp->n_head;
+    const float eps = hp->rms_eps;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t p = s->n_past + t;
+        for (int64_t h = 0; h < H; h++) {
+            float *qh = s->sc.q + (t * H + h) * d;
+            ms_rmsnorm(qh, qh, NULL, d, eps);
+            ms_rope_tail(qh, d, p, a->rp, false);
+        }
+        float *kv = s->sc.kv + t * d;
+        ms_rmsnorm(kv, kv, a->L->t[DSV4_ATTN_KV_A_NORM].f32, d, eps);
+        ms_rope_tail(kv, d, p, a->rp, false);
+    }
+}
+
+/* Compressed layers: ape added to the gate branches (row p mod r); ratio 4:
+ * indexer query RoPE and head-weight scale. */
+static void comp_ape_rope(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    const struct qkv_args *a = arg;
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const uint32_t r = a->ratio;
+    const int64_t d = hp->n_embd_head, dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const int64_t Wc = (r == 4 ? 2 : 1) * d, Wi = 2 * dI;
+    const float wscale = 1.0f / sqrtf((float)(dI * HI));
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t p = s->n_past + t;
+        const float *ape = a->L->t[DSV4_ATTN_COMP_APE].f32 + (p % r) * Wc;
+        for (int64_t i = 0; i < Wc; i++) sc->cb[t * Wc + i] += ape[i];
+        if (r != 4) continue;
+        const float *iape = a->L->t[DSV4_IDX_COMP_APE].f32 + (p % 4) * Wi;
+        for (int64_t i = 0; i < Wi; i++) sc->cib[t * Wi + i] += iape[i];
+        for (int64_t h = 0; h < HI; h++) {
+            ms_rope_tail(sc->iq + (t * HI + h) * dI, dI, p, a->rpc, false);
+            sc->iw[t * HI + h] *= wscale;
+        }
+    }
 }
 
 static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
@@ -252,22 +411,13 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
     const float eps = hp->rms_eps;
 
     /* Queries: qr = RMSNorm(q_a h) * q_a_norm; q = q_b qr, per-head RMSNorm, RoPE. */
+    const struct qkv_args qa = {L, &rp, &rpc, r};
     if (mm(s, &L->t[DSV4_ATTN_Q_A], sc->h, D, n, sc->qr, rq, err)) return -1;
-    for (int64_t t = 0; t < n; t++)
-        ms_rmsnorm(sc->qr + t * rq, sc->qr + t * rq, L->t[DSV4_ATTN_Q_A_NORM].f32, rq, eps);
+    for_tokens(s, n, qr_norm, &qa);
     if (mm(s, &L->t[DSV4_ATTN_Q_B], sc->qr, rq, n, sc->q, H * d, err)) return -1;
     /* Key = value: kv = RMSNorm(kv h) * kv_norm, RoPE. */
     if (mm(s, &L->t[DSV4_ATTN_KV], sc->h, D, n, sc->kv, d, err)) return -1;
-    for (int64_t t = 0; t < n; t++) {
-        const int64_t p = s->n_past + t;
-        for (int64_t h = 0; h < H; h++) {
-            float *qh = sc->q + (t * H + h) * d;
-            ms_rmsnorm(qh, qh, NULL, d, eps);
-            ms_rope_tail(qh, d, p, &rp, false);
-        }
-        ms_rmsnorm(sc->kv + t * d, sc->kv + t * d, L->t[DSV4_ATTN_KV_A_NORM].f32, d, eps);
-        ms_rope_tail(sc->kv + t * d, d, p, &rp, false);
-    }
+    for_tokens(s, n, qkv_norm_rope, &qa);
 
     /* Compressor (and indexer) projections for all tokens; ape goes to the
      * gate branch, row p mod r. */
@@ -275,34 +425,21 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
     if (r) {
         if (mm(s, &L->t[DSV4_ATTN_COMP_KV], sc->h, D, n, sc->ca, Wc, err)) return -1;
         if (mm(s, &L->t[DSV4_ATTN_COMP_GATE], sc->h, D, n, sc->cb, Wc, err)) return -1;
-        for (int64_t t = 0; t < n; t++) {
-            const float *ape = L->t[DSV4_ATTN_COMP_APE].f32 + ((s->n_past + t) % r) * Wc;
-            for (int64_t i = 0; i < Wc; i++) sc->cb[t * Wc + i] += ape[i];
-        }
     }
     if (r == 4) {
         if (mm(s, &L->t[DSV4_IDX_COMP_KV], sc->h, D, n, sc->cia, Wi, err)) return -1;
         if (mm(s, &L->t[DSV4_IDX_COMP_GATE], sc->h, D, n, sc->cib, Wi, err)) return -1;
-        for (int64_t t = 0; t < n; t++) {
-            const float *ape = L->t[DSV4_IDX_COMP_APE].f32 + ((s->n_past + t) % 4) * Wi;
-            for (int64_t i = 0; i < Wi; i++) sc->cib[t * Wi + i] += ape[i];
-        }
         if (mm(s, &L->t[DSV4_IDX_ATTN_Q_B], sc->qr, rq, n, sc->iq, HI * dI, err)) return -1;
         if (mm(s, &L->t[DSV4_IDX_PROJ], sc->h, D, n, sc->iw, HI, err)) return -1;
-        const float wscale = 1.0f / sqrtf((float)(dI * HI));
-        for (int64_t t = 0; t < n; t++) {
-            for (int64_t h = 0; h < HI; h++) {
-                ms_rope_tail(sc->iq + (t * HI + h) * dI, dI, s->n_past + t, &rpc, false);
-                sc->iw[t * HI + h] *= wscale;
-            }
-        }
     }
+    if (r) for_tokens(s, n, comp_ape_rope, &qa);
 
-    /* Token by token, in position order: update the state, then attend. */
+    /* State first, in position order: compressor frontiers and the
+     * compressed rows the ubatch completes (token t sees n_comp[t]). */
     const int64_t S = r == 4 ? 8 : 128;
+    int64_t *n_comp = sc->tcomp;
     for (int64_t t = 0; t < n; t++) {
         const int64_t p = s->n_past + t;
-        memcpy(st->raw + (p % n_swa) * d, sc->kv + t * d, (size_t)d * sizeof(float));
         if (r) {
             memcpy(st->fa + (p % S) * Wc, sc->ca + t * Wc, (size_t)Wc * sizeof(float));
             memcpy(st->fb + (p % S) * Wc, sc->cb + t * Wc, (size_t)Wc * sizeof(float));
@@ -319,15 +456,19 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
                 st->n_comp++;
             }
         }
-        struct attn_job job = {.s = s, .st = st, .ratio = r, .t = t, .p = p,
-                               .n_comp = r ? st->n_comp : 0, .sel = NULL,
-                               .sinks = L->t[DSV4_ATTN_SINKS].f32};
-        if (r == 4) {
-            indexer_select(s, st, t, st->n_comp);
-            job.sel = sc->isel;
-        }
-        ms_pool_for(s->p.pool, H, 1, attn_heads, &job);
+        n_comp[t] = r ? st->n_comp : 0;
     }
+    struct attn_job job = {.s = s, .st = st, .ratio = r, .n = n, .n_comp = n_comp,
+                           .sinks = L->t[DSV4_ATTN_SINKS].f32};
+    if (n == 1) {
+        attn_select(&job, 0, 0);
+        ms_pool_for(s->p.pool, H, 1, attn_heads, &job);
+    } else {
+        ms_pool_for_each(s->p.pool, n, attn_tokens, &job);
+    }
+    /* the ring keeps the last n_swa positions */
+    for (int64_t t = n > n_swa ? n - n_swa : 0; t < n; t++)
+        memcpy(st->raw + ((s->n_past + t) % n_swa) * d, sc->kv + t * d, (size_t)d * sizeof(float));
 
     /* Grouped output projection: u_g = Wa_g O_g, then a = Wb u. */
     const int64_t gw = H * d / G;
@@ -480,6 +621,30 @@ static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tok
     return m->experts.prefetch(m->experts.ctx, il, ids, (int)k, err);
 }
 
+/* Shared expert's clamped SwiGLU, in place in sc->sg; arg: the layer. */
+static void shexp_swiglu(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const uint32_t il = *(const uint32_t *)arg;
+    const int64_t Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
+    for (int64_t t = t0; t < t1; t++)
+        ms_swiglu_clamped(s->sc.sg + t * Fs, s->sc.sg + t * Fs, s->sc.su + t * Fs, Fs,
+                          hp->swiglu_clamp_shexp[il]);
+}
+
+/* sc->a (shared expert) += the routed slots' outputs, in slot order. */
+static void moe_sum(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg) {
+    (void)arg;
+    const int64_t D = s->m->hp.n_embd, k = s->m->hp.n_expert_used;
+    for (int64_t t = t0; t < t1; t++) {
+        float *a = s->sc.a + t * D;
+        for (int64_t c = 0; c < D; c++) {
+            float routed = 0.0f;
+            for (int64_t j = 0; j < k; j++) routed += s->sc.eo[(t * k + j) * D + c];
+            a[c] += routed;
+        }
+    }
+}
+
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -572,18 +737,9 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
     if (mm(s, &L->t[DSV4_FFN_GATE_SHEXP], sc->h, D, n, sc->sg, Fs, err) ||
         mm(s, &L->t[DSV4_FFN_UP_SHEXP], sc->h, D, n, sc->su, Fs, err))
         return -1;
-    for (int64_t t = 0; t < n; t++)
-        ms_swiglu_clamped(sc->sg + t * Fs, sc->sg + t * Fs, sc->su + t * Fs, Fs,
-                          hp->swiglu_clamp_shexp[il]);
+    for_tokens(s, n, shexp_swiglu, &il);
     if (mm(s, &L->t[DSV4_FFN_DOWN_SHEXP], sc->sg, Fs, n, sc->a, D, err)) return -1;
-    for (int64_t t = 0; t < n; t++) {
-        float *a = sc->a + t * D;
-        for (int64_t c = 0; c < D; c++) {
-            float routed = 0.0f;
-            for (int64_t j = 0; j < k; j++) routed += sc->eo[(t * k + j) * D + c];
-            a[c] += routed;
-        }
-    }
+    for_tokens(s, n, moe_sum, NULL);
     return 0;
 }
 
@@ -592,23 +748,15 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
 static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                          ms_err *err) {
     const struct dsv4_layer *L = &s->m->layers[il];
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const int64_t D = hp->n_embd;
-    struct dsv4_scratch *sc = &s->sc;
-
     if (hc_pre(s, &L->t[DSV4_HC_ATTN_FN], L->t[DSV4_HC_ATTN_BASE].f32,
-               L->t[DSV4_HC_ATTN_SCALE].f32, n, err))
+               L->t[DSV4_HC_ATTN_SCALE].f32, L->t[DSV4_ATTN_NORM].f32, n, err))
         return -1;
-    for (int64_t t = 0; t < n; t++)
-        ms_rmsnorm(sc->h + t * D, sc->h + t * D, L->t[DSV4_ATTN_NORM].f32, D, hp->rms_eps);
     if (attention(s, il, n, err)) return -1;
     hc_post(s, n);
 
     if (hc_pre(s, &L->t[DSV4_HC_FFN_FN], L->t[DSV4_HC_FFN_BASE].f32, L->t[DSV4_HC_FFN_SCALE].f32,
-               n, err))
+               L->t[DSV4_FFN_NORM].f32, n, err))
         return -1;
-    for (int64_t t = 0; t < n; t++)
-        ms_rmsnorm(sc->h + t * D, sc->h + t * D, L->t[DSV4_FFN_NORM].f32, D, hp->rms_eps);
     if (moe(s, il, tokens, n, err)) return -1;
     hc_post(s, n);
     return 0;

@@ -60,7 +60,7 @@ static void free_scratch(struct dsv4_scratch *sc) {
                     sc->selw,   sc->eo,    sc->eh,     sc->eg,   sc->eu,   sc->etok, sc->eslot,
                     sc->sg,     sc->su,    sc->att,    sc->iscore, sc->itop, sc->isel,
                     sc->biased, sc->topidx, sc->used,  sc->views, sc->eidx, sc->eoff,
-                    sc->eorder, sc->eerr};
+                    sc->eorder, sc->eerr, sc->tcomp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ms_free(bufs[i]);
 }
 
@@ -122,9 +122,10 @@ static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
     sc->sg = zalloc(n * Fs, 4, &ok);
     sc->su = zalloc(n * Fs, 4, &ok);
     sc->att = zalloc(nt * (hp->n_swa + cc), 4, &ok);
-    sc->iscore = zalloc(cc, 4, &ok);
-    sc->itop = zalloc(cc, sizeof(int), &ok);
-    sc->isel = zalloc(cc, 1, &ok);
+    sc->iscore = zalloc(nt * cc, 4, &ok);
+    sc->itop = zalloc(nt * cc, sizeof(int), &ok);
+    sc->isel = zalloc(nt * cc, 1, &ok);
+    sc->tcomp = zalloc(n, 8, &ok);
     sc->biased = zalloc(E, 4, &ok);
     sc->topidx = zalloc(E, sizeof(int), &ok);
     sc->used = zalloc(E, 4, &ok);

@@ -49,9 +49,10 @@ struct dsv4_scratch {
     ms_err *eerr;  /* [n_threads] errors of parallel expert runs */
     float *sg, *su;/* [n][F*n_shared] shared expert */
     float *att;    /* [n_threads][n_swa + comp_cap] attention scores */
-    float *iscore; /* [comp_cap] indexer scores */
-    int *itop;     /* [comp_cap] top-k scratch */
-    uint8_t *isel; /* [comp_cap] selected-row flags */
+    float *iscore; /* [n_threads][comp_cap] indexer scores */
+    int *itop;     /* [n_threads][comp_cap] top-k scratch */
+    uint8_t *isel; /* [n_threads][comp_cap] selected-row flags */
+    int64_t *tcomp; /* [n] compressed rows visible to each token */
     float *biased; /* [E] router scores + selection bias */
     int *topidx;   /* [E] top-k scratch */
     int32_t *used; /* [E] experts used by the ubatch */
