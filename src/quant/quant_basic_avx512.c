@@ -7,8 +7,9 @@
  * quantizers are bit-identical to it, dots differ only by f32 summation order.
  * Float-row tails use masked loads/stores instead of scalar loops. Quantized
  * dots take two 32-element blocks per 512-bit register; the int8 products use
- * maddubs(|w|, a negated where w < 0), exact as long as the activation has no
- * -128 (ms_quant_q8_0 never produces one). No VNNI is required.
+ * VNNI's vpdpbusd(|w|, a negated where w < 0), exact as long as the
+ * activation has no -128 (ms_quant_q8_0 never produces one). Block scales are
+ * gathered and converted 16 at a time.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -22,19 +23,6 @@ static inline __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u
 
 /* 16 int8 -> 16 f32 */
 static inline __m512 i8x16_to_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-
-/* Same for two blocks at once: lanes 0..7 belong to the block in the low 256
- * bits, lanes 8..15 to the high one. */
-static inline __m512 dot_i8x64(__m512i w, __m512i a) {
-    const __mmask64 neg = _mm512_movepi8_mask(w);
-    const __m512i sa = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-    const __m512i p16 = _mm512_maddubs_epi16(_mm512_abs_epi8(w), sa);
-    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
-}
-
-static inline __m512 scale_2x8(float d0, float d1) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
-}
 
 /* Two consecutive MXFP4 blocks' values: [b0 lo | b0 hi | b1 lo | b1 hi]. */
 static inline __m512i mxfp4_values_2(const block_mxfp4 *b) {
@@ -220,48 +208,186 @@ MS_SIMD_INLINE __m512i w64_values(const void *w, int64_t i, bool mx) {
     return load2x32(q[i].qs, q[i + 1].qs);
 }
 
-/* nb blocks of w dotted with nb Q8_0 blocks b, four blocks per step. */
-MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb, bool mx) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        const __m512 d01 = scale_2x8(w32_scale(w, i, mx) * fp16_scale(b[i].d),
-                                     w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
-        const __m512 d23 = scale_2x8(w32_scale(w, i + 2, mx) * fp16_scale(b[i + 2].d),
-                                     w32_scale(w, i + 3, mx) * fp16_scale(b[i + 3].d));
-        const __m512 p01 = dot_i8x64(w64_values(w, i, mx), load2x32(b[i].qs, b[i + 1].qs));
-        const __m512 p23 = dot_i8x64(w64_values(w, i + 2, mx), load2x32(b[i + 2].qs, b[i + 3].qs));
-        acc0 = _mm512_fmadd_ps(d01, p01, acc0);
-        acc1 = _mm512_fmadd_ps(d23, p23, acc1);
+/* Block scales, 16 at a time (blocks 0 .. nc - 1 of b, nc <= 16): lane j
+ * holds block j's scale as f32, lanes from nc on hold 0. The raw scales are
+ * inserted one by one (vpinsrw / vpinsrb with a memory operand; measured
+ * faster here than vpgatherdd or than a GPR shift-or) and converted all
+ * at once: the same f32 values as fp16_scale and ms_e8m0_to_f32_half. */
+#define INS16(v, b, j, l) v = _mm_insert_epi16(v, (b)[j].d, l)
+#define INS16_IF(v, b, nc, j, l) \
+    if ((j) < (nc)) INS16(v, b, j, l)
+
+static inline __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
+    __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
+    if (nc == 16) { /* the usual case: no tests */
+        INS16(lo, b, 0, 0); INS16(lo, b, 1, 1); INS16(lo, b, 2, 2); INS16(lo, b, 3, 3);
+        INS16(lo, b, 4, 4); INS16(lo, b, 5, 5); INS16(lo, b, 6, 6); INS16(lo, b, 7, 7);
+        INS16(hi, b, 8, 0); INS16(hi, b, 9, 1); INS16(hi, b, 10, 2); INS16(hi, b, 11, 3);
+        INS16(hi, b, 12, 4); INS16(hi, b, 13, 5); INS16(hi, b, 14, 6); INS16(hi, b, 15, 7);
+    } else {
+        INS16(lo, b, 0, 0); /* nc >= 1 */
+        INS16_IF(lo, b, nc, 1, 1);
+        INS16_IF(lo, b, nc, 2, 2);
+        INS16_IF(lo, b, nc, 3, 3);
+        INS16_IF(lo, b, nc, 4, 4);
+        INS16_IF(lo, b, nc, 5, 5);
+        INS16_IF(lo, b, nc, 6, 6);
+        INS16_IF(lo, b, nc, 7, 7);
+        INS16_IF(hi, b, nc, 8, 0);
+        INS16_IF(hi, b, nc, 9, 1);
+        INS16_IF(hi, b, nc, 10, 2);
+        INS16_IF(hi, b, nc, 11, 3);
+        INS16_IF(hi, b, nc, 12, 4);
+        INS16_IF(hi, b, nc, 13, 5);
+        INS16_IF(hi, b, nc, 14, 6);
     }
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d01 = scale_2x8(w32_scale(w, i, mx) * fp16_scale(b[i].d),
-                                     w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
-        acc0 = _mm512_fmadd_ps(d01, dot_i8x64(w64_values(w, i, mx), load2x32(b[i].qs, b[i + 1].qs)), acc0);
-    }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) {
-        const __m256 p = dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs));
-        sum += hsum256_f32(p) * (w32_scale(w, i, mx) * fp16_scale(b[i].d));
-    }
-    return sum;
+    return _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
 }
 
-MS_DECL_DOT(q8_0, q8_0, avx512) { *s = dot_w32_q8_0(x, y, n / QK8_0, false); }
+/* ms_e8m0_to_f32_half per lane: e < 2 ? 0x00200000 << e : (e - 1) << 23. */
+static inline __m512 mxfp4_scales16(const block_mxfp4 *b, int64_t nc) {
+    __m128i v = _mm_setzero_si128();
+#define INS8(j) v = _mm_insert_epi8(v, b[j].e, j)
+    if (nc == 16) {
+        INS8(0); INS8(1); INS8(2); INS8(3); INS8(4); INS8(5); INS8(6); INS8(7);
+        INS8(8); INS8(9); INS8(10); INS8(11); INS8(12); INS8(13); INS8(14); INS8(15);
+    } else {
+        INS8(0); /* nc >= 1 */
+        if (nc > 1) INS8(1);
+        if (nc > 2) INS8(2);
+        if (nc > 3) INS8(3);
+        if (nc > 4) INS8(4);
+        if (nc > 5) INS8(5);
+        if (nc > 6) INS8(6);
+        if (nc > 7) INS8(7);
+        if (nc > 8) INS8(8);
+        if (nc > 9) INS8(9);
+        if (nc > 10) INS8(10);
+        if (nc > 11) INS8(11);
+        if (nc > 12) INS8(12);
+        if (nc > 13) INS8(13);
+        if (nc > 14) INS8(14);
+    }
+#undef INS8
+    const __m512i e = _mm512_cvtepu8_epi32(v);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    const __m512i bits = _mm512_mask_mov_epi32(normal, lt2, tiny);
+    return _mm512_castsi512_ps(_mm512_maskz_mov_epi32(tail_mask(nc), bits));
+}
+
+MS_SIMD_INLINE __m512 w32_scales16(const void *w, int64_t i, int64_t nc, bool mx) {
+    if (mx) return mxfp4_scales16(&((const block_mxfp4 *)w)[i], nc);
+    return q8_0_scales16(&((const block_q8_0 *)w)[i], nc);
+}
+
+/* Lanes 0..7 = lane 2p of a 16-scale vector, lanes 8..15 = lane 2p + 1: the
+ * scales of block pair p in the layout of a two-block product (dot_i8x64).
+ * Stepped by adding 2 to every lane. */
+static inline __m512i pair_sel0(void) { return _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); }
+
+/* The weight half of a two-block int8 product, prepared once per block pair
+ * and shared by the tokens: |w| as u8 and w's sign mask. */
+struct w64_prep {
+    __m512i absw;
+    __mmask64 neg;
+};
+
+static inline struct w64_prep w64_prepare(__m512i w) {
+    return (struct w64_prep){_mm512_abs_epi8(w), _mm512_movepi8_mask(w)};
+}
+
+/* Sum of w * a over each 4 consecutive int8 pairs, as 16 f32 lanes (lanes
+ * 0..7 the low block, 8..15 the high one): vpdpbusd(|w|, a with w's sign),
+ * exact as long as a has no -128 (ms_quant_q8_0 never produces one). */
+static inline __m512 dot_i8x64(struct w64_prep w, __m512i a) {
+    const __m512i sa = _mm512_mask_sub_epi8(a, w.neg, _mm512_setzero_si512(), a);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.absw, sa));
+}
+
+/*
+ * nb blocks of w (Q8_0 or MXFP4) dotted with nb Q8_0 blocks of each of nt
+ * activation rows b[k] (nt = 1 or 4), into s[k]. Blocks go 16 at a time: the
+ * 16 weight scales and each row's 16 activation scales are converted
+ * together and multiplied as vectors (the same f32 products ws * da as
+ * block by block), then each block pair takes its two scales with one
+ * permute. One body for both token counts, so the single and the
+ * four-token entries perform the same float operations in the same order.
+ */
+MS_SIMD_INLINE void dot_w32_q8_0_n(const void *w, const block_q8_0 *const b[4], int nt, int64_t nb, bool mx,
+                                   float *s) {
+    __m512 acc0[4], acc1[4];
+    MS_XN(k, nt, acc0[k] = acc1[k] = _mm512_setzero_ps(););
+    const __m512i two = _mm512_set1_epi32(2);
+    for (int64_t c = 0; c < nb; c += 16) {
+        const int64_t end = nb - c < 16 ? nb : c + 16;
+        const __m512 ws = w32_scales16(w, c, end - c, mx);
+        __m512 d[4];
+        MS_XN(k, nt, d[k] = _mm512_mul_ps(ws, q8_0_scales16(b[k] + c, end - c)););
+        __m512i sel = pair_sel0();
+        int64_t i = c;
+        for (; i + 4 <= end; i += 4) {
+            const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
+            const struct w64_prep w23 = w64_prepare(w64_values(w, i + 2, mx));
+            const __m512i sel23 = _mm512_add_epi32(sel, two);
+            MS_XN(k, nt, const block_q8_0 *bk = b[k];
+                  const __m512 p01 = dot_i8x64(w01, load2x32(bk[i].qs, bk[i + 1].qs));
+                  const __m512 p23 = dot_i8x64(w23, load2x32(bk[i + 2].qs, bk[i + 3].qs));
+                  acc0[k] = _mm512_fmadd_ps(p01, _mm512_permutexvar_ps(sel, d[k]), acc0[k]);
+                  acc1[k] = _mm512_fmadd_ps(p23, _mm512_permutexvar_ps(sel23, d[k]), acc1[k]););
+            sel = _mm512_add_epi32(sel23, two);
+        }
+        if (i + 2 <= end) {
+            const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
+            MS_XN(k, nt, const __m512 p01 = dot_i8x64(w01, load2x32(b[k][i].qs, b[k][i + 1].qs));
+                  acc0[k] = _mm512_fmadd_ps(p01, _mm512_permutexvar_ps(sel, d[k]), acc0[k]););
+            sel = _mm512_add_epi32(sel, two);
+            i += 2;
+        }
+        if (i < end) { /* an odd last block: the high half is zeros */
+            const struct w64_prep w0 = w64_prepare(_mm512_zextsi256_si512(w32_values(w, i, mx)));
+            MS_XN(k, nt,
+                  const __m512 p0 =
+                      dot_i8x64(w0, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)b[k][i].qs)));
+                  acc1[k] = _mm512_fmadd_ps(p0, _mm512_permutexvar_ps(sel, d[k]), acc1[k]););
+        }
+    }
+    MS_XN(k, nt, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+}
+
+MS_DECL_DOT(q8_0, q8_0, avx512) {
+    const block_q8_0 *b[4] = {y, NULL, NULL, NULL};
+    dot_w32_q8_0_n(x, b, 1, n / QK8_0, false, s);
+}
+
+/*
+ * Q8_0 weights times f32 activations, for nt rows b[k] (nt = 1 or 4): each
+ * block's scaled weights d * w (exact in f32: 11 by 8 significant bits) are
+ * made once and shared by the tokens, whose work is two FMAs per block.
+ * With four tokens this runs at the FMA and load bound (two FMAs and two
+ * 64-byte loads per token and block, plus the two shared multiplies);
+ * measured slower: scales 16 at a time by permute or by broadcast from a
+ * stored vector, and four accumulators per token (which would only help the
+ * latency-bound single-token form).
+ */
+MS_SIMD_INLINE void dot_q8_0_f32_n(const block_q8_0 *a, const float *const b[4], int nt, int64_t nb, float *s) {
+    __m512 acc0[4], acc1[4];
+    MS_XN(k, nt, acc0[k] = acc1[k] = _mm512_setzero_ps(););
+    for (int64_t i = 0; i < nb; i++) {
+        const __m512 d = _mm512_set1_ps(fp16_scale(a[i].d));
+        const __m512 dw0 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs)));
+        const __m512 dw1 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16))));
+        MS_XN(k, nt, const float *yb = b[k] + i * QK8_0;
+              acc0[k] = _mm512_fmadd_ps(dw0, _mm512_loadu_ps(yb), acc0[k]);
+              acc1[k] = _mm512_fmadd_ps(dw1, _mm512_loadu_ps(yb + 16), acc1[k]););
+    }
+    MS_XN(k, nt, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+}
 
 MS_DECL_DOT(q8_0, f32, avx512) {
-    const block_q8_0 *a = x;
-    const float *b = y;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 d = _mm512_set1_ps(fp16_scale(a[i].d));
-        const float *yb = b + i * QK8_0;
-        const __m512 w0 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs));
-        const __m512 w1 = i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16)));
-        acc0 = _mm512_fmadd_ps(_mm512_mul_ps(d, w0), _mm512_loadu_ps(yb), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_mul_ps(d, w1), _mm512_loadu_ps(yb + 16), acc1);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    const float *b[4] = {y, NULL, NULL, NULL};
+    dot_q8_0_f32_n(x, b, 1, n / QK8_0, s);
 }
 
 /* ---- mxfp4 -------------------------------------------------------------- */
@@ -276,7 +402,10 @@ MS_DECL_DEQUANT(mxfp4, avx512) {
     }
 }
 
-MS_DECL_DOT(mxfp4, q8_0, avx512) { *s = dot_w32_q8_0(x, y, n / QK_MXFP4, true); }
+MS_DECL_DOT(mxfp4, q8_0, avx512) {
+    const block_q8_0 *b[4] = {y, NULL, NULL, NULL};
+    dot_w32_q8_0_n(x, b, 1, n / QK_MXFP4, true, s);
+}
 
 MS_DECL_DOT(mxfp4, f32, avx512) {
     const block_mxfp4 *a = x;
@@ -300,7 +429,9 @@ MS_DECL_DOT(mxfp4, f32, avx512) {
  * own, so s[k] is bit-identical to the single call. What is shared is the
  * weight side only: loads, nibble decoding, int8 sign/abs preparation (exact
  * integer work) and, in the f32 dots, the scaled weights d * w (one product,
- * identical in both forms). */
+ * identical in both forms). The Q8_0 and MXFP4 dots go further: single and
+ * four-token entries are one forced-inline body (MS_XN), instantiated for
+ * one and for four tokens. */
 
 MS_DECL_DOT_X4(f32, f32, avx512) {
     const float *a = x, *b[4] = {y[0], y[1], y[2], y[3]};
@@ -353,73 +484,17 @@ MS_SIMD_INLINE void dot_half_f32_x4(const uint16_t *a, const void *const y[4], i
 MS_DECL_DOT_X4(f16, f32, avx512) { dot_half_f32_x4(x, y, n, false, s); }
 MS_DECL_DOT_X4(bf16, f32, avx512) { dot_half_f32_x4(x, y, n, true, s); }
 
-/* dot_i8x64 split: the weight half (|w| and its sign mask) once per block
- * pair, the activation half per token; integer work, so exact either way. */
-struct w64_prep {
-    __m512i absw;
-    __mmask64 neg;
-};
-
-static inline struct w64_prep w64_prepare(__m512i w) {
-    return (struct w64_prep){_mm512_abs_epi8(w), _mm512_movepi8_mask(w)};
-}
-
-static inline __m512 dot_i8x64_prep(struct w64_prep w, __m512i a) {
-    const __m512i sa = _mm512_mask_sub_epi8(a, w.neg, _mm512_setzero_si512(), a);
-    const __m512i p16 = _mm512_maddubs_epi16(w.absw, sa);
-    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
-}
-
-/* dot_w32_q8_0 for four activation rows b[k]. */
-MS_SIMD_INLINE void dot_w32_q8_0_x4(const void *w, const void *const y[4], int64_t nb, bool mx, float *s) {
+MS_DECL_DOT_X4(q8_0, q8_0, avx512) {
     const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
-    __m512 acc0[4], acc1[4];
-    MS_X4(k, acc0[k] = acc1[k] = _mm512_setzero_ps(););
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
-        const float ws2 = w32_scale(w, i + 2, mx), ws3 = w32_scale(w, i + 3, mx);
-        const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
-        const struct w64_prep w23 = w64_prepare(w64_values(w, i + 2, mx));
-        MS_X4(k, const block_q8_0 *bk = b[k];
-              const __m512 d01 = scale_2x8(ws0 * fp16_scale(bk[i].d), ws1 * fp16_scale(bk[i + 1].d));
-              const __m512 d23 = scale_2x8(ws2 * fp16_scale(bk[i + 2].d), ws3 * fp16_scale(bk[i + 3].d));
-              const __m512 p01 = dot_i8x64_prep(w01, load2x32(bk[i].qs, bk[i + 1].qs));
-              const __m512 p23 = dot_i8x64_prep(w23, load2x32(bk[i + 2].qs, bk[i + 3].qs));
-              acc0[k] = _mm512_fmadd_ps(d01, p01, acc0[k]);
-              acc1[k] = _mm512_fmadd_ps(d23, p23, acc1[k]););
-    }
-    for (; i + 2 <= nb; i += 2) {
-        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
-        const struct w64_prep w01 = w64_prepare(w64_values(w, i, mx));
-        MS_X4(k, const block_q8_0 *bk = b[k];
-              const __m512 d01 = scale_2x8(ws0 * fp16_scale(bk[i].d), ws1 * fp16_scale(bk[i + 1].d));
-              acc0[k] = _mm512_fmadd_ps(d01, dot_i8x64_prep(w01, load2x32(bk[i].qs, bk[i + 1].qs)), acc0[k]););
-    }
-    MS_X4(k, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
-    if (i < nb) {
-        const __m256i wv = w32_values(w, i, mx);
-        const float ws = w32_scale(w, i, mx);
-        MS_X4(k, const __m256 p = dot_i8x32(wv, _mm256_loadu_si256((const __m256i *)b[k][i].qs));
-              s[k] += hsum256_f32(p) * (ws * fp16_scale(b[k][i].d)););
-    }
+    dot_w32_q8_0_n(x, b, 4, n / QK8_0, false, s);
 }
 
-MS_DECL_DOT_X4(q8_0, q8_0, avx512) { dot_w32_q8_0_x4(x, y, n / QK8_0, false, s); }
-MS_DECL_DOT_X4(mxfp4, q8_0, avx512) { dot_w32_q8_0_x4(x, y, n / QK_MXFP4, true, s); }
+MS_DECL_DOT_X4(mxfp4, q8_0, avx512) {
+    const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
+    dot_w32_q8_0_n(x, b, 4, n / QK_MXFP4, true, s);
+}
 
 MS_DECL_DOT_X4(q8_0, f32, avx512) {
-    const block_q8_0 *a = x;
     const float *b[4] = {y[0], y[1], y[2], y[3]};
-    __m512 acc0[4], acc1[4];
-    MS_X4(k, acc0[k] = acc1[k] = _mm512_setzero_ps(););
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 d = _mm512_set1_ps(fp16_scale(a[i].d));
-        const __m512 dw0 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)a[i].qs)));
-        const __m512 dw1 = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(a[i].qs + 16))));
-        MS_X4(k, const float *yb = b[k] + i * QK8_0;
-              acc0[k] = _mm512_fmadd_ps(dw0, _mm512_loadu_ps(yb), acc0[k]);
-              acc1[k] = _mm512_fmadd_ps(dw1, _mm512_loadu_ps(yb + 16), acc1[k]););
-    }
-    MS_X4(k, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
+    dot_q8_0_f32_n(x, b, 4, n / QK8_0, s);
 }

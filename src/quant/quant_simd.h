@@ -33,6 +33,20 @@
         { const int k = 3; __VA_ARGS__ }                   \
     } while (0)
 
+/* MS_XN(k, nt, body): body for k = 0 only (nt == 1) or for k = 0..3 (nt ==
+ * 4, as MS_X4). With nt a constant of a forced-inline kernel body, one body
+ * serves the single-token and the four-token entry, which then perform the
+ * same float operations by construction. */
+#define MS_XN(k, nt, ...)                                  \
+    do {                                                   \
+        if ((nt) == 1) {                                   \
+            const int k = 0;                               \
+            __VA_ARGS__                                    \
+        } else {                                           \
+            MS_X4(k, __VA_ARGS__);                         \
+        }                                                  \
+    } while (0)
+
 /* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
  * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
 static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
