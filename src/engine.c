@@ -134,6 +134,11 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
+    if (!e->stream && dsv4_model_populate(e->model, err)) {
+        ms_err_prefix(err, "%s", p->model_path);
+        ms_engine_free(e);
+        return -1;
+    }
     e->n_ubatch = ubatch_of(p->prefill_chunk, e->stream != NULL);
     if (p->profile_routing) {
         const size_t n = (size_t)e->model->n_layer * e->model->hp.n_expert;

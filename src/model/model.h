@@ -103,6 +103,13 @@ struct dsv4_model {
 int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 
+/* Maps every page of the model file now (resident runs), as llama.cpp's
+ * MAP_POPULATE does: otherwise each page of a routed expert is faulted in
+ * the first time a token selects it, which dominates the first hundreds of
+ * decode steps. Reads the file when it is not in the page cache. -1 with
+ * err on a read error. */
+int dsv4_model_populate(struct dsv4_model *m, ms_err *err);
+
 /* Bytes of routed expert weights in the file, and of everything else. */
 uint64_t dsv4_model_routed_bytes(const struct dsv4_model *m);
 
