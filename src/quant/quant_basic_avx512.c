@@ -217,7 +217,7 @@ MS_SIMD_INLINE __m512i w64_values(const void *w, int64_t i, bool mx) {
 #define INS16_IF(v, b, nc, j, l) \
     if ((j) < (nc)) INS16(v, b, j, l)
 
-static inline __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
+MS_SIMD_INLINE __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
     __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
     if (nc == 16) { /* the usual case: no tests */
         INS16(lo, b, 0, 0); INS16(lo, b, 1, 1); INS16(lo, b, 2, 2); INS16(lo, b, 3, 3);
@@ -245,7 +245,7 @@ static inline __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
 }
 
 /* ms_e8m0_to_f32_half per lane: e < 2 ? 0x00200000 << e : (e - 1) << 23. */
-static inline __m512 mxfp4_scales16(const block_mxfp4 *b, int64_t nc) {
+MS_SIMD_INLINE __m512 mxfp4_scales16(const block_mxfp4 *b, int64_t nc) {
     __m128i v = _mm_setzero_si128();
 #define INS8(j) v = _mm_insert_epi8(v, b[j].e, j)
     if (nc == 16) {
