@@ -63,6 +63,21 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
             }
         }
     }
+    /* Two or three tokens left: one four-token call with the last token
+     * repeated in the spare lanes beats two or three single calls (the x4
+     * decodes each weight block once), and its lanes are the single
+     * kernel's results all the same. */
+    if (j->dot4 && j->n_tok - t >= 2) {
+        const char *a = (const char *)j->act + (size_t)t * as;
+        const int64_t left = j->n_tok - t;
+        const void *const a4[4] = {a, a + as, a + (left > 2 ? 2 : 1) * as, a + (left - 1) * as};
+        for (int64_t r = r0; r < r1; r++) {
+            float s[4];
+            j->dot4(n, s, (const char *)j->w->data + (size_t)r * j->w->row_stride, a4);
+            for (int64_t k = 0; k < left; k++) j->y[(t + k) * j->ldy + r] = s[k];
+        }
+        t = j->n_tok;
+    }
     for (; t < j->n_tok; t++) {
         const char *a = (const char *)j->act + (size_t)t * as;
         for (int64_t r = r0; r < r1; r++) {

@@ -131,7 +131,7 @@ struct kq_prep {
 };
 
 /* sum over the block of scale * code * q8, spread over 16 int32 lanes */
-static inline __m512i kq_sumi(const struct kq_prep *p, const int8_t *q8) {
+MS_SIMD_INLINE __m512i kq_sumi(const struct kq_prep *p, const int8_t *q8) {
     __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++)
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->w[c], _mm512_loadu_si512(q8 + 64 * c)), p->sc[c]);
@@ -143,13 +143,13 @@ static inline __m256i kq_summ(const struct kq_prep *p, const block_q8_K *a) {
     return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
 }
 
-static inline float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
+MS_SIMD_INLINE float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
     const int32_t sumi = _mm512_reduce_add_epi32(kq_sumi(p, a->qs));
     return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, hsum256_i32(kq_summ(p, a)));
 }
 
 /* One block for four tokens: sumf[k] += the block's share for token k. */
-static inline void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
+MS_SIMD_INLINE void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
     __m256i v[8];
     MS_X4(k, const __m512i acc = kq_sumi(p, a[k]->qs);
           v[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
@@ -161,7 +161,7 @@ static inline void kq_block_x4(const struct kq_prep *p, const block_q8_K *const 
 
 /* Q4_K: byte group c (qs[32c..32c+31]) holds sub-block 2c in its low and
  * 2c+1 in its high nibbles, i.e. exactly activation bytes 64c..64c+63. */
-static inline void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
+MS_SIMD_INLINE void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     uint8_t sc[8], m[8];
     ms_q4k_unpack_scales(b->scales, sc, m);
@@ -228,7 +228,7 @@ MS_DECL_DOT_X4(q4_K, q8_K, avx512) {
 static const int16_t k_q2k_lane_quarter[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
 
-static inline void q2k_prep(const block_q2_K *b, struct kq_prep *p) {
+MS_SIMD_INLINE void q2k_prep(const block_q2_K *b, struct kq_prep *p) {
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
