@@ -175,15 +175,15 @@ static inline void kq_block_x4(const struct kq_prep *p, const block_q8_K *const 
  * 2g+1 in its high nibbles. */
 static inline void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    uint8_t sc[8], m[8];
-    ms_q4k_unpack_scales(b->scales, sc, m);
+    uint64_t sc, m;
+    ms_q4k_unpack_scales_u64(b->scales, &sc, &m);
     for (int g = 0; g < 4; g++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
         p->w[2 * g] = _mm256_and_si256(q, m4);
         p->w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
     }
-    for (int j = 0; j < 8; j++) p->sc[j] = _mm256_set1_epi16(sc[j]);
-    p->mins = q4k_mins16(m);
+    for (int j = 0; j < 8; j++) p->sc[j] = _mm256_set1_epi16((short)((sc >> (8 * j)) & 0xff));
+    p->mins = q4k_mins16_u64(m);
     p->d = fp16_scale(b->d);
     p->dmin = fp16_scale(b->dmin);
 }

@@ -123,6 +123,10 @@ MS_DECL_DEQUANT(iq2_xxs, avx512) {
  * kernel's (ms_kq_block_sum_f32), in its order, so the results are equal bit
  * for bit. */
 
+/* The per-vector loops below must be unrolled for the prep struct's arrays
+ * to live in registers (gcc keeps them on the stack otherwise). */
+#define MS_UNROLL4 _Pragma("GCC unroll 4")
+
 struct kq_prep {
     __m512i w[4];  /* u8 codes, vector c for activation bytes 64c..64c+63 */
     __m512i sc[4]; /* int16 scale of each maddubs pair of w[c] */
@@ -133,6 +137,7 @@ struct kq_prep {
 /* sum over the block of scale * code * q8, spread over 16 int32 lanes */
 MS_SIMD_INLINE __m512i kq_sumi(const struct kq_prep *p, const int8_t *q8) {
     __m512i acc = _mm512_setzero_si512();
+    MS_UNROLL4
     for (int c = 0; c < 4; c++)
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->w[c], _mm512_loadu_si512(q8 + 64 * c)), p->sc[c]);
     return acc;
@@ -163,16 +168,17 @@ MS_SIMD_INLINE void kq_block_x4(const struct kq_prep *p, const block_q8_K *const
  * 2c+1 in its high nibbles, i.e. exactly activation bytes 64c..64c+63. */
 MS_SIMD_INLINE void q4k_prep(const block_q4_K *b, struct kq_prep *p) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    uint8_t sc[8], m[8];
-    ms_q4k_unpack_scales(b->scales, sc, m);
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    uint64_t sc, m;
+    ms_q4k_unpack_scales_u64(b->scales, &sc, &m);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
     const __m512i half = cat256(_mm256_setzero_si256(), _mm256_set1_epi16(1));
+    MS_UNROLL4
     for (int c = 0; c < 4; c++) {
         const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
         p->w[c] = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), m4);
         p->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc16);
     }
-    p->mins = q4k_mins16(m);
+    p->mins = q4k_mins16_u64(m);
     p->d = fp16_scale(b->d);
     p->dmin = fp16_scale(b->dmin);
 }
@@ -187,8 +193,10 @@ MS_DECL_DOT(q4_K, q8_K, avx512) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        ms_q4k_unpack_scales(w[i].scales, sc, m);
+        uint64_t scw, m;
+        ms_q4k_unpack_scales_u64(w[i].scales, &scw, &m);
+        uint8_t sc[8];
+        for (int j = 0; j < 8; j++) sc[j] = (uint8_t)(scw >> (8 * j));
         __m512i acc = _mm512_setzero_si512();
         for (int p = 0; p < 2; p++) { /* nibble groups g = 2p (low half) and 2p + 1 */
             const __m512i q = _mm512_loadu_si512(w[i].qs + 64 * p);
@@ -201,7 +209,7 @@ MS_DECL_DOT(q4_K, q8_K, avx512) {
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, a_lo), s_lo));
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, a_hi), s_hi));
         }
-        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16(m));
+        const int32_t summ = q8k_bsums_dot(a[i].bsums, q4k_mins16_u64(m));
         const int32_t sumi = _mm512_reduce_add_epi32(acc);
         sumf += ms_kq_block_sum_f32(a[i].d, fp16_scale(w[i].d), fp16_scale(w[i].dmin), sumi, summ);
     }
@@ -241,6 +249,7 @@ MS_SIMD_INLINE void q2k_prep(const block_q2_K *b, struct kq_prep *p) {
         p->w[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_even), m3);
         p->w[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(q, sh_odd), m3);
     }
+    MS_UNROLL4
     for (int c = 0; c < 4; c++)
         p->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * c))), sc16);
     p->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));

@@ -108,6 +108,11 @@ static inline int32_t q8k_bsums_dot(const int16_t bsums[16], __m256i w16) {
 }
 
 /* The 8 Q4_K mins as 16 int16, each twice: min j covers bsums 2j and 2j+1. */
+static inline __m256i q4k_mins16_u64(uint64_t m) {
+    const __m128i m8 = _mm_cvtsi64_si128((long long)m);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
 static inline __m256i q4k_mins16(const uint8_t m[8]) {
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
