@@ -5,9 +5,14 @@
  * batch 512 (prefill), fast mode (activations converted to the format's
  * vec_dot_type, as the engine runs), on T threads of moestream's pool.
  * Repeats each product until --min-time has passed and reports the mean.
+ * The weights are copied until they fill --working-set bytes (default
+ * 512 MiB, far above any last-level cache) and the products walk the
+ * copies in turn, so batch 1 measures weights streamed from memory, as in
+ * decode, not a matrix that stays in cache.
  *
  * usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R]
  *                      [--cols C] [--batches 1,512] [--min-time S]
+ *                      [--working-set MIB]
  * out:   CSV on stdout: type,batch,threads,rows,cols,seconds,gflops,weight_gbs
  *        (gflops = 2 rows cols batch / time; weight_gbs = weight bytes / time,
  *        10^9 units). Types without a quantizer (from_float) are skipped.
@@ -41,6 +46,7 @@ int main(int argc, char **argv) {
     const char *types = "f32,f16,bf16,q8_0,q4_K,q2_K,iq2_xxs,mxfp4", *batches = "1,512";
     long rows = 2048, cols = 4096;
     double min_time = 0.5;
+    long working_set_mib = 512;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -51,9 +57,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--cols")) cols = atol(v);
         else if (!strcmp(k, "--batches")) batches = v;
         else if (!strcmp(k, "--min-time")) min_time = atof(v);
+        else if (!strcmp(k, "--working-set")) working_set_mib = atol(v);
         else goto usage;
     }
-    if (threads < 1 || rows < 1 || cols < 256 || cols % 256 || !(min_time > 0)) goto usage;
+    if (threads < 1 || rows < 1 || cols < 256 || cols % 256 || !(min_time > 0) ||
+        working_set_mib < 0)
+        goto usage;
     ms_quant_init();
     ms_err err = {0};
     struct ms_pool *pool = NULL;
@@ -86,19 +95,22 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_kernels: skipping %s (no kernels or quantizer)\n", tn);
             continue;
         }
-        const size_t row_bytes = ms_row_size(t, cols);
-        void *w = ms_aligned_alloc(64, row_bytes * (size_t)rows);
+        const size_t row_bytes = ms_row_size(t, cols), mat_bytes = row_bytes * (size_t)rows;
+        size_t copies = mat_bytes ? ((size_t)working_set_mib << 20) / mat_bytes : 1;
+        if (copies < 1) copies = 1;
+        void *w = ms_aligned_alloc(64, mat_bytes * copies);
         if (!w || !row_bytes) {
             fprintf(stderr, "bench_kernels: cannot hold %s weights\n", tn);
             return 1;
         }
         for (long r = 0; r < rows; r++)
             tr->from_float(w32 + r * cols, (char *)w + r * row_bytes, cols);
-        const struct ms_mat m = {.data = w, .type = t, .n_rows = rows, .n_cols = cols,
-                                 .row_stride = row_bytes};
+        for (size_t c = 1; c < copies; c++) memcpy((char *)w + c * mat_bytes, w, mat_bytes);
         for (const char *p = batches; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
             const long nb = atol(p);
             if (nb < 1) continue;
+            struct ms_mat m = {.data = w, .type = t, .n_rows = rows, .n_cols = cols,
+                               .row_stride = row_bytes};
             if (ms_matmul(&mm, &m, x, cols, nb, y, rows, false, &err)) { /* warm-up */
                 fprintf(stderr, "bench_kernels: %s: %s\n", tn, err.msg);
                 return 1;
@@ -107,6 +119,7 @@ int main(int argc, char **argv) {
             const double t0 = now();
             double dt;
             do {
+                m.data = (const char *)w + (size_t)(reps % (long)copies) * mat_bytes;
                 ms_matmul(&mm, &m, x, cols, nb, y, rows, false, &err);
                 reps++;
                 dt = now() - t0;
@@ -114,7 +127,7 @@ int main(int argc, char **argv) {
             const double s = dt / (double)reps;
             printf("%s,%ld,%d,%ld,%ld,%.6g,%.3f,%.3f\n", tr->name, nb, threads, rows, cols, s,
                    2.0 * (double)rows * (double)cols * (double)nb / s / 1e9,
-                   (double)row_bytes * (double)rows / s / 1e9);
+                   (double)mat_bytes / s / 1e9);
             fflush(stdout);
         }
         ms_free(w);
@@ -127,6 +140,7 @@ int main(int argc, char **argv) {
     return 0;
 usage:
     fprintf(stderr, "usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R] "
-                    "[--cols C (multiple of 256)] [--batches 1,512] [--min-time S]\n");
+                    "[--cols C (multiple of 256)] [--batches 1,512] [--min-time S] "
+                    "[--working-set MIB]\n");
     return 2;
 }

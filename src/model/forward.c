@@ -7,11 +7,13 @@
  *   hc_pre(ffn)  -> ffn_norm  -> routed MoE + shared expert -> hc_post
  *
  * Every projection runs batched over the ubatch's tokens (kernels/matmul);
- * the steps that read and write the per-layer attention state (raw window
- * ring, compressor frontiers, compressed rows, indexer selection) run token
- * by token in position order inside the layer, which is what makes one-shot,
- * chunked and token-by-token evaluation agree (SPEC 4.2). Attention for one
- * token is split across the pool by heads.
+ * the steps that write the per-layer attention state (compressor frontiers,
+ * compressed rows) run token by token in position order inside the layer,
+ * then every token attends to the state its position sees, which is what
+ * makes one-shot, chunked and token-by-token evaluation agree (SPEC 4.2).
+ * Across the pool: matmuls split by output rows, attention by token (one
+ * token: by head), a long ubatch's experts one per thread, and the
+ * per-token norms, RoPE and HC mixing by token.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -216,7 +218,6 @@ struct attn_job {
     struct dsv4_session *s;
     const struct dsv4_layer_state *st;
     uint32_t ratio;
-    int64_t n;          /* tokens in the ubatch */
     const int64_t *n_comp; /* [n] compressed rows visible to each token */
     const float *sinks; /* [H] this layer's sink logits */
     int64_t t;          /* one-token jobs (split by heads): the token */
@@ -458,7 +459,7 @@ static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err
         }
         n_comp[t] = r ? st->n_comp : 0;
     }
-    struct attn_job job = {.s = s, .st = st, .ratio = r, .n = n, .n_comp = n_comp,
+    struct attn_job job = {.s = s, .st = st, .ratio = r, .n_comp = n_comp,
                            .sinks = L->t[DSV4_ATTN_SINKS].f32};
     if (n == 1) {
         attn_select(&job, 0, 0);
@@ -537,12 +538,13 @@ static void expert_task(void *ctx, int64_t b, int64_t e, int ith) {
     }
 }
 
-/* Runs experts used[g0 .. g0 + ng) (acquired, views in sc->views). Long
- * ubatches give each thread whole experts: one hand-off per expert instead
- * of three row-split matmuls per expert, and no thread waits on another
- * between an expert's matmuls. Short ones (decode) split each matmul's rows
- * across the pool. Every output element is the same dot call either way, so
- * both give identical results. */
+/* Runs experts used[g0 .. g0 + ng) (acquired, views in sc->views). With
+ * at least two experts per thread, each thread takes whole experts: one
+ * hand-off per expert instead of three row-split matmuls, and no thread
+ * waits on another between an expert's matmuls. With fewer (a decode step
+ * on a many-core machine: 6 experts), each matmul's rows are split across
+ * the pool instead. Every output element is the same dot call either way,
+ * so both give identical results. */
 static int run_experts(struct dsv4_session *s, uint32_t il, int g0, int ng, ms_err *err) {
     struct dsv4_scratch *sc = &s->sc;
     const int nt = ms_pool_n_threads(s->p.pool);

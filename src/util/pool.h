@@ -1,11 +1,14 @@
 /*
  * pool.h - a persistent pool of worker threads for data-parallel loops.
  *
- * The forward pass splits each matmul (by output rows) and each attention
- * step (by heads) across the pool. Workers sleep on a condition variable
- * between jobs; one job runs at a time and the calling thread takes part, so
- * a pool of n threads starts n - 1 workers. A pool of 1 runs everything on
- * the caller.
+ * The forward pass splits matmuls (by output rows), attention (by token, or
+ * by head for one token), a long ubatch's experts and its per-token steps
+ * across the pool. Workers spin briefly, then sleep, between jobs; one job
+ * runs at a time and the calling thread takes part, so a pool of n threads
+ * starts n - 1 workers. A pool of 1 runs everything on the caller. Items
+ * are handed out in chunks from a shared counter, so which thread runs an
+ * item varies from run to run: fn must give an item the same result
+ * whatever thread runs it.
  */
 #ifndef MS_UTIL_POOL_H
 #define MS_UTIL_POOL_H
