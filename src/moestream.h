@@ -48,7 +48,7 @@ struct ms_engine_params {
      * whole when streaming, 512 when resident. */
     int64_t prefill_chunk;
     /* Ubatches of at least this many tokens read whole layers when
-     * streaming; 0 = auto (4 * n_expert / n_expert_used, measured in
+     * streaming; 0 = auto (3 * n_expert / n_expert_used, measured in
      * stream/expert_source.h), -1 = never. */
     int64_t whole_layer_min_tokens;
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */

@@ -65,7 +65,7 @@ enum {
     "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
     "                       of the routed weights per prompt; default when streaming, else 512)\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
-    "                       (default: 4 * n_expert / n_expert_used; -1 = never)\n"
+    "                       (default: 3 * n_expert / n_expert_used; -1 = never)\n"
 
 /* Handles engine option c with argument arg into *p. Returns 1 when c was
  * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on

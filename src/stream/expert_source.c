@@ -227,7 +227,7 @@ static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const in
 
 /* Auto switch point: whole layers once n_tokens * n_expert_used >=
  * WHOLE_LAYER_FILL * n_expert (measured, see expert_source.h). */
-#define WHOLE_LAYER_FILL 4
+#define WHOLE_LAYER_FILL 3
 
 /* The layer buffer holding (or reading) layer il, or -1. */
 static int whole_buffer(const struct ms_stream_source *s, uint32_t il) {

@@ -14,7 +14,7 @@
  *
  * Whole-layer mode (the one-pass prefill, DESIGN "Data flow" step 4): when a
  * ubatch is long enough that nearly every expert of a layer is selected
- * (n_tokens * n_expert_used >= 4 * n_expert by default, see below and
+ * (n_tokens * n_expert_used >= 3 * n_expert by default, see below and
  * whole_layer_min_tokens), prepare(il) reads the layer's three expert
  * tensors whole, with large direct reads on a background thread, into one of
  * two layer buffers, and starts layer il + 1's read into the other while il
@@ -47,8 +47,12 @@
  * (selected mode waited 0.1-0.35 s for reads, whole mode ~0: its reads
  * overlap the previous layer.) Routing is skewed, so the selected fraction
  * grows slower than uniform routing's 1 - exp(-n*k/E); whole layers win
- * once about 85% of the experts are selected, between n*k/E 2.5 and 5:
- * the default switch is n*k >= 4 * n_expert.
+ * once about 85% of the experts are selected, between n*k/E 2.5 and 5.
+ * Under a memory cap with a cold page cache the balance tips earlier
+ * (6.4 GB bench model, 235 experts, cap 3 GiB, caches dropped, 128 tokens,
+ * n*k/E = 3.3, 2 threads, two runs each): selected 30.4 and 24.3 tok/s,
+ * whole layers 33.5 and 40.4 tok/s. The default switch is n*k >= 3 *
+ * n_expert.
  *
  * Decode prefetch (on unless no_prefetch): on a decode step (ubatch of one
  * token) the forward pass, once layer L's experts are pinned, guesses layer
