@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <cpuid.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/quant_impl.h"
+#include "test_cpu.h"
 #include "util/mem.h"
 #include "util/rng.h"
 
@@ -40,17 +40,6 @@ static float f32_bits(uint32_t u) {
     return f;
 }
 
-static bool cpu_avx2(void) {
-    unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (clang's builtin lacks "f16c") */
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-}
-
-static bool cpu_avx512(void) {
-    return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
-}
 
 static void *xalloc(size_t n) {
     void *p = ms_aligned_alloc(MS_ALIGN, n);

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "test_cpu.h"
 #include "quant/blocks.h"
 #include "quant/iq2_grid.h"
 #include "quant/quant.h"
@@ -29,11 +30,7 @@ static const char *const isa_name[N_ISA] = {"ref", "avx2", "avx512"};
 
 static int isa_ok(int isa) {
     if (isa == ISA_REF) return 1;
-    __builtin_cpu_init();
-    if (isa == ISA_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
+    return isa == ISA_AVX2 ? cpu_avx2() : cpu_avx512();
 }
 
 /* Block counts: one, a few, and an odd count past any unrolling. */
