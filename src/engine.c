@@ -216,19 +216,8 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
 int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err) {
     if (!e->route_hits)
         return ms_err_set(err, "routing was not profiled (load the engine with profile_routing)");
-    FILE *f = fopen(path, "w");
-    if (!f) return ms_err_errno(err, errno, "cannot write %s", path);
-    const uint32_t E = e->model->hp.n_expert;
-    int bad = fprintf(f, "%s\n", MS_HOTLIST_HEADER) < 0;
-    for (uint32_t il = 0; il < e->model->n_layer && !bad; il++)
-        for (uint32_t x = 0; x < E && !bad; x++) {
-            const size_t i = (size_t)il * E + x;
-            if (e->route_hits[i])
-                bad = fprintf(f, "%u %u %llu %.9g\n", il, x,
-                              (unsigned long long)e->route_hits[i], e->route_weight[i]) < 0;
-        }
-    if (fclose(f) || bad) return ms_err_errno(err, errno ? errno : EIO, "cannot write %s", path);
-    return 0;
+    return ms_hotlist_write(path, e->model->n_layer, e->model->hp.n_expert, e->route_hits,
+                            e->route_weight, err);
 }
 
 int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err) {

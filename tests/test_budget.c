@@ -1,6 +1,7 @@
 /*
  * test_budget.c - memory limit detection (cgroup v1, v2, MemAvailable) on
- * fake /proc and /sys trees, the residency/cache plan, and size parsing.
+ * fake /proc and /sys trees, the residency/cache plan, and the size and
+ * integer parsers of util/parse.h that the options use.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "stream/budget.h"
+#include "util/parse.h"
 
 static char root[512];
 
@@ -161,12 +163,29 @@ static void test_parse_size(void **state) {
     assert_int_equal(ms_parse_size("99999999999T", &v), -1);
 }
 
+static void test_parse_long(void **state) {
+    (void)state;
+    long v = 7;
+    assert_int_equal(ms_parse_long("42", 0, 100, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(ms_parse_long("-1", -1, 5, &v), 0);
+    assert_int_equal(v, -1);
+    v = 7;
+    assert_int_equal(ms_parse_long("", 0, 100, &v), -1);
+    assert_int_equal(ms_parse_long("12x", 0, 100, &v), -1);
+    assert_int_equal(ms_parse_long("101", 0, 100, &v), -1);
+    assert_int_equal(ms_parse_long("-1", 0, 100, &v), -1);
+    assert_int_equal(ms_parse_long("99999999999999999999", 0, 100, &v), -1);
+    assert_int_equal(v, 7); /* untouched on failure */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_limit_sources, setup, teardown),
         cmocka_unit_test(test_limit_unreadable),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_parse_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

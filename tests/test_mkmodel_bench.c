@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "model/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 #include "quant/quant.h"
 #include "test_util.h"
 

@@ -20,7 +20,7 @@
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "model/layout.h"
-#include "model/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 #include "quant/quant.h"
 #include "test_util.h"
 

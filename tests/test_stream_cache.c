@@ -3,12 +3,14 @@
  * order of both policies, the byte budget checked at every install under
  * random pin/unpin sequences with mixed slot sizes, pinned slots never
  * evicted or overwritten, and hotlist parsing (valid files, every kind of
- * malformed line rejected with its line number).
+ * malformed line rejected with its line number, and a written routing
+ * profile read back as the same entries).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,7 @@
 #include "stream/hotlist.h"
 #include "stream/io.h"
 #include "util/rng.h"
+#include "test_util.h"
 
 #define SZ MS_IO_ALIGN
 
@@ -315,6 +318,36 @@ static void test_hotlist_valid(void **state) {
     ms_hotlist_free(&h);
 }
 
+/* ms_hotlist_write's profile parses back: the pairs with hits, their counts
+ * and weights, ranked; pairs without hits are left out. */
+static void test_hotlist_write_roundtrip(void **state) {
+    (void)state;
+    assert_int_equal(test_tmp_setup("test_stream_cache", "/tmp/ms-test-stream-cache"), 0);
+    const uint32_t n_layer = 2, n_expert = 3;
+    const uint64_t hits[6] = {0, 5, 0, 9, 0, 1};
+    const double weight[6] = {0, 1.5, 0, 0.125, 0, 3e-3};
+    const char *path = tmp_path("profile.txt");
+    ms_err e = {{0}};
+    if (ms_hotlist_write(path, n_layer, n_expert, hits, weight, &e)) fail_msg("%s", e.msg);
+    struct ms_hotlist h;
+    if (ms_hotlist_load(&h, path, n_layer, n_expert, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(h.n, 3);
+    assert_int_equal(h.e[0].layer, 1);
+    assert_int_equal(h.e[0].expert, 0);
+    assert_int_equal(h.e[0].hits, 9);
+    assert_true(h.e[0].weight == 0.125);
+    assert_int_equal(h.e[1].layer, 0);
+    assert_int_equal(h.e[1].expert, 1);
+    assert_true(h.e[1].weight == 1.5);
+    assert_int_equal(h.e[2].expert, 2);
+    assert_true(h.e[2].weight == 3e-3);
+    ms_hotlist_free(&h);
+    remove(path);
+    /* An unwritable path is an error with the path in the message. */
+    assert_int_equal(ms_hotlist_write("/nonexistent-dir/p.txt", 1, 1, hits, weight, &e), -1);
+    assert_non_null(strstr(e.msg, "/nonexistent-dir/p.txt"));
+}
+
 static void test_hotlist_malformed(void **state) {
     (void)state;
     static const struct {
@@ -357,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_random_budget),
         cmocka_unit_test(test_hotlist_valid),
         cmocka_unit_test(test_hotlist_malformed),
+        cmocka_unit_test(test_hotlist_write_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,8 +29,8 @@
 #include "gguf/gguf.h"
 #include "text/pretok.h"
 #include "text/tokenizer.h"
-#include "text/vocab_build.h"
-#include "text/vocab_import.h"
+#include "mkmodel/vocab_build.h"
+#include "mkmodel/vocab_import.h"
 
 #define TINY_N_VOCAB 512u
 #define DSV4_N_VOCAB 129280u

@@ -1,6 +1,6 @@
 /*
  * test_vocab_build.c - the BPE vocabulary mkmodel writes into models
- * (src/text/vocab_build.c): exact size, determinism, the 256 byte tokens in
+ * (src/mkmodel/vocab_build.c): exact size, determinism, the 256 byte tokens in
  * GPT-2's byte-to-unicode encoding, merge consistency, DeepSeek's special
  * tokens as CONTROL, and the size limits.
  */
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "text/vocab_build.h"
+#include "mkmodel/vocab_build.h"
 
 /* Sizes around the interesting points: the minimum, small test vocabularies,
  * and DeepSeek V4's real size (far past what the corpus can fill). */

@@ -365,7 +365,7 @@ int cmd_bench(int argc, char **argv) {
         case OPT_GEN: {
             long v;
             const long lo = c == OPT_GEN ? 0 : 1;
-            if (gen_parse_long(optarg, lo, INT32_MAX, &v)) {
+            if (ms_parse_long(optarg, lo, INT32_MAX, &v)) {
                 const char *name = c == OPT_CTX_START ? "--ctx-start"
                                    : c == OPT_CTX_MAX   ? "--ctx-max"
                                    : c == OPT_STEP_INCR ? "--step-incr"

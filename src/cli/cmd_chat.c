@@ -317,7 +317,7 @@ int cmd_chat(int argc, char **argv) {
         if (r > 0) continue;
         switch (opt) {
         case 'n':
-            if (gen_parse_long(optarg, 1, INT32_MAX, &c.n_predict)) {
+            if (ms_parse_long(optarg, 1, INT32_MAX, &c.n_predict)) {
                 fprintf(stderr, "moestream chat: -n must be an integer >= 1\n");
                 return 2;
             }

@@ -1,6 +1,6 @@
 /*
  * cmd_mkmodel.c - `moestream mkmodel`: writes a deepseek4 GGUF with seeded
- * random weights (src/model/mkmodel.h does the work; this file parses the
+ * random weights (src/mkmodel/mkmodel.h does the work; this file parses the
  * options into a struct mkmodel_opts).
  */
 #include <errno.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "model/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 
 static void usage(FILE *out) {
     fprintf(out,

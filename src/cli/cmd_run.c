@@ -71,7 +71,7 @@ int cmd_run(int argc, char **argv) {
         switch (c) {
         case 'p': prompt = optarg; break;
         case 'n':
-            if (gen_parse_long(optarg, 1, INT32_MAX, &n_predict)) {
+            if (ms_parse_long(optarg, 1, INT32_MAX, &n_predict)) {
                 fprintf(stderr, "moestream run: -n must be an integer >= 1\n");
                 return 2;
             }

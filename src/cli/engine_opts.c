@@ -10,30 +10,21 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "stream/budget.h"
-
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
+#include "util/parse.h"
 
 int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p) {
     long v;
     switch (c) {
     case 'm': p->model_path = arg; return 1;
     case 't':
-        if (parse_long(arg, 0, 4096, &v)) {
+        if (ms_parse_long(arg, 0, 4096, &v)) {
             fprintf(stderr, "moestream %s: -t must be an integer in [0, 4096]\n", cmd);
             return -1;
         }
         p->n_threads = (int)v;
         return 1;
     case 'c':
-        if (parse_long(arg, 1, INT32_MAX, &v)) {
+        if (ms_parse_long(arg, 1, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: -c must be an integer >= 1\n", cmd);
             return -1;
         }
@@ -45,7 +36,7 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_CACHE_EXPERTS: {
         /* all digits: a slot count; otherwise a size with a unit */
         if (arg[0] && strspn(arg, "0123456789") == strlen(arg)) {
-            if (parse_long(arg, 1, UINT32_MAX, &v)) goto bad_cache;
+            if (ms_parse_long(arg, 1, UINT32_MAX, &v)) goto bad_cache;
             p->cache_experts = (uint32_t)v;
             p->cache_bytes = 0;
         } else {
@@ -73,28 +64,28 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_COLD: p->hotlist = NULL; return 1;
     case ENG_OPT_NO_PREFETCH: p->no_prefetch = true; return 1;
     case ENG_OPT_FULL_LAYERS:
-        if (parse_long(arg, 0, UINT32_MAX, &v)) {
+        if (ms_parse_long(arg, 0, UINT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --full-layers must be an integer >= 0\n", cmd);
             return -1;
         }
         p->full_layers = (uint32_t)v;
         return 1;
     case ENG_OPT_PREFILL_CHUNK:
-        if (parse_long(arg, 0, INT32_MAX, &v)) {
+        if (ms_parse_long(arg, 0, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --prefill-chunk must be an integer >= 0\n", cmd);
             return -1;
         }
         p->prefill_chunk = v ? v : MS_PREFILL_WHOLE;
         return 1;
     case ENG_OPT_PRELOAD:
-        if (parse_long(arg, 0, UINT32_MAX, &v)) {
+        if (ms_parse_long(arg, 0, UINT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --preload-experts must be an integer >= 0\n", cmd);
             return -1;
         }
         p->preload_experts = (uint32_t)v;
         return 1;
     case ENG_OPT_WHOLE_LAYER_MIN:
-        if (parse_long(arg, -1, INT32_MAX, &v)) {
+        if (ms_parse_long(arg, -1, INT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --whole-layer-min must be an integer >= -1\n", cmd);
             return -1;
         }

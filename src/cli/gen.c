@@ -22,15 +22,6 @@ uint64_t gen_clock_seed(void) {
     return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
 }
 
-int gen_parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_float(const char *s, float *out) {
     char *end;
     errno = 0;
@@ -49,7 +40,7 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
         fprintf(stderr, "moestream %s: --temp must be a number\n", cmd);
         return -1;
     case GEN_OPT_TOP_K:
-        if (!gen_parse_long(arg, 0, INT32_MAX, &v)) {
+        if (!ms_parse_long(arg, 0, INT32_MAX, &v)) {
             p->top_k = (int)v;
             return 1;
         }

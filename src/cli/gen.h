@@ -12,6 +12,7 @@
 
 #include "moestream.h"
 #include "sample/sampler.h"
+#include "util/parse.h" /* ms_parse_long for the subcommands' own integer options */
 
 /* getopt_long codes of the sampling options (above any short option). */
 enum {
@@ -41,8 +42,6 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
 /* A seed from the clock and the pid, for runs without --seed. */
 uint64_t gen_clock_seed(void);
 
-/* Strict decimal parse of s into [lo, hi]; -1 when malformed or out of range. */
-int gen_parse_long(const char *s, long lo, long hi, long *out);
 /* Monotonic time in seconds. */
 double gen_now(void);
 

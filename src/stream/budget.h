@@ -56,8 +56,4 @@ struct ms_mem_plan {
  */
 int ms_mem_plan(const struct ms_mem_plan_in *in, struct ms_mem_plan *out, ms_err *err);
 
-/* Parses "12GB", "512MiB", "3000000" (bytes; K/M/G/T with optional B or iB,
- * all binary multiples). -1 on a malformed or overflowing size. */
-int ms_parse_size(const char *s, uint64_t *out);
-
 #endif

@@ -172,3 +172,19 @@ void ms_hotlist_free(struct ms_hotlist *h) {
     free(h->e);
     *h = (struct ms_hotlist){0};
 }
+
+int ms_hotlist_write(const char *path, uint32_t n_layer, uint32_t n_expert, const uint64_t *hits,
+                     const double *weight, ms_err *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return ms_err_errno(err, errno, "cannot write %s", path);
+    int bad = fprintf(f, "%s\n", MS_HOTLIST_HEADER) < 0;
+    for (uint32_t il = 0; il < n_layer && !bad; il++)
+        for (uint32_t x = 0; x < n_expert && !bad; x++) {
+            const size_t i = (size_t)il * n_expert + x;
+            if (hits[i])
+                bad = fprintf(f, "%u %u %llu %.9g\n", il, x, (unsigned long long)hits[i],
+                              weight[i]) < 0;
+        }
+    if (fclose(f) || bad) return ms_err_errno(err, errno ? errno : EIO, "cannot write %s", path);
+    return 0;
+}

@@ -54,4 +54,13 @@ int ms_hotlist_load(struct ms_hotlist *out, const char *path, uint32_t n_layer,
                     uint32_t n_expert, ms_err *err);
 void ms_hotlist_free(struct ms_hotlist *h);
 
+/*
+ * Writes a routing profile in the format above to path: one line per
+ * (layer, expert) with hits > 0, layer-major. hits and weight are
+ * [n_layer][n_expert] arrays (the selections counted and the router weights
+ * summed over a run). Errors: the file cannot be created or written.
+ */
+int ms_hotlist_write(const char *path, uint32_t n_layer, uint32_t n_expert, const uint64_t *hits,
+                     const double *weight, ms_err *err);
+
 #endif

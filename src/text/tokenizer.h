@@ -22,10 +22,20 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
-#include "text/vocab_build.h" /* enum ms_token_type */
 #include "util/err.h"
 
 struct ms_tokenizer;
+
+/* llama.cpp's token types (llama_token_type / tokenizer.ggml.token_type). */
+enum ms_token_type {
+    MS_TOKEN_UNDEFINED = 0,
+    MS_TOKEN_NORMAL = 1,
+    MS_TOKEN_UNKNOWN = 2,
+    MS_TOKEN_CONTROL = 3,
+    MS_TOKEN_USER_DEFINED = 4,
+    MS_TOKEN_UNUSED = 5,
+    MS_TOKEN_BYTE = 6,
+};
 
 /*
  * Loads the vocabulary from f's metadata: tokenizer.ggml.model (must be

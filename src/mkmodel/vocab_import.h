@@ -3,12 +3,12 @@
  * DeepSeek V3's) turned into the vocabulary mkmodel writes, token for token
  * as llama.cpp's convert_hf_to_gguf.py would write it.
  */
-#ifndef MS_TEXT_VOCAB_IMPORT_H
-#define MS_TEXT_VOCAB_IMPORT_H
+#ifndef MS_MKMODEL_VOCAB_IMPORT_H
+#define MS_MKMODEL_VOCAB_IMPORT_H
 
 #include <stdint.h>
 
-#include "text/vocab_build.h"
+#include "mkmodel/vocab_build.h"
 #include "util/err.h"
 
 /*

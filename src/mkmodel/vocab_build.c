@@ -22,7 +22,7 @@
  * filled with DeepSeek's place-holder CONTROL tokens, as its own vocabulary
  * does between the BPE tokens and the specials.
  */
-#include "text/vocab_build.h"
+#include "mkmodel/vocab_build.h"
 
 #include <stdbool.h>
 #include <stdio.h>

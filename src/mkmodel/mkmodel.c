@@ -13,7 +13,7 @@
  * double one; tiny and small keep ms_rng_fill_normal, so their bytes (and
  * the test vectors recorded from them) do not change.
  */
-#include "model/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "text/vocab_build.h"
-#include "text/vocab_import.h"
+#include "mkmodel/vocab_build.h"
+#include "mkmodel/vocab_import.h"
 #include "util/mem.h"
 #include "util/rng.h"
 

@@ -10,23 +10,13 @@
  * CONTROL tokens. Written with the tokenizer.ggml.* keys llama.cpp accepts:
  * model "gpt2", pre "deepseek-v3", tokens, token_type, merges, bos/eos ids.
  */
-#ifndef MS_TEXT_VOCAB_BUILD_H
-#define MS_TEXT_VOCAB_BUILD_H
+#ifndef MS_MKMODEL_VOCAB_BUILD_H
+#define MS_MKMODEL_VOCAB_BUILD_H
 
 #include <stdint.h>
 
+#include "text/tokenizer.h" /* enum ms_token_type */
 #include "util/err.h"
-
-/* llama.cpp's token types (llama_token_type / tokenizer.ggml.token_type). */
-enum ms_token_type {
-    MS_TOKEN_UNDEFINED = 0,
-    MS_TOKEN_NORMAL = 1,
-    MS_TOKEN_UNKNOWN = 2,
-    MS_TOKEN_CONTROL = 3,
-    MS_TOKEN_USER_DEFINED = 4,
-    MS_TOKEN_UNUSED = 5,
-    MS_TOKEN_BYTE = 6,
-};
 
 struct ms_vocab_spec {
     uint32_t n_tokens;

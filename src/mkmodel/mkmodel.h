@@ -16,8 +16,8 @@
  * a tensor's values do not depend on the storage types chosen. The file is
  * streamed: one row block per thread is in memory at a time.
  */
-#ifndef MS_MODEL_MKMODEL_H
-#define MS_MODEL_MKMODEL_H
+#ifndef MS_MKMODEL_MKMODEL_H
+#define MS_MKMODEL_MKMODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * (conversion/base.py, get_vocab_base and does_token_look_special), so that a
  * GGUF written from the result tokenizes like a converted DeepSeek model.
  */
-#include "text/vocab_import.h"
+#include "mkmodel/vocab_import.h"
 
 #include <jansson.h>
 #include <stdbool.h>
