@@ -11,6 +11,8 @@
 #include "stream/budget.h"
 #include "stream/expert_source.h"
 #include "stream/hotlist.h"
+#include "util/cpus.h"
+#include "util/log.h"
 #include "util/pool.h"
 
 struct ms_engine {
@@ -124,8 +126,25 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
     struct ms_engine *e = calloc(1, sizeof *e);
     if (!e) return ms_err_set(err, "out of memory");
     e->quality = p->quality;
+    struct ms_cpu_limit cl;
+    ms_cpu_limit_read(&cl, "/proc", "/sys/fs/cgroup");
+    if (p->n_threads > cl.n) {
+        if (cl.quota > 0 && ms_cpu_quota_threads(cl.quota) < cl.affinity)
+            ms_log_warn("-t %d exceeds the %.2f CPUs of this process's %s quota: threads will "
+                        "take turns on the cores and run slower (-t 0 = %d)",
+                        p->n_threads, cl.quota, cl.quota_source, cl.n);
+        else
+            ms_log_warn("-t %d exceeds the %d CPUs this process may run on (affinity mask of "
+                        "%d online): threads will take turns on the cores and run slower "
+                        "(-t 0 = %d)",
+                        p->n_threads, cl.affinity, cl.online, cl.n);
+    }
     if (dsv4_model_load(&e->model, p->model_path, err) ||
-        ms_pool_new(&e->pool, p->n_threads > 0 ? p->n_threads : ms_n_cpus(), err)) {
+        ms_pool_new(&e->pool, p->n_threads > 0 ? p->n_threads : cl.n, err)) {
+        ms_engine_free(e);
+        return -1;
+    }
+    if (p->pin_threads && ms_pool_pin(e->pool, err)) {
         ms_engine_free(e);
         return -1;
     }

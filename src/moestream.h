@@ -31,7 +31,9 @@ enum ms_stream_mode {
 
 struct ms_engine_params {
     const char *model_path; /* deepseek4 GGUF */
-    int n_threads;          /* <= 0: all online CPUs */
+    int n_threads;          /* <= 0: the CPUs this process may use (affinity mask
+                               bounded by the cgroup CPU quota, ms_n_cpus) */
+    bool pin_threads;       /* pin the pool's threads one per CPU of the mask */
     bool quality;           /* F32 activations: exact math on the stored weights */
     /* Streaming (zero values are the defaults: resident, see ms_engine_params_default). */
     int stream;             /* enum ms_stream_mode */

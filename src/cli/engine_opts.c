@@ -63,6 +63,7 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_HOTLIST: p->hotlist = arg; return 1;
     case ENG_OPT_COLD: p->hotlist = NULL; return 1;
     case ENG_OPT_NO_PREFETCH: p->no_prefetch = true; return 1;
+    case ENG_OPT_PIN_THREADS: p->pin_threads = true; return 1;
     case ENG_OPT_FULL_LAYERS:
         if (ms_parse_long(arg, 0, UINT32_MAX, &v)) {
             fprintf(stderr, "moestream %s: --full-layers must be an integer >= 0\n", cmd);

@@ -27,6 +27,7 @@ enum {
     ENG_OPT_PRELOAD,
     ENG_OPT_NO_PREFETCH,
     ENG_OPT_FULL_LAYERS,
+    ENG_OPT_PIN_THREADS,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -42,11 +43,14 @@ enum {
         {"whole-layer-min", required_argument, 0, ENG_OPT_WHOLE_LAYER_MIN},                      \
         {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD},                              \
         {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH},                                    \
-        {"full-layers", required_argument, 0, ENG_OPT_FULL_LAYERS}
+        {"full-layers", required_argument, 0, ENG_OPT_FULL_LAYERS},                              \
+        {"pin-threads", no_argument, 0, ENG_OPT_PIN_THREADS}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
-    "  -t, --threads N      worker threads (default: all cores)\n"                                \
+    "  -t, --threads N      worker threads; 0 (default) = the CPUs this process may use:\n"       \
+    "                       its affinity mask (taskset) bounded by its cgroup CPU quota\n"        \
+    "      --pin-threads    pin the threads one per CPU of the affinity mask\n"                  \
     "  -c, --ctx-size N     context size (default: the model's, at most 4096)\n"                  \
     "      --quality        F32 activations (exact math on the stored weights)\n"                 \
     "      --stream         stream routed experts from disk even if the model fits in memory\n"   \

@@ -103,9 +103,31 @@ static void *worker_main(void *argp) {
     return NULL;
 }
 
-int ms_n_cpus(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (int)n;
+int ms_pool_pin(struct ms_pool *p, ms_err *err) {
+    const int nt = ms_pool_n_threads(p);
+    int *ids = malloc((size_t)nt * sizeof *ids);
+    if (!ids) return ms_err_set(err, "out of memory pinning threads");
+    const int n = ms_cpu_affinity_ids(ids, nt);
+    if (n < 1) {
+        free(ids);
+        return ms_err_set(err, "cannot read the CPU affinity mask to pin threads");
+    }
+    const int m = n < nt ? n : nt; /* ids[0..m) are filled */
+    for (int i = 0; i < nt; i++) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        const int cpu = ids[i % m];
+        if (cpu >= CPU_SETSIZE) continue; /* beyond a fixed cpu_set_t: leave it free */
+        CPU_SET(cpu, &set);
+        const int rc = pthread_setaffinity_np(i == 0 ? pthread_self() : p->threads[i],
+                                              sizeof set, &set);
+        if (rc) {
+            free(ids);
+            return ms_err_errno(err, rc, "cannot pin thread %d to CPU %d", i, cpu);
+        }
+    }
+    free(ids);
+    return 0;
 }
 
 int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err) {

@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "util/cpus.h" /* ms_n_cpus: the default pool size */
 #include "util/err.h"
 
 struct ms_pool;
@@ -40,7 +41,12 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
  * free. */
 void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx);
 
-/* Number of online CPUs (>= 1). */
-int ms_n_cpus(void);
+/* Pins the pool's threads one per CPU of the caller's affinity mask, in
+ * order: the caller (thread 0) to the first CPU, worker i to the i-th
+ * (wrapping when there are more threads than CPUs). Keeps the OS from
+ * migrating a decode step's threads between cores (and, on multi-socket
+ * machines, away from their memory). -1 with an error when the mask cannot
+ * be read or a thread cannot be pinned; the pool stays usable unpinned. */
+int ms_pool_pin(struct ms_pool *p, ms_err *err);
 
 #endif
