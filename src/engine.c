@@ -28,13 +28,13 @@ struct ms_engine {
     char plan_line[256];
 };
 
-#define RESIDENT_PREFILL_CHUNK 512
+/* The public marker is the session's. */
+_Static_assert(MS_PREFILL_WHOLE == DSV4_UBATCH_WHOLE, "one marker for a whole-call ubatch");
 
 /* The session n_ubatch for a prefill chunk option (0 = default by mode). */
 static int64_t ubatch_of(int64_t chunk, bool streaming) {
-    if (chunk > 0) return chunk;
-    if (chunk == MS_PREFILL_WHOLE) return DSV4_UBATCH_WHOLE;
-    return streaming ? DSV4_UBATCH_WHOLE : RESIDENT_PREFILL_CHUNK;
+    if (chunk != 0) return chunk;
+    return streaming ? DSV4_UBATCH_WHOLE : DSV4_UBATCH_DEFAULT;
 }
 
 /* Routing observer of profile_routing sessions (dsv4_route_fn). */
@@ -201,6 +201,10 @@ struct ms_model_info ms_engine_info(const struct ms_engine *e) {
                                   .n_expert_used = hp->n_expert_used,
                                   .routed_bytes = dsv4_model_routed_bytes(e->model),
                                   .file_bytes = e->model->gguf->file_size};
+}
+
+uint64_t ms_engine_kv_bytes(const struct ms_engine *e, int64_t n_pos) {
+    return dsv4_kv_bytes(e->model, n_pos, true);
 }
 
 int ms_engine_n_threads(const struct ms_engine *e) { return ms_pool_n_threads(e->pool); }

@@ -98,6 +98,9 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
 void ms_engine_free(struct ms_engine *e);
 struct ms_model_info ms_engine_info(const struct ms_engine *e);
 int ms_engine_n_threads(const struct ms_engine *e);
+/* Attention (KV) state bytes that n_pos evaluated positions occupy in a
+ * session (F32; see dsv4_kv_bytes). */
+uint64_t ms_engine_kv_bytes(const struct ms_engine *e, int64_t n_pos);
 struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e);
 /*
  * Writes the routing observed since load (every evaluated token of every

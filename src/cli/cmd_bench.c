@@ -16,10 +16,8 @@
  *
  * Byte and cache figures are deltas of ms_engine_stream_stats over the
  * interval (zero when the model is resident). KV bytes are the attention
- * state the context occupies: per main layer the sliding-window rows
- * (min(c, n_swa)), the compressed rows (c / ratio) and, on ratio-4 layers,
- * the indexer keys (c / 4), all F32 (SPEC-dsv4.md 4.1; the session allocates
- * its full n_ctx capacity up front). Peak RSS is the process's high-water
+ * state the context occupies (ms_engine_kv_bytes; the session allocates its
+ * full n_ctx capacity up front). Peak RSS is the process's high-water
  * mark so far (getrusage).
  */
 #include <errno.h>
@@ -35,8 +33,6 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/gen.h"
-#include "gguf/gguf.h"
-#include "model/hparams.h"
 #include "moestream.h"
 
 /* The text `bench` walks when --prompt-file is not given: looked up in the
@@ -179,41 +175,6 @@ static int parse_frontiers(const char *s, int64_t *out) {
     return n;
 }
 
-/* Live attention state bytes at a context of c positions (see the file
- * comment). Reads the hyperparameters from the file's metadata. */
-struct kv_shape {
-    uint32_t n_layer, n_swa, d, d_I;
-    uint32_t ratio[DSV4_MAX_LAYERS];
-};
-
-static int kv_shape_read(const char *path, struct kv_shape *ks, ms_err *err) {
-    struct gguf_file *f;
-    if (gguf_open(&f, path, err)) return -1;
-    struct dsv4_hparams hp;
-    const int rc = dsv4_hparams_read(&hp, f, err);
-    if (rc == 0) dsv4_hparams_probe_nextn(&hp, f);
-    gguf_close(f);
-    if (rc) return -1;
-    ks->n_layer = dsv4_n_layer(&hp);
-    ks->n_swa = hp.n_swa;
-    ks->d = hp.n_embd_head;
-    ks->d_I = hp.indexer_head_size;
-    memcpy(ks->ratio, hp.compress_ratio, sizeof ks->ratio);
-    return 0;
-}
-
-static uint64_t kv_bytes_at(const struct kv_shape *ks, int64_t c) {
-    uint64_t floats = 0;
-    const uint64_t raw = (uint64_t)(c < ks->n_swa ? c : ks->n_swa);
-    for (uint32_t il = 0; il < ks->n_layer; il++) {
-        const uint32_t r = ks->ratio[il];
-        floats += raw * ks->d;
-        if (r) floats += (uint64_t)(c / r) * ks->d;
-        if (r == 4) floats += (uint64_t)(c / 4) * ks->d_I;
-    }
-    return floats * sizeof(float);
-}
-
 static uint64_t peak_rss(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -263,7 +224,7 @@ static int csv_row(FILE *f, const struct row *r, uint64_t routed, bool streaming
 
 /* Runs one frontier: prefill tokens[s.n_past .. c), then the probe. */
 static int run_frontier(struct ms_engine *e, struct ms_session *s, const int32_t *tokens,
-                        int64_t c, int64_t gen, const struct kv_shape *ks, struct row *r,
+                        int64_t c, int64_t gen, struct row *r,
                         ms_err *err) {
     const int64_t from = ms_session_n_past(s);
     *r = (struct row){.context = c, .interval = c - from};
@@ -274,7 +235,7 @@ static int run_frontier(struct ms_engine *e, struct ms_session *s, const int32_t
     r->prefill_bytes = b.ss.bytes_read - a.ss.bytes_read;
     r->prefill_hits = b.ss.cache_hits - a.ss.cache_hits;
     r->prefill_lookups = r->prefill_hits + (b.ss.cache_misses - a.ss.cache_misses);
-    r->kv_bytes = kv_bytes_at(ks, c);
+    r->kv_bytes = ms_engine_kv_bytes(e, c);
     struct counters d = b;
     if (gen > 0) {
         struct ms_snapshot *snap = ms_session_snapshot(s);
@@ -451,10 +412,8 @@ int cmd_bench(int argc, char **argv) {
     struct ms_session *s = NULL;
     FILE *csv = NULL;
     int rc = 1;
-    struct kv_shape ks;
     if (!text_path) text_path = default_text(pathbuf, sizeof pathbuf);
     if (read_text(text_path, &text, &text_len, &err)) goto fail;
-    if (kv_shape_read(ep.model_path, &ks, &err)) goto fail;
     if (ms_engine_load(&e, &ep, &err)) goto fail;
     fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
@@ -484,7 +443,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_front; i++) {
         struct row r;
         if (fresh) ms_session_reset(s);
-        if (run_frontier(e, s, tokens, frontiers[i], gen, &ks, &r, &err)) goto fail;
+        if (run_frontier(e, s, tokens, frontiers[i], gen, &r, &err)) goto fail;
         print_row(stdout, &r);
         if (csv && csv_row(csv, &r, info.routed_bytes, streaming)) {
             ms_err_errno(&err, errno, "cannot write %s", csv_path);

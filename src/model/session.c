@@ -8,8 +8,6 @@
 #include "model/session_impl.h"
 #include "util/mem.h"
 
-#define DEFAULT_UBATCH 512
-
 /* Allocation helper: all buffers are zeroed and 64-byte aligned. */
 static void *zalloc(size_t n_elem, size_t elem, bool *ok) {
     size_t bytes;
@@ -23,24 +21,44 @@ static void *zalloc(size_t n_elem, size_t elem, bool *ok) {
     return p;
 }
 
+/* Floats of each attention-state buffer of layer il: the one formula for
+ * the KV state. live false: what a session of n positions allocates (the
+ * whole ring, one spare compressed row, the frontiers); live true: what n
+ * positions occupy (min(n, n_swa) ring rows, the n / r compressed rows and
+ * indexer keys they completed). */
 struct state_dims {
     size_t raw, comp, idx, front, ifront; /* floats per buffer */
 };
 
-static struct state_dims layer_dims(const struct dsv4_session *s, uint32_t il) {
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const uint32_t r = s->m->layers[il].ratio;
-    const size_t d = hp->n_embd_head, dI = hp->indexer_head_size;
-    struct state_dims sd = {.raw = hp->n_swa * d};
+static struct state_dims state_dims(const struct dsv4_model *m, uint32_t il, int64_t n,
+                                    bool live) {
+    const struct dsv4_hparams *hp = &m->hp;
+    const uint32_t r = m->layers[il].ratio;
+    const size_t d = hp->n_embd_head, dI = hp->indexer_head_size, spare = live ? 0 : 1;
+    const size_t ring = live && (uint64_t)n < hp->n_swa ? (size_t)n : hp->n_swa;
+    struct state_dims sd = {.raw = ring * d};
     if (r) {
-        sd.comp = (size_t)(s->p.n_ctx / r + 1) * d;
-        sd.front = (r == 4 ? 8 * 2 * d : 128 * d);
+        sd.comp = ((size_t)n / r + spare) * d;
+        sd.front = live ? 0 : (size_t)dsv4_comp_slots(r) * dsv4_coff(r) * d;
     }
     if (r == 4) {
-        sd.idx = (size_t)(s->p.n_ctx / 4 + 1) * dI;
-        sd.ifront = 8 * 2 * dI;
+        sd.idx = ((size_t)n / 4 + spare) * dI;
+        sd.ifront = live ? 0 : (size_t)dsv4_comp_slots(4) * dsv4_coff(4) * dI;
     }
     return sd;
+}
+
+static struct state_dims layer_dims(const struct dsv4_session *s, uint32_t il) {
+    return state_dims(s->m, il, s->p.n_ctx, false);
+}
+
+uint64_t dsv4_kv_bytes(const struct dsv4_model *m, int64_t n, bool live) {
+    uint64_t floats = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const struct state_dims sd = state_dims(m, il, n > 0 ? n : 0, live);
+        floats += sd.raw + sd.comp + sd.idx + 2 * sd.front + 2 * sd.ifront;
+    }
+    return floats * sizeof(float);
 }
 
 static void free_state(struct dsv4_layer_state *st) {
@@ -53,15 +71,83 @@ static void free_state(struct dsv4_layer_state *st) {
     ms_free(st->ib);
 }
 
+/* The scratch buffers, as one table: lays out a scratch for ubatches of n
+ * tokens over n_threads workers at base (NULL: only counts) and returns
+ * its bytes. Each buffer starts MS_ALIGN-aligned. comp_cap: compressed
+ * rows per layer (ratio 4). */
+static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct dsv4_model *m,
+                             size_t n, size_t nt, size_t cc) {
+    const struct dsv4_hparams *hp = &m->hp;
+    const size_t D = hp->n_embd, nh = hp->n_hc;
+    const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
+    const size_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const size_t E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp;
+    const size_t Fs = F * hp->n_expert_shared, G = hp->n_out_group, ro = hp->o_lora_rank;
+    size_t Wc = 0, window = 1; /* widest compressor row, longest compressor window */
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const uint32_t r = m->layers[il].ratio;
+        if (dsv4_coff(r) * d > Wc) Wc = dsv4_coff(r) * d;
+        if ((size_t)dsv4_comp_slots(r) > window) window = (size_t)dsv4_comp_slots(r);
+    }
+    size_t off = 0;
+#define BUF(field, count)                                                                     \
+    do {                                                                                      \
+        if (base) sc->field = (void *)(base + off);                                           \
+        off += ((count) * sizeof *sc->field + MS_ALIGN - 1) / MS_ALIGN * MS_ALIGN;            \
+    } while (0)
+    /*  buffer           elements */
+    BUF(resid,           n * nh * D);
+    BUF(hc_flat,         n * nh * D);
+    BUF(hc_mix,          n * (2 + nh) * nh);
+    BUF(hc_wpre,         n * nh);
+    BUF(hc_wpost,        n * nh);
+    BUF(hc_comb,         n * nh * nh);
+    BUF(sub_in,          n * D);
+    BUF(sub_out,         n * D);
+    BUF(q_lora,          n * rq);
+    BUF(q,               n * H * d);
+    BUF(kv,              n * d);
+    BUF(attn_out,        n * H * d);
+    BUF(out_lora,        n * G * ro);
+    BUF(comp_kv,         n * Wc);
+    BUF(comp_gate,       n * Wc);
+    BUF(icomp_kv,        n * 2 * dI);
+    BUF(icomp_gate,      n * 2 * dI);
+    BUF(idx_q,           n * HI * dI);
+    BUF(idx_w,           n * HI);
+    BUF(n_comp_seen,     n);
+    BUF(comp_window,     2 * window);
+    BUF(attn_score,      nt * (hp->n_swa + cc));
+    BUF(idx_score,       nt * cc);
+    BUF(idx_top,         nt * cc);
+    BUF(idx_sel,         nt * cc);
+    BUF(router,          n * E);
+    BUF(sel,             n * k);
+    BUF(selw,            n * k);
+    BUF(exp_out,         n * k * D);
+    BUF(exp_in,          n * k * D);
+    BUF(exp_gate,        n * k * F);
+    BUF(exp_up,          n * k * F);
+    BUF(row_tok,         n * k);
+    BUF(row_slot,        n * k);
+    BUF(expert_pos,      E);
+    BUF(expert_row0,     E + 1);
+    BUF(run_order,       2 * E);
+    BUF(thread_err,      nt);
+    BUF(shexp_gate,      n * Fs);
+    BUF(shexp_up,        n * Fs);
+    BUF(biased,          E);
+    BUF(topidx,          E);
+    BUF(used,            E);
+    BUF(tail_ids,        DSV4_TAIL_TOKENS * k);
+    BUF(views,           E);
+#undef BUF
+    return off;
+}
+
 static void free_scratch(struct dsv4_scratch *sc) {
-    void *bufs[] = {sc->X,      sc->flat,  sc->mix,    sc->pre,  sc->post, sc->comb, sc->h,
-                    sc->qr,     sc->q,     sc->kv,     sc->o,    sc->u,    sc->a,    sc->ca,
-                    sc->cb,     sc->cia,   sc->cib,    sc->iq,   sc->iw,   sc->router, sc->sel,
-                    sc->selw,   sc->eo,    sc->eh,     sc->eg,   sc->eu,   sc->etok, sc->eslot,
-                    sc->sg,     sc->su,    sc->att,    sc->iscore, sc->itop, sc->isel,
-                    sc->biased, sc->topidx, sc->used,  sc->views, sc->eidx, sc->eoff,
-                    sc->eorder, sc->eerr, sc->tcomp};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ms_free(bufs[i]);
+    ms_free(sc->base);
+    memset(sc, 0, sizeof *sc);
 }
 
 void dsv4_session_free(struct dsv4_session *s) {
@@ -82,62 +168,14 @@ void dsv4_session_free(struct dsv4_session *s) {
 /* (Re)allocates the scratch for ubatches of up to n tokens; on OOM the old
  * scratch is kept and false returned. */
 static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const size_t n = (size_t)n_tok, D = hp->n_embd, nh = hp->n_hc;
-    const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
-    const size_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
-    const size_t E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp;
-    const size_t Fs = F * hp->n_expert_shared, G = hp->n_out_group, ro = hp->o_lora_rank;
-    const size_t nt = (size_t)ms_pool_n_threads(s->p.pool), cc = (size_t)s->comp_cap;
+    const size_t nt = (size_t)ms_pool_n_threads(s->p.pool);
+    struct dsv4_scratch nsc = {0};
+    const size_t bytes = scratch_layout(&nsc, NULL, s->m, (size_t)n_tok, nt, (size_t)s->comp_cap);
     bool ok = true;
-    struct dsv4_scratch nsc = {0}, *sc = &nsc;
-    sc->X = zalloc(n * nh * D, 4, &ok);
-    sc->flat = zalloc(n * nh * D, 4, &ok);
-    sc->mix = zalloc(n * (2 + nh) * nh, 4, &ok);
-    sc->pre = zalloc(n * nh, 4, &ok);
-    sc->post = zalloc(n * nh, 4, &ok);
-    sc->comb = zalloc(n * nh * nh, 4, &ok);
-    sc->h = zalloc(n * D, 4, &ok);
-    sc->qr = zalloc(n * rq, 4, &ok);
-    sc->q = zalloc(n * H * d, 4, &ok);
-    sc->kv = zalloc(n * d, 4, &ok);
-    sc->o = zalloc(n * H * d, 4, &ok);
-    sc->u = zalloc(n * G * ro, 4, &ok);
-    sc->a = zalloc(n * D, 4, &ok);
-    sc->ca = zalloc(n * 2 * d, 4, &ok);
-    sc->cb = zalloc(n * 2 * d, 4, &ok);
-    sc->cia = zalloc(n * 2 * dI, 4, &ok);
-    sc->cib = zalloc(n * 2 * dI, 4, &ok);
-    sc->iq = zalloc(n * HI * dI, 4, &ok);
-    sc->iw = zalloc(n * HI, 4, &ok);
-    sc->router = zalloc(n * E, 4, &ok);
-    sc->sel = zalloc(n * k, 4, &ok);
-    sc->selw = zalloc(n * k, 4, &ok);
-    sc->eo = zalloc(n * k * D, 4, &ok);
-    sc->eh = zalloc(n * k * D, 4, &ok);
-    sc->eg = zalloc(n * k * F, 4, &ok);
-    sc->eu = zalloc(n * k * F, 4, &ok);
-    sc->etok = zalloc(n * k, 4, &ok);
-    sc->eslot = zalloc(n * k, 4, &ok);
-    sc->sg = zalloc(n * Fs, 4, &ok);
-    sc->su = zalloc(n * Fs, 4, &ok);
-    sc->att = zalloc(nt * (hp->n_swa + cc), 4, &ok);
-    sc->iscore = zalloc(nt * cc, 4, &ok);
-    sc->itop = zalloc(nt * cc, sizeof(int), &ok);
-    sc->isel = zalloc(nt * cc, 1, &ok);
-    sc->tcomp = zalloc(n, 8, &ok);
-    sc->biased = zalloc(E, 4, &ok);
-    sc->topidx = zalloc(E, sizeof(int), &ok);
-    sc->used = zalloc(E, 4, &ok);
-    sc->views = zalloc(E, sizeof(struct dsv4_expert_view), &ok);
-    sc->eidx = zalloc(E, 4, &ok);
-    sc->eoff = zalloc(E + 1, 8, &ok);
-    sc->eorder = zalloc(2 * E, 4, &ok);
-    sc->eerr = zalloc(nt, sizeof(ms_err), &ok);
-    if (!ok) {
-        free_scratch(&nsc);
-        return false;
-    }
+    char *base = zalloc(bytes, 1, &ok);
+    if (!ok) return false;
+    scratch_layout(&nsc, base, s->m, (size_t)n_tok, nt, (size_t)s->comp_cap);
+    nsc.base = base;
     free_scratch(&s->sc);
     s->sc = nsc;
     s->sc_cap = n_tok;
@@ -155,7 +193,7 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     if (!s) return ms_err_set(err, "out of memory");
     s->m = m;
     s->p = *p;
-    if (s->p.n_ubatch == 0) s->p.n_ubatch = DEFAULT_UBATCH;
+    if (s->p.n_ubatch == 0) s->p.n_ubatch = DSV4_UBATCH_DEFAULT;
     if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
     s->mm.pool = p->pool;
     /* pool NULL: each runs on the worker that owns it */
@@ -164,7 +202,7 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
 
     /* Whole-call sessions start with a default-sized scratch and grow it. */
     const int64_t cap = s->p.n_ubatch > 0 ? s->p.n_ubatch
-                        : s->p.n_ctx < DEFAULT_UBATCH ? s->p.n_ctx : DEFAULT_UBATCH;
+                        : s->p.n_ctx < DSV4_UBATCH_DEFAULT ? s->p.n_ctx : DSV4_UBATCH_DEFAULT;
     bool ok = alloc_scratch(s, cap);
     const size_t V = m->hp.n_vocab;
     s->tokens = zalloc((size_t)s->p.n_ctx, 4, &ok);
@@ -197,29 +235,17 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
 }
 
 uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p) {
-    const struct dsv4_hparams *hp = &m->hp;
     const uint64_t n_ctx = p->n_ctx > 0 ? (uint64_t)p->n_ctx : 1;
     /* a whole-call session may grow its scratch to the whole context */
     uint64_t n = p->n_ubatch > 0                    ? (uint64_t)p->n_ubatch
                  : p->n_ubatch == DSV4_UBATCH_WHOLE ? n_ctx
-                                                    : DEFAULT_UBATCH;
+                                                    : DSV4_UBATCH_DEFAULT;
     if (n > n_ctx) n = n_ctx;
-    const uint64_t D = hp->n_embd, nh = hp->n_hc, d = hp->n_embd_head, H = hp->n_head;
-    const uint64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, E = hp->n_expert;
-    const uint64_t k = hp->n_expert_used, F = hp->n_ff_exp, Fs = F * hp->n_expert_shared;
-    uint64_t floats = 0;
-    for (uint32_t il = 0; il < m->n_layer; il++) { /* the state of layer_dims() */
-        const uint32_t r = m->layers[il].ratio;
-        floats += hp->n_swa * d;
-        if (r) floats += (n_ctx / r + 1) * d + 2 * (r == 4 ? 16 * d : 128 * d);
-        if (r == 4) floats += (n_ctx / 4 + 1) * dI + 4 * 8 * dI;
-    }
-    /* the larger scratch buffers of dsv4_session_new, per ubatch token */
-    floats += n * (2 * nh * D + 4 * D + hp->q_lora_rank + 2 * H * d + 5 * d + 4 * dI +
-                   HI * dI + HI + E + k * (3 * D + 2 * F) + 2 * Fs +
-                   hp->n_out_group * hp->o_lora_rank);
-    floats += hp->n_vocab + n_ctx; /* logits, tokens */
-    return floats * sizeof(float);
+    struct dsv4_scratch sc;
+    const uint64_t scratch = scratch_layout(&sc, NULL, m, n, (size_t)ms_pool_n_threads(p->pool),
+                                            n_ctx / 4 + 1);
+    return dsv4_kv_bytes(m, (int64_t)n_ctx, false) + scratch +
+           (m->hp.n_vocab + n_ctx) * sizeof(float); /* logits, tokens */
 }
 
 void dsv4_session_reset(struct dsv4_session *s) {

@@ -29,6 +29,8 @@ struct dsv4_snapshot;
  * weights are needed once per prompt). The scratch grows to the longest
  * call and stays at that size. */
 #define DSV4_UBATCH_WHOLE (-1)
+/* n_ubatch 0: ubatches of this many tokens. */
+#define DSV4_UBATCH_DEFAULT 512
 
 /* Routing observer: after the router of layer il ran over n tokens, sel and
  * w ([n][k], slot order) hold each token's experts and their weights. */
@@ -38,15 +40,22 @@ typedef void (*dsv4_route_fn)(void *ctx, uint32_t il, const int32_t *sel, const 
 struct dsv4_session_params {
     int64_t n_ctx;       /* positions the session can hold (> 0) */
     int64_t n_ubatch;    /* tokens per forward step (activation memory bound);
-                            0 = 512, DSV4_UBATCH_WHOLE = the whole call */
+                            0 = DSV4_UBATCH_DEFAULT, DSV4_UBATCH_WHOLE = the
+                            whole call */
     bool quality;        /* F32 activations (exact math on stored weights) */
     struct ms_pool *pool; /* borrowed; NULL = single-threaded */
     dsv4_route_fn on_route; /* NULL = none */
     void *route_ctx;
 };
 
-/* Bytes a session with these parameters allocates (state + scratch), for
- * memory planning before any session exists. */
+/* Bytes of attention (KV) state, F32: live false, what a session of
+ * n_ctx = n positions allocates; live true, what n evaluated positions
+ * occupy (the sliding-window rows min(n, n_swa), the compressed rows n / r
+ * and on ratio-4 layers the indexer keys n / 4, per main layer). */
+uint64_t dsv4_kv_bytes(const struct dsv4_model *m, int64_t n, bool live);
+
+/* Bytes a session with these parameters allocates (state + scratch +
+ * tokens and logits), for memory planning before any session exists. */
 uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p);
 
 /* Creates an empty session. The model must outlive it. Errors: OOM, bad

@@ -1,6 +1,11 @@
 /*
  * session_impl.h - internal: the session's state and scratch, shared by
  * session.c (state, eval loop, snapshots) and forward.c (the layer math).
+ *
+ * Shape names: n tokens of the ubatch, D = n_embd, n_hc hyper-connection
+ * streams, H heads of d = n_embd_head, H_I indexer heads of d_I, E experts,
+ * k = n_expert_used, F = n_ff_exp, Fs = F * n_expert_shared, G output
+ * groups of rank r_o, r_q = q_lora_rank.
  */
 #ifndef MS_MODEL_SESSION_IMPL_H
 #define MS_MODEL_SESSION_IMPL_H
@@ -9,53 +14,72 @@
 #include "kernels/ops.h"
 #include "model/session.h"
 
-/* Attention state of one layer (SPEC 4.1). */
+/* Compressor geometry of a layer of compression ratio r (0, 4 or 128): the
+ * frontier holds the projections of the last coff * r positions (ratio 4
+ * overlaps two windows of 4, ratio 128 one window of 128), each row
+ * coff * dc wide for a compressor of output width dc. */
+static inline int64_t dsv4_comp_slots(uint32_t ratio) {
+    return (int64_t)dsv4_coff(ratio) * ratio;
+}
+
+/* Attention state of one layer (model.md, "state"). */
 struct dsv4_layer_state {
     float *raw;      /* [n_swa][d]: kv row of position p at slot p % n_swa */
-    float *comp;     /* [comp_cap][d]: compressed rows (ratio != 0) */
-    float *idx_keys; /* [comp_cap][d_I]: indexer keys (ratio 4) */
+    float *comp;     /* [n_ctx / r + 1][d]: compressed rows (ratio != 0) */
+    float *idx_keys; /* [n_ctx / 4 + 1][d_I]: indexer keys (ratio 4) */
     int64_t n_comp;  /* rows emitted so far */
-    float *fa, *fb;  /* [S][coff*d] compressor frontier (kv, gate+ape) */
-    float *ia, *ib;  /* [S][2*d_I] indexer compressor frontier (ratio 4) */
+    float *fa, *fb;  /* [coff*r][coff*d] compressor frontier (kv, gate+ape) */
+    float *ia, *ib;  /* [coff*r][coff*d_I] indexer compressor frontier (ratio 4) */
 };
 
-/* Scratch for one ubatch of up to n_ubatch tokens. */
+/* Scratch for one ubatch of up to sc_cap tokens; one allocation (base),
+ * laid out by scratch_layout() in session.c. */
 struct dsv4_scratch {
-    float *X;      /* [n][n_hc][D] hyper-connection state */
-    float *flat;   /* [n][n_hc*D] RMS-normalised state */
-    float *mix;    /* [n][(2+n_hc)*n_hc] HC mix logits */
-    float *pre, *post, *comb; /* [n][n_hc], [n][n_hc], [n][n_hc*n_hc] */
-    float *h;      /* [n][D] sublayer input after its norm */
-    float *qr;     /* [n][r_q] */
-    float *q;      /* [n][H*d] */
-    float *kv;     /* [n][d] */
-    float *o;      /* [n][H*d] attention output per head */
-    float *u;      /* [n][G*r_o] */
-    float *a;      /* [n][D] sublayer output */
-    float *ca, *cb;/* [n][coff*d] compressor projections */
-    float *cia, *cib; /* [n][2*d_I] indexer compressor projections */
-    float *iq;     /* [n][H_I*d_I] indexer queries */
-    float *iw;     /* [n][H_I] indexer head weights */
-    float *router; /* [n][E] */
-    int32_t *sel;  /* [n][k] selected experts */
-    float *selw;   /* [n][k] their weights */
-    float *eo;     /* [n][k][D] weighted routed expert outputs, per slot */
-    float *eh, *eg, *eu; /* [n*k][D], [n*k][F], [n*k][F]: gathered rows, by expert */
-    int32_t *etok; /* [n*k] token of each gathered row; eslot: its slot */
-    int32_t *eslot;
-    int32_t *eidx; /* [E] index in used[] of each expert, -1 if unused */
-    int64_t *eoff; /* [E+1] first gathered row of each used expert */
-    int32_t *eorder; /* [2E] run order of a group of experts, and scratch */
-    ms_err *eerr;  /* [n_threads] errors of parallel expert runs */
-    float *sg, *su;/* [n][F*n_shared] shared expert */
-    float *att;    /* [n_threads][n_swa + comp_cap] attention scores */
-    float *iscore; /* [n_threads][comp_cap] indexer scores */
-    int *itop;     /* [n_threads][comp_cap] top-k scratch */
-    uint8_t *isel; /* [n_threads][comp_cap] selected-row flags */
-    int64_t *tcomp; /* [n] compressed rows visible to each token */
-    float *biased; /* [E] router scores + selection bias */
-    int *topidx;   /* [E] top-k scratch */
-    int32_t *used; /* [E] experts used by the ubatch */
+    void *base;
+    /* hyper-connections */
+    float *resid;      /* [n][n_hc][D] residual stream (hyper-connection state) */
+    float *hc_flat;    /* [n][n_hc*D] normalised residual; hc_post: the old residual */
+    float *hc_mix;     /* [n][(2+n_hc)*n_hc] HC mix logits */
+    float *hc_wpre;    /* [n][n_hc] pre weights */
+    float *hc_wpost;   /* [n][n_hc] post weights */
+    float *hc_comb;    /* [n][n_hc][n_hc] Sinkhorn combination matrix */
+    float *sub_in;     /* [n][D] sublayer input after its norm */
+    float *sub_out;    /* [n][D] sublayer output */
+    /* attention */
+    float *q_lora;     /* [n][r_q] normalised query low-rank projection */
+    float *q;          /* [n][H][d] queries */
+    float *kv;         /* [n][d] key = value rows */
+    float *attn_out;   /* [n][H][d] attention output per head */
+    float *out_lora;   /* [n][G][r_o] grouped output low-rank projection */
+    float *comp_kv, *comp_gate;   /* [n][coff*d] compressor projections */
+    float *icomp_kv, *icomp_gate; /* [n][2*d_I] indexer compressor projections */
+    float *idx_q;      /* [n][H_I][d_I] indexer queries */
+    float *idx_w;      /* [n][H_I] indexer head weights */
+    int64_t *n_comp_seen; /* [n] compressed rows visible to each token */
+    float *comp_window;   /* [2][max coff*r] one compressed element's scores, values */
+    float *attn_score;    /* [n_threads][n_swa + comp_cap] attention scores */
+    float *idx_score;     /* [n_threads][comp_cap] indexer scores */
+    int *idx_top;         /* [n_threads][comp_cap] top-k scratch */
+    uint8_t *idx_sel;     /* [n_threads][comp_cap] selected-row flags */
+    /* MoE */
+    float *router;     /* [n][E] router probabilities pi */
+    int32_t *sel;      /* [n][k] selected experts, slot order */
+    float *selw;       /* [n][k] their weights */
+    float *exp_out;    /* [n][k][D] weighted routed expert outputs, per slot */
+    float *exp_in;     /* [n*k][D] gathered rows, by expert; later the down output */
+    float *exp_gate;   /* [n*k][F] */
+    float *exp_up;     /* [n*k][F] */
+    int32_t *row_tok;  /* [n*k] token of each gathered row */
+    int32_t *row_slot; /* [n*k] slot of each gathered row */
+    int32_t *expert_pos;  /* [E] index in used[] of each expert, -1 if unused */
+    int64_t *expert_row0; /* [E+1] first gathered row of each used expert */
+    int32_t *run_order;   /* [2E] run order of a group of experts, and scratch */
+    ms_err *thread_err;   /* [n_threads] errors of parallel expert runs */
+    float *shexp_gate, *shexp_up; /* [n][Fs] shared expert */
+    float *biased;     /* [E] router probabilities + selection bias */
+    int *topidx;       /* [E] top-k scratch */
+    int32_t *used;     /* [E] experts used by the ubatch */
+    int32_t *tail_ids; /* [DSV4_TAIL_TOKENS * k] experts of the last tokens */
     struct dsv4_expert_view *views; /* [E] */
 };
 
@@ -70,6 +94,7 @@ struct dsv4_session {
     struct dsv4_layer_state *ls; /* [n_layer] */
     struct dsv4_scratch sc;
     int64_t sc_cap;          /* tokens the scratch holds */
+    int64_t pos0;            /* position of the ubatch's first token */
     struct ms_matmul_ctx mm;
     struct ms_matmul_ctx *mm_thread; /* [n_threads]: single-threaded, one per worker */
 };
