@@ -72,9 +72,6 @@ const char *dsv4_class_name(enum dsv4_class c) {
 const char *dsv4_role_suffix(enum dsv4_role r) {
     return (unsigned)r < DSV4_ROLE_COUNT ? g_roles[r].suffix : "?";
 }
-enum dsv4_class dsv4_role_class(enum dsv4_role r) {
-    return (unsigned)r < DSV4_ROLE_COUNT ? g_roles[r].cls : DSV4_C_COUNT;
-}
 
 /* ggml shape of a role in layer il (SPEC 2.1 / 2.2). */
 static uint32_t role_shape(const struct dsv4_hparams *hp, enum dsv4_role r, uint32_t il,
@@ -196,10 +193,6 @@ long dsv4_layout_find(const struct dsv4_layout *l, const char *name) {
     for (size_t i = 0; i < l->n; i++)
         if (!strcmp(l->t[i].name, name)) return (long)i;
     return -1;
-}
-
-int64_t dsv4_tensor_nelements(const struct dsv4_tensor_info *t) {
-    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
 }
 
 bool dsv4_is_mtp_name(const char *name) {

@@ -118,15 +118,10 @@ void dsv4_layout_free(struct dsv4_layout *l);
 /* Index of the tensor called `name`, or -1. */
 long dsv4_layout_find(const struct dsv4_layout *l, const char *name);
 
-/* Element count of a tensor (product of ne). */
-int64_t dsv4_tensor_nelements(const struct dsv4_tensor_info *t);
-
 /* Short lower-case class name ("attn", "exp_gate", ...). */
 const char *dsv4_class_name(enum dsv4_class c);
 /* GGUF name suffix of a role, without "blk.N." ("attn_q_a.weight"). */
 const char *dsv4_role_suffix(enum dsv4_role r);
-/* The class a role belongs to. */
-enum dsv4_class dsv4_role_class(enum dsv4_role r);
 
 /* True for the routed-expert classes (streamed from disk). */
 static inline bool dsv4_class_is_routed(enum dsv4_class c) {

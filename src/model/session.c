@@ -284,7 +284,6 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
 }
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s) { return s->n_past; }
-const int32_t *dsv4_session_tokens(const struct dsv4_session *s) { return s->tokens; }
 const float *dsv4_session_logits(const struct dsv4_session *s) {
     return s->has_logits ? s->logits : NULL;
 }

@@ -78,7 +78,6 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
                       ms_err *err);
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
-const int32_t *dsv4_session_tokens(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */
 const float *dsv4_session_logits(const struct dsv4_session *s);
 

@@ -119,19 +119,6 @@ int ms_type_from_name(const char *name, enum ms_type *out); /* 0 or -1 */
  * or the type is unknown. */
 size_t ms_row_size(enum ms_type type, int64_t n);
 
-/*
- * y[r] = dot(W row r, x) for r in [0, n_rows): W is n_rows x n_cols in `type`
- * (row-major, rows contiguous, ms_row_size(type, n_cols) bytes each), x is f32
- * [n_cols], y is f32 [n_rows]. quality=false quantizes x once to vec_dot_type
- * (into `scratch`, at least ms_matvec_scratch_size bytes, 64-byte aligned, or
- * NULL to allocate internally) and uses vec_dot; quality=true uses vec_dot_f32.
- * Returns 0, or -1 when the type has no kernels or n_cols is not a multiple
- * of the block size (the caller validated shapes; this is a guard).
- */
-int ms_matvec(enum ms_type type, const void *w, int64_t n_rows, int64_t n_cols,
-              const float *x, float *y, bool quality, void *scratch);
-size_t ms_matvec_scratch_size(enum ms_type type, int64_t n_cols);
-
 /* IEEE half / bfloat16 / E8M0 conversions (round to nearest even, as ggml). */
 uint16_t ms_fp32_to_fp16(float f);
 float ms_fp16_to_fp32(uint16_t h);

@@ -124,7 +124,6 @@ void ms_io_close(struct ms_io *io) {
     free(io);
 }
 
-enum ms_io_submit ms_io_submit_mode(const struct ms_io *io) { return io->submit; }
 bool ms_io_is_direct(const struct ms_io *io) { return io->direct; }
 const char *ms_io_describe(const struct ms_io *io) { return io->desc; }
 uint64_t ms_io_bytes_read(const struct ms_io *io) { return io->bytes_read; }

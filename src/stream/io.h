@@ -85,7 +85,6 @@ void ms_io_close(struct ms_io *io);
  */
 int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err);
 
-enum ms_io_submit ms_io_submit_mode(const struct ms_io *io);
 bool ms_io_is_direct(const struct ms_io *io);
 /* A short description of the mode, e.g. "io_uring + O_DIRECT, depth 32". */
 const char *ms_io_describe(const struct ms_io *io);

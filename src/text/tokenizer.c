@@ -352,10 +352,6 @@ int32_t ms_tokenizer_bos(const struct ms_tokenizer *t) { return t->bos; }
 int32_t ms_tokenizer_eos(const struct ms_tokenizer *t) { return t->eos; }
 bool ms_tokenizer_add_bos(const struct ms_tokenizer *t) { return t->add_bos; }
 
-const char *ms_tokenizer_token_text(const struct ms_tokenizer *t, int32_t id) {
-    return id >= 0 && (uint32_t)id < t->n_vocab ? t->text[id] : NULL;
-}
-
 enum ms_token_type ms_tokenizer_token_type(const struct ms_tokenizer *t, int32_t id) {
     return id >= 0 && (uint32_t)id < t->n_vocab ? (enum ms_token_type)t->type[id] : MS_TOKEN_UNDEFINED;
 }

@@ -56,9 +56,7 @@ int32_t ms_tokenizer_bos(const struct ms_tokenizer *t); /* -1 if none */
 int32_t ms_tokenizer_eos(const struct ms_tokenizer *t); /* -1 if none */
 /* tokenizer.ggml.add_bos_token: whether the model wants BOS prepended. */
 bool ms_tokenizer_add_bos(const struct ms_tokenizer *t);
-/* Token text as stored in the vocabulary (byte-level encoded for NORMAL
- * tokens) and its type; NULL / MS_TOKEN_UNDEFINED for an id out of range. */
-const char *ms_tokenizer_token_text(const struct ms_tokenizer *t, int32_t id);
+/* A token's type; MS_TOKEN_UNDEFINED for an id out of range. */
 enum ms_token_type ms_tokenizer_token_type(const struct ms_tokenizer *t, int32_t id);
 /* Id of a token with exactly this text (e.g. "<｜User｜>"), -1 if none. */
 int32_t ms_tokenizer_find(const struct ms_tokenizer *t, const char *text, size_t len);

@@ -36,7 +36,8 @@ float ms_rng_uniform_f(ms_rng *r, float lo, float hi) {
     return lo + (float)(ms_rng_uniform(r) * (double)(hi - lo));
 }
 
-double ms_rng_normal(ms_rng *r) {
+/* Standard normal variate (mean 0, variance 1). */
+static double rng_normal(ms_rng *r) {
     /* Box-Muller; u1 in (0, 1] so log() is finite. */
     double u1 = 1.0 - ms_rng_uniform(r);
     double u2 = ms_rng_uniform(r);
@@ -44,7 +45,7 @@ double ms_rng_normal(ms_rng *r) {
 }
 
 void ms_rng_fill_normal(ms_rng *r, float *x, int64_t n, float stddev) {
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(ms_rng_normal(r) * stddev);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(rng_normal(r) * stddev);
 }
 
 /* ---- float Box-Muller (ms_rng_fill_normal_fast) */

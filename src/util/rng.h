@@ -26,8 +26,6 @@ uint64_t ms_rng_u64(ms_rng *r);
 double ms_rng_uniform(ms_rng *r);
 /* Uniform float in [lo, hi). */
 float ms_rng_uniform_f(ms_rng *r, float lo, float hi);
-/* Standard normal variate (mean 0, variance 1). */
-double ms_rng_normal(ms_rng *r);
 /* Fills x[0..n) with normal(0, stddev) values. */
 void ms_rng_fill_normal(ms_rng *r, float *x, int64_t n, float stddev);
 /* Fills x[0..n) with normal(0, stddev) values, two per 64 random bits: a
