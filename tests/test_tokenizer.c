@@ -11,7 +11,8 @@
  * Both GGUFs are left in MS_TMPDIR (tok-tiny.gguf, tok-dsv3.gguf): the
  * recording script feeds the same files to llama.cpp.
  * Also: round trips through decode, BOS, invalid UTF-8 beyond what llama.cpp
- * can be asked through node, errors on bad vocabularies, and thread safety.
+ * can be asked through node, errors on bad vocabularies, thread safety, and
+ * the byte-level alphabet against GPT-2's definition of it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +28,7 @@
 #include <pthread.h>
 
 #include "gguf/gguf.h"
+#include "text/byte_level.h"
 #include "text/pretok.h"
 #include "text/tokenizer.h"
 #include "mkmodel/vocab_build.h"
@@ -381,6 +383,29 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
+/* text/byte_level.h against GPT-2's bytes_to_unicode as its encoder.py
+ * builds it: the printable bytes keep their value, the rest take 256, 257,
+ * ... in byte order; and the UTF-8 written is the code point's. */
+static void test_byte_level(void **state) {
+    (void)state;
+    uint32_t next = 256;
+    bool seen[MS_BYTE_LEVEL_CP_END] = {false};
+    for (int b = 0; b < 256; b++) {
+        const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        const uint32_t want = printable ? (uint32_t)b : next++;
+        assert_int_equal(ms_byte_level_cp((uint8_t)b), want);
+        assert_true(want < MS_BYTE_LEVEL_CP_END && !seen[want]);
+        seen[want] = true;
+        char u[2];
+        const size_t n = ms_byte_level_utf8((uint8_t)b, u);
+        const uint32_t back = n == 1 ? (uint8_t)u[0]
+                                     : (((uint32_t)(uint8_t)u[0] & 0x1F) << 6) | ((uint8_t)u[1] & 0x3F);
+        assert_int_equal(n, want < 0x80 ? 1 : 2);
+        assert_int_equal(back, want);
+    }
+    assert_int_equal(next, MS_BYTE_LEVEL_CP_END);
+}
+
 static void test_threads(void **state) {
     struct ms_tokenizer *t = tiny_tok();
     assert_non_null(t);
@@ -411,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_pretok_words), cmocka_unit_test(test_tiny_vectors),
         cmocka_unit_test(test_dsv3_vectors), cmocka_unit_test(test_api),
         cmocka_unit_test(test_bad_vocab),    cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_byte_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/byte_level.h"
+
 /* ---- the corpus --------------------------------------------------------- */
 
 /* Written for this file. Prose, code with indentation, numbers, punctuation,
@@ -162,32 +164,13 @@ _Static_assert(N_HEAD + N_TAIL == MS_VOCAB_N_SPECIAL, "special token count");
 
 /* ---- GPT-2 byte-level text ---------------------------------------------- */
 
-/* GPT-2's bytes_to_unicode: printable bytes ('!'..'~', 0xA1..0xAC,
- * 0xAE..0xFF) stand for themselves; the other 68 map, in byte order, to
- * U+0100 onwards. */
-static void byte_to_codepoint_table(uint32_t cp[256]) {
-    uint32_t next = 256;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-        cp[b] = printable ? (uint32_t)b : next++;
-    }
-}
-
-/* Byte-level text of raw bytes: each byte becomes one code point < 0x144,
- * i.e. one or two UTF-8 bytes. Returns a malloc'd string or NULL. */
-static char *byte_level_text(const uint32_t cp[256], const uint8_t *bytes, size_t n) {
+/* Byte-level text of raw bytes (text/byte_level.h): one or two UTF-8 bytes
+ * per byte. Returns a malloc'd string or NULL. */
+static char *byte_level_text(const uint8_t *bytes, size_t n) {
     char *s = malloc(2 * n + 1);
     if (!s) return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t c = cp[bytes[i]];
-        if (c < 0x80) {
-            s[k++] = (char)c;
-        } else {
-            s[k++] = (char)(0xC0 | (c >> 6));
-            s[k++] = (char)(0x80 | (c & 0x3F));
-        }
-    }
+    for (size_t i = 0; i < n; i++) k += ms_byte_level_utf8(bytes[i], s + k);
     s[k] = '\0';
     return s;
 }
@@ -603,8 +586,6 @@ int ms_vocab_build(uint32_t n_vocab, struct ms_vocab_spec *out, ms_err *err) {
     }
     if (collect_words(&t, err) < 0 || train(&t, max_merges, err) < 0) goto done;
 
-    uint32_t cp[256];
-    byte_to_codepoint_table(cp);
     out->n_tokens = n_vocab;
     out->tokens = calloc(n_vocab, sizeof *out->tokens);
     out->token_type = calloc(n_vocab, sizeof *out->token_type);
@@ -617,7 +598,7 @@ int ms_vocab_build(uint32_t n_vocab, struct ms_vocab_spec *out, ms_err *err) {
         out->token_type[id] = MS_TOKEN_CONTROL;
     }
     for (; id < t.n_tok; id++) {
-        if (!(out->tokens[id] = byte_level_text(cp, t.tok[id], t.tok_len[id]))) goto oom;
+        if (!(out->tokens[id] = byte_level_text(t.tok[id], t.tok_len[id]))) goto oom;
         out->token_type[id] = MS_TOKEN_NORMAL;
     }
     for (uint32_t ph = 0; id < n_vocab - N_TAIL; id++, ph++) {

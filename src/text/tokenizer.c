@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/byte_level.h"
 #include "text/pretok.h"
 #include "util/mem.h"
 
@@ -94,27 +95,17 @@ struct ms_tokenizer {
     int32_t bos, eos;
     bool add_bos;
     char byte_utf8[256][3]; /* GPT-2 byte -> its code point's UTF-8, NUL-padded */
-    int16_t cp_byte[0x144]; /* code point -> byte, -1 if it stands for none */
+    int16_t cp_byte[MS_BYTE_LEVEL_CP_END]; /* code point -> byte, -1 if none */
     struct ms_pretok *pretok;
 };
 
-/* GPT-2's bytes_to_unicode: printable bytes ('!'..'~', 0xA1..0xAC,
- * 0xAE..0xFF) stand for themselves, the other 68 for U+0100.. in order. */
+/* The byte-level alphabet (byte_level.h) both ways, as lookup tables. */
 static void init_byte_table(struct ms_tokenizer *t) {
-    uint32_t next = 0x100;
-    for (int i = 0; i < 0x144; i++) t->cp_byte[i] = -1;
+    for (uint32_t i = 0; i < MS_BYTE_LEVEL_CP_END; i++) t->cp_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
-        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        uint32_t cp = printable ? (uint32_t)b : next++;
-        t->cp_byte[cp] = (int16_t)b;
-        char *o = t->byte_utf8[b];
-        memset(o, 0, 3);
-        if (cp < 0x80) {
-            o[0] = (char)cp;
-        } else {
-            o[0] = (char)(0xC0 | (cp >> 6));
-            o[1] = (char)(0x80 | (cp & 0x3F));
-        }
+        t->cp_byte[ms_byte_level_cp((uint8_t)b)] = (int16_t)b;
+        memset(t->byte_utf8[b], 0, 3);
+        ms_byte_level_utf8((uint8_t)b, t->byte_utf8[b]);
     }
 }
 
@@ -173,7 +164,7 @@ static int make_piece(struct ms_tokenizer *t, uint32_t id) {
             uint32_t cp;
             size_t l = ms_utf8_decode_llama((const uint8_t *)s + i, n - i, &cp);
             i += l;
-            if (cp < 0x144 && t->cp_byte[cp] >= 0) {
+            if (cp < MS_BYTE_LEVEL_CP_END && t->cp_byte[cp] >= 0) {
                 p[k++] = (char)t->cp_byte[cp]; /* never longer than the text */
                 continue;
             }
