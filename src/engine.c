@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "model/session.h"
+#include "quant/quant.h"
 #include "moestream.h"
 #include "stream/budget.h"
 #include "stream/expert_source.h"
@@ -66,12 +67,8 @@ static int64_t default_n_ctx(const struct dsv4_model *m, int64_t n_ctx) {
  * model's expert source for the SSD expert store. */
 static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p, ms_err *err) {
     struct dsv4_model *m = e->model;
-    uint64_t max_layer = 0, max_slot = 0;
-    for (uint32_t il = 0; il < m->n_layer; il++) {
-        const uint64_t slot = ms_stream_slot_bytes(m, il);
-        if (slot > max_slot) max_slot = slot;
-        if (slot * m->hp.n_expert > max_layer) max_layer = slot * m->hp.n_expert;
-    }
+    const uint64_t max_slot = ms_stream_max_slot_bytes(m);
+    const uint64_t max_layer = max_slot * m->hp.n_expert;
     uint64_t limit;
     const char *source;
     if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) return -1;
@@ -284,3 +281,5 @@ int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_
     return dsv4_session_restore(s->s, (const struct dsv4_snapshot *)snap, err);
 }
 void ms_snapshot_free(struct ms_snapshot *snap) { dsv4_snapshot_free((struct dsv4_snapshot *)snap); }
+
+const char *ms_kernels_isa(void) { return ms_quant_isa(); }

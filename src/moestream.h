@@ -1,6 +1,13 @@
 /*
- * moestream.h - the public engine API. The CLI and the server see only this
- * header.
+ * moestream.h - the public engine API. Everything that evaluates a model
+ * (run, chat, logits, bench, the server) reaches the engine only through
+ * this header. Next to it they use three self-contained helpers that hold no
+ * engine state: the sampler (sample/sampler.h), the chat template
+ * (text/chat_template.h) and the number parsers (util/parse.h). Two
+ * subcommands are file tools rather than engine users and include lower
+ * layers on purpose: `inspect` prints a GGUF's metadata and tensor layout
+ * without loading the model (gguf/, model/hparams.h, model/layout.h), and
+ * `mkmodel` drives the test-model generator (mkmodel/).
  *
  * An engine is a loaded model plus the thread pool and kernel mode that
  * evaluate it; a session is one mutable timeline over an engine (tokens,
@@ -110,6 +117,10 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e);
  * engine was loaded without profile_routing, the file cannot be written.
  */
 int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err);
+
+/* The kernel set this CPU runs: "scalar", "avx2" or "avx512" (chosen on
+ * first use; MS_ISA=scalar|avx2|avx512 in the environment caps it). */
+const char *ms_kernels_isa(void);
 
 /* One line describing the memory plan (resident or streaming, budgets). */
 const char *ms_engine_plan_line(const struct ms_engine *e);

@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "quant/quant.h"
-
-#define MS_VERSION "0.1.0"
+#include "moestream.h"
 
 struct command {
     const char *name;
@@ -43,8 +41,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        ms_quant_init();
-        printf("moestream %s (kernels: %s)\n", MS_VERSION, ms_quant_isa());
+        printf("moestream %s (kernels: %s)\n", MOESTREAM_VERSION, ms_kernels_isa());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -44,6 +44,7 @@ struct layer_plan {
 struct ms_stream_source {
     const struct dsv4_model *m;
     struct layer_plan *plan; /* [n_layer] */
+    uint64_t max_slot;       /* the largest plan[il].slot_bytes */
     struct ms_expert_cache *cache;
     struct ms_io *io;
     void **bufs;             /* [n_expert] scratch of one acquire */
@@ -117,13 +118,17 @@ uint64_t ms_stream_slot_bytes(const struct dsv4_model *m, uint32_t il) {
     return il < m->n_layer && !plan_layer(m, il, &lp, &e) ? lp.slot_bytes : 0;
 }
 
-uint64_t ms_stream_min_budget(const struct dsv4_model *m) {
+uint64_t ms_stream_max_slot_bytes(const struct dsv4_model *m) {
     uint64_t best = 0;
     for (uint32_t il = 0; il < m->n_layer; il++) {
-        const uint64_t b = (uint64_t)m->hp.n_expert_used * ms_stream_slot_bytes(m, il);
+        const uint64_t b = ms_stream_slot_bytes(m, il);
         if (b > best) best = b;
     }
     return best;
+}
+
+uint64_t ms_stream_min_budget(const struct dsv4_model *m) {
+    return (uint64_t)m->hp.n_expert_used * ms_stream_max_slot_bytes(m);
 }
 
 static double now_s(void) {
@@ -494,9 +499,7 @@ static void copy_slot(void *ctx, void *buf) {
 static int preload(struct ms_stream_source *s, const struct ms_hotlist *h, uint32_t n,
                    ms_err *err) {
     if (!n || !h->n) return 0;
-    uint64_t max_slot = 0;
-    for (uint32_t il = 0; il < s->m->n_layer; il++)
-        if (s->plan[il].slot_bytes > max_slot) max_slot = s->plan[il].slot_bytes;
+    const uint64_t max_slot = s->max_slot;
     char *scratch = ms_aligned_alloc(MS_IO_ALIGN, (size_t)(max_slot * PRELOAD_BATCH));
     if (!scratch) return ms_err_set(err, "out of memory for the expert preload");
     const struct ms_cache_stats *st = ms_expert_cache_stats(s->cache);
@@ -592,6 +595,7 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     for (uint32_t il = 0; il < m->n_layer; il++) {
         if (plan_layer(m, il, &s->plan[il], err)) goto fail;
         slot_bytes[il] = s->plan[il].slot_bytes;
+        if (slot_bytes[il] > s->max_slot) s->max_slot = slot_bytes[il];
     }
     const uint64_t min = ms_stream_min_budget(m);
     const uint64_t budget = p->budget_bytes ? p->budget_bytes : min;
@@ -617,18 +621,17 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
         ms_hotlist_free(&h);
         if (rc) goto fail;
     }
-    uint64_t max_layer = 0, max_slot = 0;
-    for (uint32_t il = 0; il < m->n_layer; il++) {
+    uint64_t max_layer = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++)
         if (s->plan[il].layer_bytes > max_layer) max_layer = s->plan[il].layer_bytes;
-        if (s->plan[il].slot_bytes > max_slot) max_slot = s->plan[il].slot_bytes;
-    }
     const uint32_t k = m->hp.n_expert_used ? m->hp.n_expert_used : 1;
     s->whole_min = p->whole_layer_min_tokens > 0    ? p->whole_layer_min_tokens
                    : p->whole_layer_min_tokens < 0 ? INT64_MAX
                                                    : (int64_t)((WHOLE_LAYER_FILL * E + k - 1) / k);
     /* Seeding copies into fresh slot memory on the forward pass's thread:
      * one token's experts per layer (measured in expert_source.h). */
-    s->seed_quota = m->n_layer && max_slot ? (uint32_t)(budget / (m->n_layer * max_slot)) : 0;
+    s->seed_quota =
+        m->n_layer && s->max_slot ? (uint32_t)(budget / (m->n_layer * s->max_slot)) : 0;
     if (s->seed_quota > m->hp.n_expert_used) s->seed_quota = m->hp.n_expert_used;
     if (s->whole_min != INT64_MAX && max_layer &&
         ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, err))
@@ -649,11 +652,7 @@ fail:
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
     /* Group size: as many experts of the largest layer as the budget holds
      * (at least one token's worth: the budget is never below that). */
-    uint64_t max_slot = 1;
-    for (uint32_t il = 0; il < s->m->n_layer; il++) {
-        const uint64_t b = ms_stream_slot_bytes(s->m, il);
-        if (b > max_slot) max_slot = b;
-    }
+    const uint64_t max_slot = s->max_slot ? s->max_slot : 1;
     uint64_t fit = ms_expert_cache_stats(s->cache)->budget_bytes / max_slot;
     if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
     if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;

@@ -132,8 +132,11 @@ struct ms_stream_source;
 
 /* Buffer bytes of one expert slot of layer il (its three extents). */
 uint64_t ms_stream_slot_bytes(const struct dsv4_model *m, uint32_t il);
+/* The largest slot over all layers (layers of different weight types have
+ * different slots); 0 for a model without routed experts. */
+uint64_t ms_stream_max_slot_bytes(const struct dsv4_model *m);
 /* The smallest budget that holds one token's experts in every layer:
- * max over layers of n_expert_used * slot bytes. */
+ * n_expert_used * the largest slot. */
 uint64_t ms_stream_min_budget(const struct dsv4_model *m);
 /* Bytes that holding the first n layers whole takes (--full-layers). */
 uint64_t ms_stream_full_layer_bytes(const struct dsv4_model *m, uint32_t n);
