@@ -3,8 +3,8 @@
 // an empty sequence: prefills the first N tokens of the benchmark text in one
 // batch (batch = ubatch >= N, so one decode call), then decodes G tokens
 // greedily one at a time. Load time is measured but kept out of both figures
-// (model load reads the whole file in every mode: ORACLE-NOTES.md,
-// "Benchmarking llama.cpp fairly").
+// (llama.cpp's model load reads the whole file in every mode, so it would
+// dominate short runs).
 //
 // The tokens are those `moestream bench` walks: BOS (when the model has one)
 // then the text's tokens, the text repeated when short.

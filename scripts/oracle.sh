@@ -3,7 +3,7 @@
 # writes? For every weight format, as routed-expert type and as dense type,
 # and for the tiny and small presets, generate a model and run
 # tests/oracle/check_load.mjs on it (llama.cpp through node-llama-cpp 3.22.1,
-# CPU, F32 KV cache: see /work/shared/ORACLE-NOTES.md). One line per model,
+# CPU, F32 KV cache: see tests/data/oracle/README.md). One line per model,
 # then "N passed, N failed"; exit status 1 if any failed.
 #
 # usage: scripts/oracle.sh path/to/moestream

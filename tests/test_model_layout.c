@@ -1,7 +1,8 @@
 /*
  * test_model_layout.c - deepseek4 hyperparameters, tensor layout and the
  * mkmodel generator: layout counts and shapes derived from the rules of
- * SPEC-dsv4.md section 2, validation of every SPEC 1.4 constraint, metadata
+ * docs/gguf.md ("Tensors"), validation of every llama.cpp constraint on the
+ * metadata (docs/gguf.md, "Metadata keys"), metadata
  * round trip, files in every supported type read back by gguf_open,
  * determinism, the F32 twin and mixed expert types.
  */
@@ -49,7 +50,7 @@ static void assert_ne(const struct dsv4_tensor_info *t, int64_t a, int64_t b, in
     assert_int_equal(t->ne[3], 1);
 }
 
-/* Count per layer from SPEC 2.2: 24 always-present tensors (6 HC, 4 norms,
+/* Count per layer (docs/gguf.md, "Tensors"): 24 always-present tensors (6 HC, 4 norms,
  * 6 attention, router, bias-or-tid2eid, 3 routed, 3 shared), +4 compressor
  * tensors when ratio != 0, +6 indexer tensors when ratio == 4; 6 globals. */
 static size_t expected_count(const struct dsv4_hparams *hp) {
@@ -121,7 +122,7 @@ static void test_layout_counts_and_shapes(void **state) {
     dsv4_layout_free(&l);
 }
 
-/* Each SPEC 1.4 rule, broken one at a time, must be rejected with a message
+/* Each llama.cpp constraint, broken one at a time, must be rejected with a message
  * naming the key. */
 static void test_validation(void **state) {
     (void)state;

@@ -53,7 +53,8 @@ static void test_softplus(void **state) {
 }
 
 /* V4-Flash compressed-layer RoPE: base 160000, s = 1/16, YaRN ramp over pairs
- * 15..25 (SPEC 3.1 worked constants), magnitude cancelled by a. A pair (1, 0)
+ * 15..25 (the worked constants of docs/model.md's RoPE with b = 160000,
+ * s = 1/16: c(32) = 15.45, c(1) = 24.71), magnitude cancelled by a. A pair (1, 0)
  * rotated at position p must come out at angle theta_ext (i <= 15) or
  * theta_ext / 16 (i >= 25), with unit length. */
 static void test_rope_yarn_flash_constants(void **state) {
@@ -116,7 +117,8 @@ static void test_swiglu_clamp(void **state) {
     assert_true(fabs(o[0] - (12.0 / (1 + exp(-12.0))) * 20.0) < 1e-3);
 }
 
-/* Double-precision Sinkhorn written from SPEC 3.3 independently of ops.c. */
+/* Double-precision Sinkhorn written from docs/model.md ("Hyper-connections")
+ * independently of ops.c. */
 static void sinkhorn_ref(double c[4][4] /* [d][s] */, const float z[16], int iters, double eps) {
     for (int s = 0; s < 4; s++) {
         double m = -1e300, sum = 0;

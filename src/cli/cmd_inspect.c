@@ -208,7 +208,7 @@ static void detect_layout(struct report *r) {
                  r->hp_ok ? dsv4_n_layer(&r->hp) : 0, n_nextn);
         return;
     }
-    /* ds4's published mix (SPEC 2): Q8_0 attention, F16 HC and router, and
+    /* ds4's published mix (docs/gguf.md, "Layouts we accept"): Q8_0 attention, F16 HC and router, and
      * IQ2_XXS / Q4_K / MXFP4 gate-up experts. Same names as llama.cpp. */
     bool f1, f2, f3, f4;
     enum ms_type q_a = tensor_type_of(f, "blk.0.attn_q_a.weight", &f1);

@@ -2,7 +2,7 @@
  * matmul.h - quantized-weight x f32-activation matrix products, batched over
  * tokens and split by output rows across the thread pool.
  *
- * Two modes (DESIGN "Kernels have two modes"): fast, where the activations
+ * Two modes (docs/model.md, "Numerics and modes"): fast, where the activations
  * are converted once per call to the weight format's vec_dot_type (Q8_0,
  * Q8_K, F16 ... as ggml does) and integer/half dot products run; and quality,
  * where every dot product is taken against the f32 activations (exact math

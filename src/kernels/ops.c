@@ -113,7 +113,9 @@ void ms_sinkhorn4(float c[16], const float z[16], int iters, float eps) {
 
 /* libstdc++ __adjust_heap followed by __push_heap on idx[0..len) with the
  * "before" order s[a] > s[b] (a min-heap on score: the top is the worst of
- * the kept k). Transcribed from the procedure in SPEC 3.5. */
+ * the kept k). libstdc++'s __adjust_heap / __push_heap steps, as
+ * std::partial_sort runs them (make_heap over the first k, then each later
+ * index that beats the top replaces it and sifts down). */
 static void heap_sift(const float *s, int *idx, int hole, int len, int v) {
     const int top = hole;
     int c = hole;

@@ -6,8 +6,8 @@
  *
  * All are scalar f32 code with double accumulation where the references
  * accumulate in double; they are O(n) next to the matmuls and are not
- * vectorised. Formulas and their sources are cited per function (SPEC = the
- * project's SPEC-dsv4.md).
+ * vectorised. Formulas and their sources are cited per function; the
+ * derivations are in docs/model.md.
  */
 #ifndef MS_KERNELS_OPS_H
 #define MS_KERNELS_OPS_H
@@ -16,17 +16,19 @@
 #include <stdint.h>
 
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1), i < n. The sum of
- * squares is accumulated in double (SPEC 0). y may alias x. */
+ * squares is accumulated in double (as ggml and ds4 do). y may alias x. */
 void ms_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
 /* In-place softmax over x[0..n); returns the max. -INFINITY entries get 0.
  * n >= 1 and at least one finite entry. */
 float ms_softmax(float *x, int64_t n);
 
-/* llama.cpp's CPU softplus: x > 20 ? x : log(1 + exp(x)) (SPEC 0, 6.8). */
+/* llama.cpp's CPU softplus: x > 20 ? x : log(1 + exp(x)) (ds4's log1p form
+ * differs for very negative x; docs/model.md, "Numerics and modes"). */
 float ms_softplus(float x);
 
-/* Parameters of the "tail RoPE" of SPEC 3.1 (ggml rope_ext, NORM mode:
+/* Parameters of the "tail RoPE" of docs/model.md, "RoPE" (ggml rope_ext,
+ * NORM mode:
  * consecutive pairs). ext_factor 0 disables YaRN's ramp. */
 struct ms_rope_params {
     int n_rot;            /* d_r: rotated tail length (even) */
@@ -39,20 +41,22 @@ struct ms_rope_params {
     float beta_slow;      /* YaRN beta_slow */
 };
 
-/* Rotates the last p->n_rot entries of x[0..n) at position pos (SPEC 3.1).
+/* Rotates the last p->n_rot entries of x[0..n) at position pos (ggml's
+ * rope_ext with YaRN, Peng et al. 2023; formula in docs/model.md, "RoPE").
  * inverse=true applies the inverse rotation (sin -> -sin, same magnitude),
  * as ggml's rope_ext_back. theta advances by repeated f32 multiplication,
  * as in ggml and ds4. */
 void ms_rope_tail(float *x, int64_t n, int64_t pos, const struct ms_rope_params *p, bool inverse);
 
-/* Clamped SwiGLU of SPEC 3.6: for i < n,
+/* Clamped SwiGLU (llama.cpp's deepseek4 experts; docs/model.md, "Routed
+ * experts and the shared expert"): for i < n,
  *   g = gate[i], u = up[i]; if limit > 1e-6: g = min(g, limit), u = clamp(u, ±limit)
  *   out[i] = silu(g) * u
  * out may alias gate or up. */
 void ms_swiglu_clamped(float *out, const float *gate, const float *up, int64_t n, float limit);
 
 /* Sinkhorn normalisation of the 4x4 hyper-connection combination matrix
- * (SPEC 3.3). z[d + 4*s] are the logits for destination d, source s (the
+ * (docs/model.md, "Hyper-connections"). z[d + 4*s] are the logits for destination d, source s (the
  * destination index is the fast one); c receives C[d][s] in the same layout.
  * Softmax over destinations per source, +eps, then a destination (row) pass,
  * then iters-1 (source, destination) pairs, every denominator + eps. */
@@ -61,7 +65,8 @@ void ms_sinkhorn4(float c[16], const float z[16], int iters, float eps);
 /* Top-k indices of s[0..n) (largest first is not guaranteed: the order is
  * the heap's), reproducing llama.cpp's CPU top-k (std::partial_sort over
  * 0..n-1 with comparator s[a] > s[b], libstdc++'s heap selection), so that
- * exact ties are broken the way the reference breaks them (SPEC 3.5).
+ * exact ties are broken the way the reference breaks them (docs/model.md,
+ * "Attention": the lightning indexer).
  * idx is scratch of n ints; the selected k (k <= n) indices end up in
  * idx[0..k). */
 void ms_topk_heap(const float *s, int n, int k, int *idx);

@@ -70,8 +70,9 @@ int mkmodel_preset(struct mkmodel_opts *o, const char *name, ms_err *err) {
     o->dense_type = MS_TYPE_Q8_0;
     o->last_layers_type = MS_TYPE_Q4_K;
     if (!strcmp(name, "tiny")) {
-        /* Sensitive on purpose (ORACLE-NOTES "Test models must be able to
-         * fail"): few Sinkhorn iterations, a large eps_hc, a clamp that
+        /* Sensitive on purpose (docs/model.md, "How it is checked": on
+         * default weights a wrong Sinkhorn axis or epsilon moves
+         * probabilities by < 1e-6, so a test could not fail): few Sinkhorn iterations, a large eps_hc, a clamp that
          * clamps, a weight scale other than 1.5, a small indexer top-k. */
         hp->n_embd = 256;
         hp->n_block = 4;

@@ -1,6 +1,6 @@
 /*
  * mkmodel.h - writes a DeepSeek-V4-architecture GGUF (llama.cpp's deepseek4
- * layout, SPEC-dsv4.md sections 1-2) with seeded random weights, for tests,
+ * layout, docs/gguf.md) with seeded random weights, for tests,
  * demos and benchmarks.
  *
  * Weights are scaled so a forward pass stays finite and informative:

@@ -1,6 +1,6 @@
 /*
  * hparams.c - deepseek4 metadata <-> struct dsv4_hparams (see hparams.h).
- * Key strings are llama.cpp's (src/llama-arch.cpp, listed in SPEC 1.1).
+ * Key strings are llama.cpp's (src/llama-arch.cpp; listed in docs/gguf.md).
  */
 #include "model/hparams.h"
 
@@ -141,7 +141,8 @@ int dsv4_hparams_read(struct dsv4_hparams *hp, const struct gguf_file *f, ms_err
         strcpy(hp->rope_scaling_type, rs);
     }
 
-    /* vocab_size is optional (SPEC 1.1): fall back to the token list. */
+    /* vocab_size is optional (small models omit it): fall back to the token
+     * list, as llama.cpp does. */
     r = gguf_get_u32_opt(f, KEY_VOCAB, &hp->n_vocab, err);
     if (r < 0) return -1;
     if (r == 1) {

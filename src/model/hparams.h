@@ -1,11 +1,12 @@
 /*
  * hparams.h - DeepSeek V4 ("deepseek4") hyperparameters: the GGUF metadata
- * keys of SPEC-dsv4.md section 1.1, read into one struct, validated against
- * the constraints llama.cpp's loader imposes (SPEC 1.4, ORACLE-NOTES "What
- * llama.cpp requires of a deepseek4 file"), and written back by mkmodel.
+ * keys (docs/gguf.md, "Metadata keys"), read into one struct, validated
+ * against the constraints llama.cpp's loader imposes (the same table; some
+ * were found by running llama.cpp on test models: it fails at context
+ * creation without them), and written back by mkmodel.
  *
  * Nothing here hard-codes a model size: the same struct describes a 2 MB test
- * model and V4-Flash. Layer counting follows llama.cpp (SPEC 1.3): the file's
+ * model and V4-Flash. Layer counting follows llama.cpp: the file's
  * block_count includes n_nextn MTP blocks appended after the n_layer main
  * layers.
  */
@@ -72,14 +73,14 @@ static inline uint32_t dsv4_n_layer(const struct dsv4_hparams *hp) {
     return hp->n_block - hp->n_nextn;
 }
 
-/* Compressor overlap factor (SPEC 1.2): 2 for ratio 4, 1 for ratio 128, 0
- * for an uncompressed layer. */
+/* Compressor overlap factor (docs/model.md, "Attention"): 2 for ratio 4
+ * (overlapping windows), 1 for ratio 128, 0 for an uncompressed layer. */
 static inline uint32_t dsv4_coff(uint32_t ratio) {
     return ratio == 4 ? 2 : ratio == 128 ? 1 : 0;
 }
 
 /*
- * Reads every key of SPEC 1.1 from an open GGUF into *hp and validates the
+ * Reads every key of docs/gguf.md's tables from an open GGUF into *hp and validates the
  * result (dsv4_hparams_validate). general.architecture must be "deepseek4".
  * Optional keys take llama.cpp's defaults (vocab_size -> token count,
  * nextn/hash/group counts -> 0, yarn betas -> 32 / 1, swiglu_clamp_shexp ->
@@ -89,24 +90,26 @@ static inline uint32_t dsv4_coff(uint32_t ratio) {
  */
 int dsv4_hparams_read(struct dsv4_hparams *hp, const struct gguf_file *f, ms_err *err);
 
-/* llama.cpp's rule (SPEC 1.3): if blk.<n_layer>.nextn.eh_proj.weight is
+/* llama.cpp's rule: if blk.<n_layer>.nextn.eh_proj.weight is
  * absent, the file has no MTP blocks and n_nextn becomes 0. */
 void dsv4_hparams_probe_nextn(struct dsv4_hparams *hp, const struct gguf_file *f);
 
 /*
- * Checks the constraints of SPEC 1.4 (and basic sanity: non-zero sizes,
+ * Checks llama.cpp's constraints (docs/gguf.md, "Metadata keys", column
+ * "checked") and basic sanity (non-zero sizes,
  * n_block <= DSV4_MAX_LAYERS, k <= E, hash layers <= main layers). Returns
  * 0, or -1 with a message saying which value breaks which rule.
  */
 int dsv4_hparams_validate(const struct dsv4_hparams *hp, ms_err *err);
 
-/* Writes general.architecture and every deepseek4.* key of SPEC 1.1 (the
+/* Writes general.architecture and every deepseek4.* key (the
  * compress ratios as a u32 array, clamps as per-block f32 arrays; optional
  * keys only when set). -1 on writer failure (OOM). */
 int dsv4_hparams_write(const struct dsv4_hparams *hp, struct gguf_writer *w, ms_err *err);
 
 /* Fills ratio[0..n) with the default pattern: layer 0 raw (0) then 4, 128
- * alternating (one layer: 4). Satisfies SPEC 1.4 for any n >= 1 (n >= 3
+ * alternating (one layer: 4). Satisfies llama.cpp's ratio constraints for
+ * any n >= 1 (n >= 3
  * has a ratio-128 layer too). */
 void dsv4_default_ratios(uint32_t *ratio, uint32_t n);
 

@@ -1,7 +1,7 @@
 /*
  * layout.c - the deepseek4 tensor enumeration (see layout.h; names and ggml
- * shapes from SPEC-dsv4.md section 2, which took them from gguf-py's tensor
- * table and llama.cpp's deepseek4 loader).
+ * shapes are those of gguf-py's tensor table and llama.cpp's deepseek4
+ * loader, summarised in docs/gguf.md, "Tensors").
  */
 #include "model/layout.h"
 
@@ -73,7 +73,7 @@ const char *dsv4_role_suffix(enum dsv4_role r) {
     return (unsigned)r < DSV4_ROLE_COUNT ? g_roles[r].suffix : "?";
 }
 
-/* ggml shape of a role in layer il (SPEC 2.1 / 2.2). */
+/* ggml shape of a role in layer il (docs/model.md names the symbols). */
 static uint32_t role_shape(const struct dsv4_hparams *hp, enum dsv4_role r, uint32_t il,
                            int64_t ne[4]) {
     const int64_t D = hp->n_embd, V = hp->n_vocab, H = hp->n_head, d = hp->n_embd_head;
@@ -129,7 +129,9 @@ static uint32_t role_shape(const struct dsv4_hparams *hp, enum dsv4_role r, uint
     return 0;
 }
 
-/* Whether role r exists in layer il (SPEC 2.2 conditions). */
+/* Whether role r exists in layer il: compressor tensors in ratio 4 and 128
+ * layers, indexer tensors in ratio 4 layers, tid2eid in hash layers, the
+ * selection bias in the others. */
 static bool role_present(const struct dsv4_hparams *hp, enum dsv4_role r, uint32_t il) {
     uint32_t ratio = hp->compress_ratio[il];
     switch (r) {

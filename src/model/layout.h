@@ -1,13 +1,13 @@
 /*
- * layout.h - every tensor a deepseek4 model has (SPEC-dsv4.md section 2):
+ * layout.h - every tensor a deepseek4 model has (docs/gguf.md, "Tensors"):
  * GGUF name, layer, role, class and ggml shape, derived from the
  * hyperparameters alone.
  *
  * One enumeration serves three users: mkmodel writes exactly these tensors,
  * inspect checks a file against them and classifies its bytes (dense vs
  * routed), and the model loader binds them by role. MTP/nextn tensors are
- * not part of the main-model layout (SPEC 5); files that carry them are
- * recognised by dsv4_is_mtp_name.
+ * not part of the main-model layout (docs/gguf.md, "Layouts we accept");
+ * files that carry them are recognised by dsv4_is_mtp_name.
  */
 #ifndef MS_MODEL_LAYOUT_H
 #define MS_MODEL_LAYOUT_H
@@ -104,10 +104,10 @@ struct dsv4_layout {
 
 /*
  * Enumerates the main model's tensors for hp (validated first): the global
- * token_embd, then per layer il in [0, n_layer) the tensors of SPEC 2.2
+ * token_embd, then per layer il in [0, n_layer) the tensors of that layer
  * (compressor tensors only where ratio != 0, indexer tensors only where ratio
  * == 4, tid2eid for il < n_hash_layer and exp_probs_b otherwise), then the
- * output head. Shapes are ggml ne (SPEC 2): e.g. attn_q_b {r_q, H*d},
+ * output head. Shapes are ggml ne (fastest dimension first): e.g. attn_q_b {r_q, H*d},
  * attn_output_a {H*d/G, G*r_o}, ffn_gate_exps {D, F, E}, ffn_down_exps
  * {F, D, E}, tid2eid {k, V}. Returns 0, or -1 (invalid hparams, OOM).
  * Free with dsv4_layout_free.

@@ -6,9 +6,9 @@
  * memory.limit_in_bytes or v2 memory.max of the cgroup this process is in)
  * and the machine's MemAvailable. The plan subtracts everything that is not
  * expert cache - dense weights, the sessions' KV state and scratch, and two
- * layers of prefill headroom - before fitting the cache (DESIGN "Expert
- * streaming": the reference engine forgets KV and context buffers and
- * overcommits at long contexts).
+ * layers of prefill headroom - before fitting the cache (leaving KV and
+ * context buffers out, as a reference engine does, overcommits memory at
+ * long contexts; docs/streaming.md, "The memory plan").
  */
 #ifndef MS_STREAM_BUDGET_H
 #define MS_STREAM_BUDGET_H

@@ -231,7 +231,8 @@ static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const in
 /* ---- whole-layer mode -------------------------------------------------- */
 
 /* Auto switch point: whole layers once n_tokens * n_expert_used >=
- * WHOLE_LAYER_FILL * n_expert (measured, see expert_source.h). */
+ * WHOLE_LAYER_FILL * n_expert (measured: docs/streaming.md, "The switch
+ * point, measured"). */
 #define WHOLE_LAYER_FILL 3
 
 /* The layer buffer holding (or reading) layer il, or -1. */
@@ -629,7 +630,8 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
                    : p->whole_layer_min_tokens < 0 ? INT64_MAX
                                                    : (int64_t)((WHOLE_LAYER_FILL * E + k - 1) / k);
     /* Seeding copies into fresh slot memory on the forward pass's thread:
-     * one token's experts per layer (measured in expert_source.h). */
+     * one token's experts per layer (measured: docs/streaming.md, "Decode:
+     * the expert cache"). */
     s->seed_quota =
         m->n_layer && s->max_slot ? (uint32_t)(budget / (m->n_layer * s->max_slot)) : 0;
     if (s->seed_quota > m->hp.n_expert_used) s->seed_quota = m->hp.n_expert_used;

@@ -12,7 +12,8 @@
  * range (the largest over the layer's experts), so every part starts
  * aligned and the matrix begins at (file offset % MS_IO_ALIGN) inside it.
  *
- * Whole-layer mode (the one-pass prefill, DESIGN "Data flow" step 4): when a
+ * Whole-layer mode (the one-pass prefill, docs/streaming.md "Prefill: whole
+ * layers, once per prompt"): when a
  * ubatch is long enough that nearly every expert of a layer is selected
  * (n_tokens * n_expert_used >= 3 * n_expert by default, see below and
  * whole_layer_min_tokens), prepare(il) reads the layer's three expert
@@ -25,34 +26,16 @@
  * cache (ms_expert_cache_install: the budget holds at every install), at
  * most budget / (n_layer * largest slot) per layer, so that seeding one
  * layer does not evict the seeds of the others, and at most n_expert_used
- * (one token's worth: seeding the last 4 tokens' 19-23 experts per layer
- * cost 0.15-0.38 s per layer on the 1 GiB bench model, the first touch of
- * fresh slot memory, more than it saved). The layer buffers are
+ * (one token's worth: seeding more cost more than it saved, measured in
+ * docs/streaming.md). The layer buffers are
  * allocated at the first long ubatch and freed at the first short one (a
  * decode step): they are the two layers of prefill headroom of the memory
  * plan (stream/budget.h), held only while a long prefill runs.
  *
- * Switch point, measured (mkmodel bench 1 GiB, q8_0, 4 layers, 154
- * experts, 6 used; 2 threads on a 2-core VM, ext4 on virtio, io_uring +
- * O_DIRECT; `bench --fresh` on English text, cache 200 slots, best of 2):
- *
- *   tokens  n*k/E  selected: passes  s      whole: s   whole/selected
- *        8   0.31           0.26  0.414        0.626   1.51
- *       32   1.25           0.37  0.227        0.436   1.92
- *       64   2.49           0.73  0.416        0.450   1.08
- *      128   4.99           0.91  0.677        0.572   0.84
- *      256   9.97           0.99  1.025        0.896   0.87
- *      512  19.95           1.01  1.848        1.760   0.95
- *
- * (selected mode waited 0.1-0.35 s for reads, whole mode ~0: its reads
- * overlap the previous layer.) Routing is skewed, so the selected fraction
- * grows slower than uniform routing's 1 - exp(-n*k/E); whole layers win
- * once about 85% of the experts are selected, between n*k/E 2.5 and 5.
- * Under a memory cap with a cold page cache the balance tips earlier
- * (6.4 GB bench model, 235 experts, cap 3 GiB, caches dropped, 128 tokens,
- * n*k/E = 3.3, 2 threads, two runs each): selected 30.4 and 24.3 tok/s,
- * whole layers 33.5 and 40.4 tok/s. The default switch is n*k >= 3 *
- * n_expert.
+ * Switch point: n*k >= 3 * n_expert (WHOLE_LAYER_FILL in expert_source.c),
+ * from the measurements in docs/streaming.md ("The switch point, measured"):
+ * whole layers win once about 85% of a layer's experts are selected, and
+ * earlier under a memory cap with a cold page cache.
  *
  * Decode prefetch (on unless no_prefetch): on a decode step (ubatch of one
  * token) the forward pass, once layer L's experts are pinned, guesses layer
@@ -66,13 +49,8 @@
  * error). In selected-only mode prepare(il) of a hash layer starts the
  * reads of the ubatch's tid2eid experts the same way, before the layer's
  * attention. Guess accuracy is counted (predicted_right / predicted_
- * selected). Measured (mkmodel bench 6 GB q8_0, near-uniform random
- * routing, 3 GiB cgroup cap, cache 12% of routed bytes, 2 threads on the
- * shared 2-core VM, 509-token prompt + 64 decoded, 3 alternating runs):
- * the router guess hit 67% of the next layer's experts; decode cache misses
- * 4992 -> 1430 (3558 of 5039 prefetched experts used), I/O wait 3.3 -> 2.2
- * s, decode 8.75 -> 9.32 tok/s (medians; another process's load made
- * single runs vary 5-11 tok/s, so the speed gain is within that noise).
+ * selected).
+ * Measured gains: docs/streaming.md, "Decode prefetch".
  *
  * Layers held whole (full_layers = N): the first N layers' expert tensors
  * are read at creation into their own buffers, outside the cache budget
@@ -101,7 +79,7 @@ struct ms_stream_params {
     struct ms_io_params io;        /* I/O engine options (zero = defaults) */
     struct ms_cache_policy policy; /* taken over; all-zero = default policy */
     /* ubatches of at least this many tokens read whole layers; 0 = auto
-     * (ceil(n_expert / n_expert_used)), -1 = never */
+     * (ceil(3 * n_expert / n_expert_used)), -1 = never */
     int64_t whole_layer_min_tokens;
     /* with a hotlist: read its first this many experts (highest priority
      * first) into the cache at creation, as far as the budget holds them */

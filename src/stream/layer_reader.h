@@ -1,8 +1,8 @@
 /*
  * layer_reader.h - whole-layer reads for the one-pass prefill: a background
  * thread with its own I/O engine fills one of two layer buffers while the
- * forward pass computes from the other (double buffering, DESIGN "Data
- * flow" step 4).
+ * forward pass computes from the other (double buffering; docs/streaming.md,
+ * "Prefill: whole layers, once per prompt").
  *
  * A buffer receives one job at a time: a list of ranges (a layer's three
  * expert tensors: gate, up, down of all experts) read with large direct

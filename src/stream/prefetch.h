@@ -1,8 +1,8 @@
 /*
  * prefetch.h - best-effort expert reads in the background: decode prefetch
- * of the experts the next layer is likely to select (stream/expert_source.c
- * DESIGN "Expert streaming": "while layer L computes, prefetch the likely
- * experts of layer L+1").
+ * of the experts the next layer is likely to select (stream/expert_source.c;
+ * docs/streaming.md, "Decode prefetch": while layer L computes, the likely
+ * experts of layer L+1 are read).
  *
  * A background thread with its own I/O engine runs the submitted batches of
  * reads one after another, so the forward pass never waits for them until

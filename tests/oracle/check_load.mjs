@@ -1,7 +1,7 @@
 // check_load.mjs - loads one GGUF in llama.cpp (through node-llama-cpp
 // 3.22.1) with the settings that make it a precise reference
-// (/work/shared/ORACLE-NOTES.md: CPU only, KV cache F32, flash attention
-// off, batch = ubatch >= prompt), evaluates a short prompt in one decode call
+// (CPU only, KV cache F32, flash attention off, batch = ubatch >= prompt:
+// tests/data/oracle/README.md says why), evaluates a short prompt in one decode call
 // and checks that the next-token distribution of every position is sane:
 // finite logits of length n_vocab, probabilities that sum to ~1, not flat and
 // not degenerate (max prob < 0.999). Prints llama.cpp's tokenization of the

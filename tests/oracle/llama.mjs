@@ -1,6 +1,6 @@
 // llama.mjs - llama.cpp (node-llama-cpp 3.22.1) as a precise reference,
 // shared by the oracle scripts: where node-llama-cpp is installed, loading it
-// on the CPU, and a context with the settings of ORACLE-NOTES.md: F32 K/V
+// on the CPU, and a context with the settings of tests/data/oracle/README.md: F32 K/V
 // cache, flash attention off, and batch = ubatch = context, so that a whole
 // prompt goes through llama.cpp in one decode call (node-llama-cpp sets
 // ubatch equal to batch).

@@ -1,7 +1,7 @@
 // record_logits.mjs - llama.cpp's next-token probabilities for a token
 // sequence, the reference side of the differential tests.
 //
-// Runs llama.cpp (node-llama-cpp 3.22.1) with the settings of ORACLE-NOTES.md
+// Runs llama.cpp (node-llama-cpp 3.22.1) with the settings of tests/data/oracle/README.md
 // that make it a precise reference: CPU, F32 K/V cache, flash attention off,
 // the whole sequence in one decode call (batch = ubatch = context >= n).
 // Probabilities are the softmax of the raw logits, computed here in double.
