@@ -433,7 +433,7 @@ static int tail_routed(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *e
  * token). Others: layer il's router and selection bias applied to the
  * previous layer's FFN input sub_in, which is close to layer il's (the
  * residual stream changes little per layer; accuracy measured in
- * stream/expert_source.h). router, biased, topidx and run_order are free
+ * docs/streaming.md, "Decode prefetch"). router, biased, topidx and run_order are free
  * between routing and the first run_experts. */
 static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                          ms_err *err) {

@@ -3,7 +3,7 @@
  * far, the per-layer attention state they left behind, and the logits of the
  * last position.
  *
- * State per layer (SPEC-dsv4.md 4.1): a ring of the last n_swa raw KV rows,
+ * State per layer (docs/model.md, "State between calls"): a ring of the last n_swa raw KV rows,
  * the compressed rows emitted so far (and the indexer's keys on ratio-4
  * layers), and the compressor frontiers (the projections of the positions of
  * the block being filled). That is everything a later token can see, so
