@@ -16,16 +16,20 @@
  *   generation prompt: "<｜Assistant｜>" + ("<think>" if thinking else
  *     "</think>").
  *
- * Not rendered (yet): tool schemas in the system prompt, assistant tool calls
- * (DSML), response_format, and the reasoning_effort preamble.
- * The special markers are plain text here; tokenize the result with
- * parse_special = true and without an extra BOS.
+ * ms_chat_render_ex adds what the template does with tools (their schemas in
+ * the system prompt, assistant tool calls as DSML blocks), response_format,
+ * the reasoning_effort "max" preamble, and tells which byte ranges came from
+ * the messages (to be tokenized as plain text, never as control tokens).
+ * ms_chat_render's result is plain text with the markers inside; tokenize it
+ * with parse_special = true and without an extra BOS.
  */
 #ifndef MS_TEXT_CHAT_TEMPLATE_H
 #define MS_TEXT_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include <jansson.h>
 
 #include "util/err.h"
 
@@ -49,5 +53,81 @@ struct ms_chat_msg {
  */
 int ms_chat_render(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
                    bool thinking, char **out, size_t *len, ms_err *err);
+
+#define MS_DSML "｜DSML｜"
+#define MS_DSML_CALLS_OPEN "<" MS_DSML "tool_calls>"
+#define MS_DSML_CALLS_CLOSE "</" MS_DSML "tool_calls>"
+#define MS_DSML_INVOKE_OPEN "<" MS_DSML "invoke"
+#define MS_DSML_INVOKE_CLOSE "</" MS_DSML "invoke>"
+#define MS_DSML_PARAM_OPEN "<" MS_DSML "parameter"
+#define MS_DSML_PARAM_CLOSE "</" MS_DSML "parameter>"
+
+/* One message for ms_chat_render_ex (OpenAI chat shape, already flattened:
+ * content is a string). */
+struct ms_chat_message {
+    const char *role;         /* "system", "user", "developer", "assistant", "tool" */
+    const char *content;      /* NULL renders as "" */
+    const char *reasoning;    /* assistant: reasoning_content, or NULL */
+    const json_t *tool_calls; /* assistant: NULL or an array of OpenAI tool calls
+                                 {"id", "function": {"name", "arguments"}} where
+                                 arguments is an object or a JSON text of one */
+};
+
+/*
+ * Exact replay of sampled tool calls: called for each assistant message with
+ * tool calls; returns the bytes the model sampled for that block ("\n\n<｜DSML｜
+ * tool_calls>...</｜DSML｜tool_calls>") and their length, or NULL to render the
+ * calls from their JSON as the template does. The bytes stay owned by the
+ * callee and must live until the render returns.
+ */
+typedef const char *(*ms_chat_replay_fn)(void *ctx, const json_t *tool_calls, size_t *len);
+
+struct ms_chat_opts {
+    bool add_generation_prompt;
+    bool thinking;               /* the template's `thinking` */
+    bool effort_max;             /* reasoning_effort == "max": the preamble (thinking only) */
+    const json_t *tools;         /* NULL or an array of {"type": "function", "function": {...}} */
+    const json_t *response_format; /* NULL or the request's response_format object */
+    ms_chat_replay_fn replay;    /* NULL: always render tool calls from JSON */
+    void *replay_ctx;
+};
+
+/* A byte range [off, off + len) of the rendering. */
+struct ms_chat_span {
+    size_t off, len;
+};
+
+struct ms_chat_out {
+    char *text;                 /* malloc'd, NUL-terminated */
+    size_t len;
+    struct ms_chat_span *plain; /* malloc'd: ranges that came from message, tool or
+                                   schema data, ascending, not overlapping */
+    size_t n_plain;
+};
+
+/*
+ * Renders msgs[0..n) as DeepSeek V4's template does, tools included (see the
+ * file comment). Every rule follows the template: tool schemas are each
+ * `function` object as JSON with ", " / ": " separators and keys in their
+ * order (the template's tojson), appended to the system prompt under the
+ * template's "## Tools" header; past reasoning is kept when tools are given,
+ * after the last user/tool message, or when any tool result exists; tool
+ * calls render as "\n\n<｜DSML｜tool_calls>\n" + one invoke per call with one
+ * parameter per argument (strings as-is with string="true", other values as
+ * JSON with string="false") + "</｜DSML｜tool_calls>". Errors: an unknown
+ * role, a tool call whose arguments are not a JSON object, OOM. out is freed
+ * with ms_chat_out_free.
+ */
+int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct ms_chat_opts *o,
+                      struct ms_chat_out *out, ms_err *err);
+void ms_chat_out_free(struct ms_chat_out *out);
+
+/*
+ * Appends v as the template engine's tojson writes it (JSON.stringify with
+ * ", " and ": " separators: keys in order, non-ASCII kept, control characters
+ * as \u00xx, integral reals without a fraction, other reals in the shortest
+ * form that reads back the same). Returns a malloc'd string or NULL on OOM.
+ */
+char *ms_chat_tojson(const json_t *v);
 
 #endif
