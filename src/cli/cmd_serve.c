@@ -1,0 +1,213 @@
+/*
+ * cmd_serve.c - `moestream serve`: loads the model and runs the HTTP server
+ * (server/server.h) until SIGTERM or SIGINT; then the running request is
+ * finished or cancelled, waiting ones get 503, and the exit status is 0.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "cli/gen.h"
+#include "moestream.h"
+#include "server/server.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moestream serve -m MODEL [options]\n"
+            "  OpenAI- and Anthropic-compatible HTTP server (see docs/server.md)\n"
+            "      --host ADDR      IPv4 address to bind (default 127.0.0.1)\n"
+            "      --port N         TCP port (default 8000; 0 = any free port)\n"
+            "      --api-key KEY    require KEY as 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "      --cors ORIGIN    send Access-Control-Allow-Origin: ORIGIN (e.g. '*')\n"
+            "      --alias NAME     model id reported by /v1/models (default: the file's name)\n"
+            "      --max-queue N    requests that may wait behind the running one (default 16;\n"
+            "                       more get 503 with Retry-After)\n"
+            "      --max-body BYTES request body limit (default 33554432)\n"
+            "      --timeout S      idle connection timeout in seconds (default 600)\n"
+            "      --keepalive S    SSE keepalive comment period in seconds, (0, 5] (default 2)\n"
+            "      --max-tokens N   generation limit when a request sets none (default 4096)\n"
+            "      --port-file FILE write the bound port to FILE once listening\n" ENGINE_HELP);
+}
+
+int cmd_serve(int argc, char **argv) {
+    enum {
+        OPT_HOST = 2000,
+        OPT_PORT,
+        OPT_API_KEY,
+        OPT_CORS,
+        OPT_ALIAS,
+        OPT_MAX_QUEUE,
+        OPT_MAX_BODY,
+        OPT_TIMEOUT,
+        OPT_KEEPALIVE,
+        OPT_MAX_TOKENS,
+        OPT_PORT_FILE,
+    };
+    static const struct option opts[] = {
+        {"host", required_argument, 0, OPT_HOST},
+        {"port", required_argument, 0, OPT_PORT},
+        {"api-key", required_argument, 0, OPT_API_KEY},
+        {"cors", required_argument, 0, OPT_CORS},
+        {"alias", required_argument, 0, OPT_ALIAS},
+        {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
+        {"max-body", required_argument, 0, OPT_MAX_BODY},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"keepalive", required_argument, 0, OPT_KEEPALIVE},
+        {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
+        {"port-file", required_argument, 0, OPT_PORT_FILE},
+        {"help", no_argument, 0, 'h'},
+        ENGINE_OPTIONS,
+        {0, 0, 0, 0}};
+    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop};
+    long v;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
+        const int r = engine_opt("serve", c, optarg, &ep);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        switch (c) {
+        case OPT_HOST: so.host = optarg; break;
+        case OPT_PORT:
+            if (gen_parse_long(optarg, 0, 65535, &v)) {
+                fprintf(stderr, "moestream serve: --port must be an integer in [0, 65535]\n");
+                return 2;
+            }
+            so.port = (int)v;
+            break;
+        case OPT_API_KEY:
+            if (!*optarg) {
+                fprintf(stderr, "moestream serve: --api-key must not be empty\n");
+                return 2;
+            }
+            so.api_key = optarg;
+            break;
+        case OPT_CORS: so.cors = optarg; break;
+        case OPT_ALIAS:
+            if (!*optarg) {
+                fprintf(stderr, "moestream serve: --alias must not be empty\n");
+                return 2;
+            }
+            so.alias = optarg;
+            break;
+        case OPT_MAX_QUEUE:
+            if (gen_parse_long(optarg, 1, 4096, &v)) {
+                fprintf(stderr, "moestream serve: --max-queue must be an integer in [1, 4096]\n");
+                return 2;
+            }
+            so.max_queue = (int)v;
+            break;
+        case OPT_MAX_BODY:
+            if (gen_parse_long(optarg, 1024, 1L << 31, &v)) {
+                fprintf(stderr, "moestream serve: --max-body must be an integer in [1024, 2^31]\n");
+                return 2;
+            }
+            so.max_body = (size_t)v;
+            break;
+        case OPT_TIMEOUT:
+            if (gen_parse_long(optarg, 1, 86400, &v)) {
+                fprintf(stderr, "moestream serve: --timeout must be an integer in [1, 86400]\n");
+                return 2;
+            }
+            so.timeout_s = (int)v;
+            break;
+        case OPT_KEEPALIVE: {
+            char *end;
+            const double k = strtod(optarg, &end);
+            if (end == optarg || *end || !(k > 0 && k <= 5)) {
+                fprintf(stderr, "moestream serve: --keepalive must be a number in (0, 5]\n");
+                return 2;
+            }
+            so.keepalive_s = k;
+            break;
+        }
+        case OPT_MAX_TOKENS:
+            if (gen_parse_long(optarg, 1, INT32_MAX, &v)) {
+                fprintf(stderr, "moestream serve: --max-tokens must be an integer >= 1\n");
+                return 2;
+            }
+            so.default_max_tokens = v;
+            break;
+        case OPT_PORT_FILE: so.port_file = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "moestream serve: unknown option or missing value '%s'\n",
+                    argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "moestream serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!ep.model_path) {
+        fprintf(stderr, "moestream serve: -m MODEL is required\n");
+        usage(stderr);
+        return 2;
+    }
+    so.n_ctx = ep.n_ctx;
+    /* test hook (server.h): MOESTREAM_SERVE_SCRIPT=FILE, outputs separated
+     * by lines "---8<---" */
+    char *script = NULL;
+    char *outs[64];
+    const char *script_path = getenv("MOESTREAM_SERVE_SCRIPT");
+    if (script_path && *script_path) {
+        FILE *f = fopen(script_path, "rb");
+        if (!f) {
+            fprintf(stderr, "moestream serve: cannot read MOESTREAM_SERVE_SCRIPT %s\n", script_path);
+            return 1;
+        }
+        script = calloc(1, 1 << 20);
+        const size_t n = script ? fread(script, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+        if (!script) return 1;
+        script[n] = '\0';
+        int k = 0;
+        for (char *p = script; p && k < 64;) {
+            outs[k++] = p;
+            char *sep = strstr(p, "\n---8<---\n");
+            if (sep) {
+                *sep = '\0';
+                p = sep + strlen("\n---8<---\n");
+            } else {
+                p = NULL;
+            }
+        }
+        so.scripted_outputs = outs;
+        so.n_scripted = k;
+        fprintf(stderr, "moestream serve: test mode: %d scripted outputs from %s\n", k, script_path);
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ms_err err = {0};
+    struct ms_engine *e = NULL;
+    if (ms_engine_load(&e, &ep, &err)) {
+        fprintf(stderr, "moestream serve: %s\n", err.msg);
+        free(script);
+        return 1;
+    }
+    if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
+    const int rc = ms_server_run(e, ep.model_path, &so, &err);
+    if (rc) fprintf(stderr, "moestream serve: %s\n", err.msg);
+    ms_engine_free(e);
+    free(script);
+    return rc ? 1 : 0;
+}

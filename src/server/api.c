@@ -1,0 +1,1031 @@
+/*
+ * api.c - the three API dialects: request parsing into a job (messages ->
+ * DeepSeek V4 chat template -> tokens) and the response formatters that turn
+ * the worker's events into each API's JSON or SSE stream.
+ *
+ *   OpenAI chat:  POST /v1/chat/completions (chat.completion / .chunk)
+ *   OpenAI text:  POST /v1/completions      (text_completion)
+ *   OpenAI Responses: POST /v1/responses     (response + response.* events)
+ *   Anthropic:    POST /v1/messages         (message + message_start ... message_stop)
+ *
+ * Validation is strict about types (a wrong type is a 400 naming the field)
+ * and lenient about unknown fields (ignored), as the reference servers are.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/internal.h"
+
+/* ---- small helpers ---- */
+
+int buf_put(struct buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+int buf_puts(struct buf *b, const char *s) { return buf_put(b, s, strlen(s)); }
+
+int buf_printf(struct buf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n < sizeof tmp) return buf_put(b, tmp, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) return -1;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    const int rc = buf_put(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+void buf_free(struct buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+int http_fail(struct http_err *e, int status, const char *fmt, ...) {
+    e->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void rand_id(char *out, size_t cap, const char *prefix) {
+    static const char hex[] = "0123456789abcdef";
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec * 6364136223846793005ull ^ (uint64_t)ts.tv_sec ^
+                 (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
+    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 24 && n + 1 < cap; i++) {
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 29;
+        out[n++] = hex[x & 15];
+    }
+    out[n] = '\0';
+}
+
+/* JSON string of valid UTF-8 (bad bytes as U+FFFD). */
+static json_t *jstr(const char *s, size_t n) {
+    json_t *j = json_stringn(s ? s : "", s ? n : 0);
+    if (j) return j;
+    struct buf b = {0};
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        json_t *t = len && i + len <= n ? json_stringn(s + i, len) : NULL;
+        if (t) {
+            buf_put(&b, s + i, len);
+            json_decref(t);
+            i += len;
+        } else {
+            buf_put(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        }
+    }
+    j = json_stringn(b.p ? b.p : "", b.len);
+    buf_free(&b);
+    return j;
+}
+
+static const char *err_type(int status) {
+    switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 405: return "invalid_request_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return "api_error";
+    }
+}
+
+char *api_error_body(enum api_kind k, const struct http_err *e) {
+    json_t *o;
+    const char *type = e->type ? e->type : err_type(e->status);
+    if (k == API_MESSAGES) {
+        o = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message",
+                      jstr(e->msg, strlen(e->msg)));
+    } else {
+        /* OpenAI: type names of its own */
+        const char *ot = e->status == 401 ? "invalid_api_key"
+                         : e->status >= 500 ? (e->status == 503 ? "server_overloaded" : "server_error")
+                         : e->status == 404 ? "not_found_error"
+                         : e->type ? e->type : "invalid_request_error";
+        o = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", jstr(e->msg, strlen(e->msg)),
+                      "type", ot, "param", "code");
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* ---- typed field access ---- */
+
+static int get_bool(const json_t *o, const char *k, bool *out, struct http_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return http_fail(e, 400, "'%s' must be a boolean", k);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_num(const json_t *o, const char *k, double lo, double hi, float *out,
+                   struct http_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return http_fail(e, 400, "'%s' must be a number", k);
+    const double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return http_fail(e, 400, "'%s' must be in [%g, %g]", k, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_int(const json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *out,
+                   struct http_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return http_fail(e, 400, "'%s' must be an integer", k);
+    const json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return http_fail(e, 400, "'%s' must be in [%lld, %lld]", k, (long long)lo, (long long)hi);
+    *out = x;
+    return 0;
+}
+
+/* Text of a content value: a string, null, or an array of parts with "text"
+ * (types in ok_types, '|'-separated); parts joined by "\n\n". */
+static int content_text(const json_t *c, const char *field, const char *ok_types, struct buf *out,
+                        struct http_err *e) {
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) return buf_put(out, json_string_value(c), json_string_length(c));
+    if (!json_is_array(c)) return http_fail(e, 400, "'%s' must be a string or an array of parts", field);
+    for (size_t i = 0; i < json_array_size(c); i++) {
+        const json_t *p = json_array_get(c, i);
+        if (json_is_string(p)) {
+            if (out->len) buf_puts(out, "\n\n");
+            buf_put(out, json_string_value(p), json_string_length(p));
+            continue;
+        }
+        const char *type = json_string_value(json_object_get(p, "type"));
+        const json_t *t = json_object_get(p, "text");
+        if (!json_is_object(p) || !type)
+            return http_fail(e, 400, "'%s[%zu]' must be an object with a 'type'", field, i);
+        char want[64];
+        bool ok = false;
+        for (const char *q = ok_types; *q && !ok;) {
+            const char *bar = strchr(q, '|');
+            const size_t n = bar ? (size_t)(bar - q) : strlen(q);
+            snprintf(want, sizeof want, "%.*s", (int)n, q);
+            ok = !strcmp(type, want);
+            q += n + (bar ? 1 : 0);
+        }
+        if (!ok)
+            return http_fail(e, 400, "'%s[%zu]': content part type '%s' is not supported", field, i,
+                             type);
+        if (!json_is_string(t)) return http_fail(e, 400, "'%s[%zu].text' must be a string", field, i);
+        if (out->len) buf_puts(out, "\n\n");
+        buf_put(out, json_string_value(t), json_string_length(t));
+    }
+    return 0;
+}
+
+/* ---- conversation under construction ---- */
+
+struct conv {
+    struct ms_chat_message *m;
+    struct buf *texts; /* owned content per message */
+    struct buf *reasons;
+    json_t **calls;    /* owned tool_calls arrays */
+    size_t n, cap;
+    json_t *tools;     /* owned, OpenAI chat shape */
+};
+
+static void conv_free(struct conv *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        buf_free(&c->texts[i]);
+        buf_free(&c->reasons[i]);
+        json_decref(c->calls[i]);
+    }
+    free(c->m);
+    free(c->texts);
+    free(c->reasons);
+    free(c->calls);
+    json_decref(c->tools);
+    memset(c, 0, sizeof *c);
+}
+
+/* A new message; its content buffer is c->texts[i]. */
+static int conv_add(struct conv *c, const char *role, struct http_err *e) {
+    if (c->n == c->cap) {
+        const size_t cap = c->cap ? 2 * c->cap : 16;
+        struct ms_chat_message *m = realloc(c->m, cap * sizeof *m);
+        if (m) c->m = m;
+        struct buf *t = realloc(c->texts, cap * sizeof *t);
+        if (t) c->texts = t;
+        struct buf *r = realloc(c->reasons, cap * sizeof *r);
+        if (r) c->reasons = r;
+        json_t **k = realloc(c->calls, cap * sizeof *k);
+        if (k) c->calls = k;
+        if (!m || !t || !r || !k) return http_fail(e, 500, "out of memory");
+        c->cap = cap;
+    }
+    c->m[c->n] = (struct ms_chat_message){.role = role};
+    memset(&c->texts[c->n], 0, sizeof c->texts[c->n]);
+    memset(&c->reasons[c->n], 0, sizeof c->reasons[c->n]);
+    c->calls[c->n] = NULL;
+    c->n++;
+    return 0;
+}
+
+static void conv_finish(struct conv *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        c->m[i].content = c->texts[i].p;
+        c->m[i].reasoning = c->reasons[i].p;
+        c->m[i].tool_calls = c->calls[i];
+    }
+}
+
+/* Validates an OpenAI-shaped tool call and adds it to message i. */
+static int add_call(struct conv *c, size_t i, const char *id, const char *name, json_t *args_obj,
+                    struct http_err *e) {
+    if (!c->calls[i]) c->calls[i] = json_array();
+    char *args = json_dumps(args_obj, JSON_COMPACT);
+    json_t *tc = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                           "name", name, "arguments", args ? args : "{}");
+    free(args);
+    if (!tc || json_array_append_new(c->calls[i], tc)) return http_fail(e, 500, "out of memory");
+    return 0;
+}
+
+/* Arguments given as a JSON text or an object: must be an object. */
+static json_t *args_object(const json_t *a, const char *field, struct http_err *e) {
+    if (json_is_object(a)) return json_incref((json_t *)a);
+    if (json_is_string(a)) {
+        json_t *o = json_loadb(json_string_value(a), json_string_length(a), 0, NULL);
+        if (json_is_object(o)) return o;
+        json_decref(o);
+        if (json_string_length(a) == 0) return json_object();
+    }
+    http_fail(e, 400, "'%s' must be a JSON object (or its text)", field);
+    return NULL;
+}
+
+/* ---- shared request pieces ---- */
+
+struct common {
+    bool thinking, effort_max;
+    json_t *response_format; /* borrowed */
+};
+
+static int parse_sampling(const json_t *req, struct job *j, struct http_err *e) {
+    j->sp = ms_sampler_defaults(0);
+    j->sp.temp = 0.8f;
+    int64_t seed = -1;
+    int64_t top_k = j->sp.top_k;
+    if (get_num(req, "temperature", 0, 100, &j->sp.temp, e) ||
+        get_num(req, "top_p", 0, 1, &j->sp.top_p, e) || get_num(req, "min_p", 0, 1, &j->sp.min_p, e) ||
+        get_int(req, "top_k", 0, 1 << 30, &top_k, e) ||
+        get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, e))
+        return -1;
+    j->sp.top_k = (int)top_k;
+    if (get_bool(req, "ignore_eos", &j->ignore_eos, e)) return -1;
+    if (seed == -1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    } else {
+        j->sp.seed = (uint64_t)seed;
+    }
+    /* OpenAI: temperature 0 is greedy */
+    return 0;
+}
+
+static int parse_stop(const json_t *req, const char *key, struct job *j, struct http_err *e) {
+    const json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        j->stop = json_array();
+        json_array_append(j->stop, (json_t *)v);
+    } else if (json_is_array(v)) {
+        if (json_array_size(v) > 16) return http_fail(e, 400, "'%s': at most 16 stop strings", key);
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_is_string(json_array_get(v, i)))
+                return http_fail(e, 400, "'%s[%zu]' must be a string", key, i);
+        j->stop = json_copy((json_t *)v);
+    } else {
+        return http_fail(e, 400, "'%s' must be a string or an array of strings", key);
+    }
+    return 0;
+}
+
+/* OpenAI chat tools: [{"type":"function","function":{"name",...}}]. */
+static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *e) {
+    const json_t *tools = json_object_get(req, "tools");
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
+    c->tools = json_array();
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        const json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(t) || !json_is_object(fn) ||
+            !json_is_string(json_object_get(fn, "name")))
+            return http_fail(e, 400, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+        const json_t *type = json_object_get(t, "type");
+        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
+            return http_fail(e, 400, "'tools[%zu].type' must be \"function\"", i);
+        json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
+        json_array_append_new(c->tools, copy);
+    }
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (tc && json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {
+        json_decref(c->tools);
+        c->tools = NULL;
+    } else if (tc && !json_is_null(tc) && !json_is_string(tc) && !json_is_object(tc)) {
+        return http_fail(e, 400, "'tool_choice' must be a string or an object");
+    }
+    return 0;
+}
+
+/* Tokenizes the rendering: template text with special tokens, request data
+ * as plain text; records the clean cuts (run starts, special tokens, end). */
+static int tokenize_prompt(struct server *sv, struct job *j, const struct ms_chat_out *r,
+                           struct http_err *e) {
+    size_t cap_ids = 0, cap_cuts = 0;
+    size_t pos = 0, k = 0;
+    ms_err err;
+    while (pos < r->len) {
+        const bool plain = k < r->n_plain && r->plain[k].off == pos;
+        const size_t end = plain ? pos + r->plain[k].len : (k < r->n_plain ? r->plain[k].off : r->len);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (ms_tokenizer_encode(sv->tok, r->text + pos, end - pos, false, !plain, &ids, &n, &err))
+            return http_fail(e, 500, "tokenizer: %s", err.msg);
+        if (j->n_ids + n + 1 > cap_ids) {
+            cap_ids = (j->n_ids + n + 1) * 2;
+            int32_t *ni = realloc(j->ids, cap_ids * sizeof *ni);
+            if (!ni) {
+                free(ids);
+                return http_fail(e, 500, "out of memory");
+            }
+            j->ids = ni;
+        }
+        if (j->n_cuts + n + 2 > cap_cuts) {
+            cap_cuts = (j->n_cuts + n + 2) * 2;
+            size_t *co = realloc(j->cut_off, cap_cuts * sizeof *co);
+            if (co) j->cut_off = co;
+            size_t *ct = realloc(j->cut_tok, cap_cuts * sizeof *ct);
+            if (ct) j->cut_tok = ct;
+            if (!co || !ct) {
+                free(ids);
+                return http_fail(e, 500, "out of memory");
+            }
+        }
+        /* the run's start is a cut */
+        j->cut_off[j->n_cuts] = pos;
+        j->cut_tok[j->n_cuts++] = j->n_ids;
+        /* special tokens inside a template run, where pieces spell the run */
+        size_t at = pos;
+        bool exact = true;
+        for (size_t i = 0; i < n && !plain; i++) {
+            const char *piece;
+            size_t plen;
+            ms_tokenizer_piece(sv->tok, ids[i], true, &piece, &plen);
+            const enum ms_token_type tt = ms_tokenizer_token_type(sv->tok, ids[i]);
+            if (i > 0 && exact && (tt == MS_TOKEN_CONTROL || tt == MS_TOKEN_USER_DEFINED)) {
+                j->cut_off[j->n_cuts] = at;
+                j->cut_tok[j->n_cuts++] = j->n_ids + i;
+            }
+            if (at + plen > end || memcmp(r->text + at, piece, plen)) exact = false;
+            at += plen;
+        }
+        memcpy(j->ids + j->n_ids, ids, n * sizeof *ids);
+        j->n_ids += n;
+        free(ids);
+        pos = end;
+        if (plain) k++;
+    }
+    if (!j->cut_off) {
+        j->cut_off = malloc(sizeof *j->cut_off);
+        j->cut_tok = malloc(sizeof *j->cut_tok);
+        if (!j->cut_off || !j->cut_tok) return http_fail(e, 500, "out of memory");
+    }
+    j->cut_off[j->n_cuts] = r->len;
+    j->cut_tok[j->n_cuts++] = j->n_ids;
+    return 0;
+}
+
+/* Renders c into j's prompt and tokens; checks the context. */
+static int build_prompt(struct server *sv, struct job *j, struct conv *c, const struct common *cm,
+                        struct http_err *e) {
+    conv_finish(c);
+    struct {
+        struct server *sv;
+        char *copies[64];
+        int n;
+    } rctx = {.sv = sv};
+    const struct ms_chat_opts o = {.add_generation_prompt = true,
+                                   .thinking = cm->thinking,
+                                   .effort_max = cm->effort_max,
+                                   .tools = c->tools,
+                                   .response_format = cm->response_format,
+                                   .replay = replay_lookup,
+                                   .replay_ctx = &rctx};
+    struct ms_chat_out r;
+    ms_err err;
+    const int rc = ms_chat_render_ex(c->m, c->n, &o, &r, &err);
+    for (int i = 0; i < rctx.n; i++) free(rctx.copies[i]);
+    if (rc) return http_fail(e, 400, "%s", err.msg);
+    j->thinking = cm->thinking;
+    j->has_tools = c->tools && json_array_size(c->tools) > 0;
+    j->parse_output = true;
+    const int trc = tokenize_prompt(sv, j, &r, e);
+    j->prompt = r.text;
+    j->prompt_len = r.len;
+    free(r.plain);
+    return trc;
+}
+
+static int check_ctx(struct server *sv, struct job *j, int64_t max_tokens, struct http_err *e) {
+    if ((int64_t)j->n_ids >= sv->n_ctx) {
+        e->type = "context_length_exceeded";
+        return http_fail(e, 400, "the prompt is %zu tokens; the context holds %lld", j->n_ids,
+                         (long long)sv->n_ctx);
+    }
+    const int64_t room = sv->n_ctx - (int64_t)j->n_ids;
+    if (max_tokens <= 0) max_tokens = sv->o.default_max_tokens;
+    j->max_tokens = max_tokens < room ? max_tokens : room;
+    return 0;
+}
+
+/* thinking from the OpenAI-side knobs; default on. */
+static int openai_thinking(const json_t *req, struct common *cm, struct http_err *e) {
+    cm->thinking = true;
+    const json_t *re = json_object_get(req, "reasoning_effort");
+    const json_t *rs = json_object_get(req, "reasoning");
+    if (json_is_object(rs)) re = json_object_get(rs, "effort");
+    else if (rs && !json_is_null(rs)) return http_fail(e, 400, "'reasoning' must be an object");
+    if (re && !json_is_null(re)) {
+        if (!json_is_string(re)) return http_fail(e, 400, "'reasoning_effort' must be a string");
+        const char *v = json_string_value(re);
+        if (!strcmp(v, "none") || !strcmp(v, "minimal")) cm->thinking = false;
+        else if (!strcmp(v, "max") || !strcmp(v, "xhigh")) cm->effort_max = true;
+        else if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
+            return http_fail(e, 400, "'reasoning_effort' must be none, minimal, low, medium, high, xhigh or max");
+    }
+    const json_t *th = json_object_get(req, "thinking");
+    if (json_is_boolean(th)) cm->thinking = json_is_true(th);
+    else if (json_is_object(th)) {
+        const char *t = json_string_value(json_object_get(th, "type"));
+        if (t) cm->thinking = strcmp(t, "disabled") != 0;
+    } else if (th && !json_is_null(th)) {
+        return http_fail(e, 400, "'thinking' must be a boolean or an object");
+    }
+    const json_t *kw = json_object_get(req, "chat_template_kwargs");
+    if (json_is_object(kw)) {
+        const json_t *t = json_object_get(kw, "thinking");
+        if (!t) t = json_object_get(kw, "enable_thinking");
+        if (json_is_boolean(t)) cm->thinking = json_is_true(t);
+    }
+    return 0;
+}
+
+static struct job *job_new(struct server *sv, enum api_kind k, json_t *req) {
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->kind = k;
+    j->req = json_incref(req);
+    j->created = (int64_t)time(NULL);
+    j->block = -1;
+    j->refs = 1;
+    j->calls = json_array();
+    j->items = json_array();
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    rand_id(j->id, sizeof j->id,
+            k == API_CHAT ? "chatcmpl-" : k == API_COMPLETIONS ? "cmpl-" : k == API_MESSAGES ? "msg_" : "resp_");
+    (void)sv;
+    return j;
+}
+
+void job_release(struct job *j) {
+    pthread_mutex_lock(&j->mu);
+    const int refs = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (refs > 0) return;
+    json_decref(j->req);
+    json_decref(j->stop);
+    json_decref(j->calls);
+    json_decref(j->items);
+    free(j->prompt);
+    free(j->ids);
+    free(j->cut_off);
+    free(j->cut_tok);
+    free(j->stop_seq);
+    free(j->error);
+    free(j->body);
+    buf_free(&j->reasoning);
+    buf_free(&j->content);
+    buf_free(&j->cur);
+    buf_free(&j->out);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* ---- OpenAI chat ---- */
+
+static int parse_chat_messages(const json_t *msgs, struct conv *c, struct http_err *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return http_fail(e, 400, "'messages' must be a non-empty array");
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) return http_fail(e, 400, "'messages[%zu]' must be an object", i);
+        const json_t *rj = json_object_get(m, "role");
+        if (!json_is_string(rj)) return http_fail(e, 400, "'messages[%zu].role' must be a string", i);
+        const char *role = json_string_value(rj);
+        static const char *roles[] = {"system", "developer", "user", "assistant", "tool"};
+        const char *r = NULL;
+        for (size_t k = 0; k < 5; k++)
+            if (!strcmp(role, roles[k])) r = roles[k];
+        if (!r) return http_fail(e, 400, "'messages[%zu].role': unknown role '%s'", i, role);
+        if (conv_add(c, r, e)) return -1;
+        char field[128];
+        snprintf(field, sizeof field, "messages[%zu].content", i);
+        if (content_text(json_object_get(m, "content"), field, "text|input_text|output_text",
+                         &c->texts[c->n - 1], e))
+            return -1;
+        if (!strcmp(r, "assistant")) {
+            const json_t *rc = json_object_get(m, "reasoning_content");
+            if (!rc) rc = json_object_get(m, "reasoning");
+            if (json_is_string(rc))
+                buf_put(&c->reasons[c->n - 1], json_string_value(rc), json_string_length(rc));
+            else if (rc && !json_is_null(rc))
+                return http_fail(e, 400, "'messages[%zu].reasoning_content' must be a string", i);
+            const json_t *tcs = json_object_get(m, "tool_calls");
+            if (tcs && !json_is_null(tcs)) {
+                if (!json_is_array(tcs))
+                    return http_fail(e, 400, "'messages[%zu].tool_calls' must be an array", i);
+                for (size_t k = 0; k < json_array_size(tcs); k++) {
+                    const json_t *tc = json_array_get(tcs, k);
+                    const json_t *fn = json_object_get(tc, "function");
+                    const char *id = json_string_value(json_object_get(tc, "id"));
+                    const char *name = json_string_value(json_object_get(fn, "name"));
+                    if (!json_is_object(tc) || !json_is_object(fn) || !name)
+                        return http_fail(e, 400, "'messages[%zu].tool_calls[%zu]' needs function.name", i, k);
+                    snprintf(field, sizeof field, "messages[%zu].tool_calls[%zu].function.arguments", i, k);
+                    json_t *args = args_object(json_object_get(fn, "arguments"), field, e);
+                    if (!args) return -1;
+                    const int rc2 = add_call(c, c->n - 1, id ? id : "", name, args, e);
+                    json_decref(args);
+                    if (rc2) return -1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e) {
+    struct job *j = job_new(sv, API_CHAT, req);
+    struct conv c = {0};
+    struct common cm = {0};
+    int64_t max_tokens = 0, n = 1;
+    if (!j) {
+        http_fail(e, 500, "out of memory");
+        return NULL;
+    }
+    const json_t *so = json_object_get(req, "stream_options");
+    if (get_bool(req, "stream", &j->stream, e) || get_int(req, "n", 1, 1, &n, e) ||
+        get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        get_int(req, "max_completion_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        (so && !json_is_null(so) && !json_is_object(so) &&
+         http_fail(e, 400, "'stream_options' must be an object")) ||
+        (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
+        parse_sampling(req, j, e) || parse_stop(req, "stop", j, e) || openai_thinking(req, &cm, e) ||
+        parse_chat_messages(json_object_get(req, "messages"), &c, e) || parse_chat_tools(req, &c, e))
+        goto bad;
+    const json_t *rf = json_object_get(req, "response_format");
+    if (json_is_object(rf)) {
+        const char *t = json_string_value(json_object_get(rf, "type"));
+        if (t && strcmp(t, "text")) cm.response_format = (json_t *)rf;
+    } else if (rf && !json_is_null(rf)) {
+        http_fail(e, 400, "'response_format' must be an object");
+        goto bad;
+    }
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    conv_free(&c);
+    return j;
+bad:
+    conv_free(&c);
+    job_release(j);
+    return NULL;
+}
+
+/* ---- OpenAI completions ---- */
+
+static struct job *parse_completions(struct server *sv, json_t *req, struct http_err *e) {
+    struct job *j = job_new(sv, API_COMPLETIONS, req);
+    int64_t max_tokens = 16, n = 1;
+    if (!j) {
+        http_fail(e, 500, "out of memory");
+        return NULL;
+    }
+    const json_t *so = json_object_get(req, "stream_options");
+    if (get_bool(req, "stream", &j->stream, e) || get_int(req, "n", 1, 1, &n, e) ||
+        get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
+        parse_sampling(req, j, e) || parse_stop(req, "stop", j, e))
+        goto bad;
+    const json_t *p = json_object_get(req, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    if (!json_is_string(p)) {
+        http_fail(e, 400, "'prompt' must be a string (or an array of one string)");
+        goto bad;
+    }
+    struct buf text = {0};
+    const char *ps = json_string_value(p);
+    if (ms_tokenizer_add_bos(sv->tok) && strncmp(ps, MS_CHAT_BOS, strlen(MS_CHAT_BOS)))
+        buf_puts(&text, MS_CHAT_BOS);
+    buf_put(&text, ps, json_string_length(p));
+    if (!text.p) buf_puts(&text, "");
+    /* raw prompt: special-token text is parsed, as llama.cpp's completion does */
+    const struct ms_chat_out r = {.text = text.p, .len = text.len};
+    const int rc = tokenize_prompt(sv, j, &r, e);
+    j->prompt = text.p;
+    j->prompt_len = text.len;
+    if (rc) goto bad;
+    if (j->n_ids == 0) {
+        http_fail(e, 400, "'prompt' is empty");
+        goto bad;
+    }
+    if (check_ctx(sv, j, max_tokens, e)) goto bad;
+    return j;
+bad:
+    job_release(j);
+    return NULL;
+}
+
+/* ---- Anthropic messages ---- */
+
+static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_err *e) {
+    const json_t *tools = json_object_get(req, "tools");
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return http_fail(e, 400, "tools: must be an array");
+    c->tools = json_array();
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        if (!json_is_object(t)) return http_fail(e, 400, "tools.%zu: must be an object", i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (type && strcmp(type, "custom")) continue; /* server tools: not ours to run */
+        const char *name = json_string_value(json_object_get(t, "name"));
+        const json_t *schema = json_object_get(t, "input_schema");
+        if (!name || !json_is_object(schema))
+            return http_fail(e, 400, "tools.%zu: needs 'name' and an object 'input_schema'", i);
+        json_t *fn = json_pack("{s:s}", "name", name);
+        const json_t *d = json_object_get(t, "description");
+        if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+        json_object_set(fn, "parameters", (json_t *)schema);
+        json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    }
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (json_is_object(tc)) {
+        const char *t = json_string_value(json_object_get(tc, "type"));
+        if (t && !strcmp(t, "none")) {
+            json_decref(c->tools);
+            c->tools = NULL;
+        }
+    } else if (tc && !json_is_null(tc)) {
+        return http_fail(e, 400, "tool_choice: must be an object");
+    }
+    return 0;
+}
+
+/* Anthropic tool_result content: a string or text blocks. */
+static int tool_result_text(const json_t *c, size_t i, size_t k, struct buf *out, struct http_err *e) {
+    char field[128];
+    snprintf(field, sizeof field, "messages.%zu.content.%zu.content", i, k);
+    return content_text(c, field, "text", out, e);
+}
+
+static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c, struct common *cm,
+                           struct http_err *e) {
+    const json_t *sys = json_object_get(req, "system");
+    if (sys && !json_is_null(sys)) {
+        if (conv_add(c, "system", e) || content_text(sys, "system", "text", &c->texts[c->n - 1], e))
+            return -1;
+    }
+    const json_t *th = json_object_get(req, "thinking");
+    if (json_is_object(th)) {
+        const char *t = json_string_value(json_object_get(th, "type"));
+        if (!t || (strcmp(t, "enabled") && strcmp(t, "disabled") && strcmp(t, "adaptive")))
+            return http_fail(e, 400, "thinking.type: must be enabled, disabled or adaptive");
+        cm->thinking = strcmp(t, "disabled") != 0;
+    } else if (th && !json_is_null(th)) {
+        return http_fail(e, 400, "thinking: must be an object");
+    }
+    const json_t *msgs = json_object_get(req, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return http_fail(e, 400, "messages: must be a non-empty array");
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
+            return http_fail(e, 400, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+        const json_t *content = json_object_get(m, "content");
+        const bool user = !strcmp(role, "user");
+        if (json_is_string(content)) {
+            if (conv_add(c, user ? "user" : "assistant", e)) return -1;
+            buf_put(&c->texts[c->n - 1], json_string_value(content), json_string_length(content));
+            continue;
+        }
+        if (!json_is_array(content))
+            return http_fail(e, 400, "messages.%zu.content: must be a string or an array of blocks", i);
+        if (!user && conv_add(c, "assistant", e)) return -1;
+        const size_t asst = c->n - 1;
+        ssize_t cur_user = -1; /* index of the open user message */
+        for (size_t k = 0; k < json_array_size(content); k++) {
+            const json_t *b = json_array_get(content, k);
+            const char *type = json_string_value(json_object_get(b, "type"));
+            if (!json_is_object(b) || !type)
+                return http_fail(e, 400, "messages.%zu.content.%zu: a block needs a 'type'", i, k);
+            if (!strcmp(type, "text")) {
+                const json_t *t = json_object_get(b, "text");
+                if (!json_is_string(t))
+                    return http_fail(e, 400, "messages.%zu.content.%zu.text: must be a string", i, k);
+                struct buf *dst;
+                if (user) {
+                    if (cur_user < 0) {
+                        if (conv_add(c, "user", e)) return -1;
+                        cur_user = (ssize_t)c->n - 1;
+                    }
+                    dst = &c->texts[cur_user];
+                } else {
+                    dst = &c->texts[asst];
+                }
+                if (dst->len) buf_puts(dst, "\n\n");
+                buf_put(dst, json_string_value(t), json_string_length(t));
+            } else if (!strcmp(type, "tool_result") && user) {
+                const char *id = json_string_value(json_object_get(b, "tool_use_id"));
+                if (!id)
+                    return http_fail(e, 400, "messages.%zu.content.%zu.tool_use_id: must be a string", i, k);
+                if (conv_add(c, "tool", e) ||
+                    tool_result_text(json_object_get(b, "content"), i, k, &c->texts[c->n - 1], e))
+                    return -1;
+                cur_user = -1;
+            } else if (!strcmp(type, "tool_use") && !user) {
+                const char *id = json_string_value(json_object_get(b, "id"));
+                const char *name = json_string_value(json_object_get(b, "name"));
+                const json_t *in = json_object_get(b, "input");
+                if (!id || !name || !json_is_object(in))
+                    return http_fail(e, 400, "messages.%zu.content.%zu: tool_use needs id, name and an object input", i, k);
+                if (add_call(c, asst, id, name, (json_t *)in, e)) return -1;
+            } else if (!strcmp(type, "thinking") && !user) {
+                const json_t *t = json_object_get(b, "thinking");
+                if (!json_is_string(t))
+                    return http_fail(e, 400, "messages.%zu.content.%zu.thinking: must be a string", i, k);
+                buf_put(&c->reasons[asst], json_string_value(t), json_string_length(t));
+            } else if (!strcmp(type, "redacted_thinking")) {
+                continue;
+            } else {
+                return http_fail(e, 400, "messages.%zu.content.%zu: block type '%s' is not supported here",
+                                 i, k, type);
+            }
+        }
+        if (user && cur_user < 0 && c->n && strcmp(c->m[c->n - 1].role, "tool") &&
+            json_array_size(content) == 0) {
+            if (conv_add(c, "user", e)) return -1;
+        }
+    }
+    (void)sv;
+    return parse_anthropic_tools(req, c, e);
+}
+
+static struct job *parse_messages(struct server *sv, json_t *req, struct http_err *e) {
+    struct job *j = job_new(sv, API_MESSAGES, req);
+    struct conv c = {0};
+    struct common cm = {0};
+    int64_t max_tokens = 0;
+    if (!j) {
+        http_fail(e, 500, "out of memory");
+        return NULL;
+    }
+    if (!json_object_get(req, "max_tokens")) {
+        http_fail(e, 400, "max_tokens: Field required");
+        goto bad;
+    }
+    if (get_bool(req, "stream", &j->stream, e) ||
+        get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, e) || parse_sampling(req, j, e) ||
+        parse_stop(req, "stop_sequences", j, e) || parse_anthropic(sv, req, &c, &cm, e))
+        goto bad;
+    j->sp.temp = json_is_number(json_object_get(req, "temperature")) ? j->sp.temp : 1.0f;
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    conv_free(&c);
+    return j;
+bad:
+    conv_free(&c);
+    job_release(j);
+    return NULL;
+}
+
+int64_t api_count_tokens(struct server *sv, json_t *req, struct http_err *e) {
+    struct conv c = {0};
+    struct common cm = {0};
+    struct job *j = job_new(sv, API_MESSAGES, req);
+    int64_t n = -1;
+    if (!j) return http_fail(e, 500, "out of memory");
+    if (!parse_anthropic(sv, req, &c, &cm, e) && !build_prompt(sv, j, &c, &cm, e))
+        n = (int64_t)j->n_ids;
+    conv_free(&c);
+    job_release(j);
+    return n;
+}
+
+/* ---- OpenAI Responses ---- */
+
+static int parse_responses_input(const json_t *req, struct conv *c, struct http_err *e) {
+    const json_t *ins = json_object_get(req, "instructions");
+    if (json_is_string(ins)) {
+        if (conv_add(c, "system", e)) return -1;
+        buf_put(&c->texts[c->n - 1], json_string_value(ins), json_string_length(ins));
+    } else if (ins && !json_is_null(ins)) {
+        return http_fail(e, 400, "'instructions' must be a string");
+    }
+    const json_t *in = json_object_get(req, "input");
+    if (json_is_string(in)) {
+        if (conv_add(c, "user", e)) return -1;
+        buf_put(&c->texts[c->n - 1], json_string_value(in), json_string_length(in));
+        return 0;
+    }
+    if (!json_is_array(in) || json_array_size(in) == 0)
+        return http_fail(e, 400, "'input' must be a string or a non-empty array of items");
+    struct buf pending_reasoning = {0};
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        const json_t *it = json_array_get(in, i);
+        if (!json_is_object(it)) {
+            buf_free(&pending_reasoning);
+            return http_fail(e, 400, "'input[%zu]' must be an object", i);
+        }
+        const char *type = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        char field[128];
+        int rc = 0;
+        if ((!type || !strcmp(type, "message")) && role) {
+            const char *r = !strcmp(role, "user") ? "user"
+                            : !strcmp(role, "assistant") ? "assistant"
+                            : !strcmp(role, "system") ? "system"
+                            : !strcmp(role, "developer") ? "developer" : NULL;
+            if (!r) rc = http_fail(e, 400, "'input[%zu].role': unknown role '%s'", i, role);
+            else if (!(rc = conv_add(c, r, e))) {
+                snprintf(field, sizeof field, "input[%zu].content", i);
+                rc = content_text(json_object_get(it, "content"), field,
+                                  "input_text|output_text|text|summary_text", &c->texts[c->n - 1], e);
+                if (!rc && !strcmp(r, "assistant") && pending_reasoning.len) {
+                    buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
+                    pending_reasoning.len = 0;
+                }
+            }
+        } else if (type && !strcmp(type, "function_call")) {
+            const char *id = json_string_value(json_object_get(it, "call_id"));
+            const char *name = json_string_value(json_object_get(it, "name"));
+            snprintf(field, sizeof field, "input[%zu].arguments", i);
+            json_t *args = id && name ? args_object(json_object_get(it, "arguments"), field, e) : NULL;
+            if (!id || !name) rc = http_fail(e, 400, "'input[%zu]': function_call needs call_id and name", i);
+            else if (!args) rc = -1;
+            else {
+                /* calls join the assistant message right before them */
+                if (!c->n || strcmp(c->m[c->n - 1].role, "assistant")) {
+                    rc = conv_add(c, "assistant", e);
+                    if (!rc && pending_reasoning.len) {
+                        buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
+                        pending_reasoning.len = 0;
+                    }
+                }
+                if (!rc) rc = add_call(c, c->n - 1, id, name, args, e);
+            }
+            json_decref(args);
+        } else if (type && !strcmp(type, "function_call_output")) {
+            const json_t *out = json_object_get(it, "output");
+            if (!json_is_string(json_object_get(it, "call_id")))
+                rc = http_fail(e, 400, "'input[%zu].call_id' must be a string", i);
+            else if (!(rc = conv_add(c, "tool", e))) {
+                snprintf(field, sizeof field, "input[%zu].output", i);
+                rc = content_text(out, field, "input_text|output_text|text", &c->texts[c->n - 1], e);
+            }
+        } else if (type && !strcmp(type, "reasoning")) {
+            const json_t *parts = json_object_get(it, "content");
+            for (size_t k = 0; k < json_array_size(parts); k++) {
+                const json_t *t = json_object_get(json_array_get(parts, k), "text");
+                if (json_is_string(t)) buf_put(&pending_reasoning, json_string_value(t), json_string_length(t));
+            }
+        } else {
+            rc = http_fail(e, 400, "'input[%zu]': item type '%s' is not supported", i, type ? type : "(none)");
+        }
+        if (rc) {
+            buf_free(&pending_reasoning);
+            return -1;
+        }
+    }
+    buf_free(&pending_reasoning);
+    return 0;
+}
+
+static int parse_responses_tools(const json_t *req, struct conv *c, struct http_err *e) {
+    const json_t *tools = json_object_get(req, "tools");
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
+    c->tools = json_array();
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!json_is_object(t) || !type) return http_fail(e, 400, "'tools[%zu]' needs a type", i);
+        if (strcmp(type, "function")) continue; /* hosted tools are not ours to run */
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!name) return http_fail(e, 400, "'tools[%zu].name' must be a string", i);
+        json_t *fn = json_pack("{s:s}", "name", name);
+        const json_t *d = json_object_get(t, "description");
+        if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
+        const json_t *p = json_object_get(t, "parameters");
+        if (p) json_object_set(fn, "parameters", (json_t *)p);
+        json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    }
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {
+        json_decref(c->tools);
+        c->tools = NULL;
+    }
+    return 0;
+}
+
+static struct job *parse_responses(struct server *sv, json_t *req, struct http_err *e) {
+    struct job *j = job_new(sv, API_RESPONSES, req);
+    struct conv c = {0};
+    struct common cm = {0};
+    int64_t max_tokens = 0;
+    if (!j) {
+        http_fail(e, 500, "out of memory");
+        return NULL;
+    }
+    if (json_is_string(json_object_get(req, "previous_response_id"))) {
+        http_fail(e, 400, "'previous_response_id' is not supported (the server keeps no responses; send the whole input)");
+        goto bad;
+    }
+    if (get_bool(req, "stream", &j->stream, e) ||
+        get_int(req, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        parse_sampling(req, j, e) || openai_thinking(req, &cm, e) ||
+        parse_responses_input(req, &c, e) || parse_responses_tools(req, &c, e))
+        goto bad;
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    conv_free(&c);
+    return j;
+bad:
+    conv_free(&c);
+    job_release(j);
+    return NULL;
+}
+
+struct job *api_parse(struct server *sv, enum api_kind k, json_t *req, struct http_err *e) {
+    if (!json_is_object(req)) {
+        http_fail(e, 400, "the request body must be a JSON object");
+        return NULL;
+    }
+    const json_t *model = json_object_get(req, "model");
+    if (model && !json_is_string(model) && !json_is_null(model)) {
+        http_fail(e, 400, "'model' must be a string");
+        return NULL;
+    }
+    switch (k) {
+    case API_CHAT: return parse_chat(sv, req, e);
+    case API_COMPLETIONS: return parse_completions(sv, req, e);
+    case API_MESSAGES: return parse_messages(sv, req, e);
+    case API_RESPONSES: return parse_responses(sv, req, e);
+    }
+    return NULL;
+}

@@ -1,0 +1,509 @@
+/*
+ * fmt.c - response formatters: the worker's events (begin, reasoning,
+ * content, tool call, end) as each API's stream events or final JSON.
+ * Text is accumulated in the job for the non-streaming replies; streaming
+ * replies also go out as SSE frames through job_emit.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/internal.h"
+
+void job_emit(struct job *j, const char *s, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    buf_put(&j->out, s, n);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static json_t *jstrn(const char *s, size_t n) {
+    json_t *j = json_stringn(s ? s : "", s ? n : 0);
+    return j ? j : json_string("\xEF\xBF\xBD"); /* formatters get whole UTF-8 (worker.c) */
+}
+
+/* "data: {json}\n\n" (or with an "event:" line); steals o. */
+static void sse(struct job *j, const char *event, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) return;
+    struct buf b = {0};
+    if (event) buf_printf(&b, "event: %s\n", event);
+    buf_puts(&b, "data: ");
+    buf_puts(&b, s);
+    buf_puts(&b, "\n\n");
+    job_emit(j, b.p, b.len);
+    buf_free(&b);
+    free(s);
+}
+
+static void rand_hex(char *out, size_t cap, const char *prefix) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_nsec << 1) ^ ((atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    snprintf(out, cap, "%s%016llx%08x", prefix, (unsigned long long)x, (unsigned)(ts.tv_nsec & 0xffffffff));
+}
+
+static const char *model_of(const struct server *sv) { return sv->model_id; }
+
+/* ---- usage ---- */
+
+static json_t *usage_openai(const struct job *j) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt,
+                     "completion_tokens", (json_int_t)j->n_completion, "total_tokens",
+                     (json_int_t)(j->n_prompt + j->n_completion), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)j->n_cached, "completion_tokens_details",
+                     "reasoning_tokens", (json_int_t)j->n_reasoning);
+}
+
+static json_t *usage_anthropic(const struct job *j, bool with_output) {
+    return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens", (json_int_t)(j->n_prompt - j->n_cached),
+                     "cache_read_input_tokens", (json_int_t)j->n_cached,
+                     "cache_creation_input_tokens", (json_int_t)0, "output_tokens",
+                     (json_int_t)(with_output ? j->n_completion : 0));
+}
+
+static json_t *usage_responses(const struct job *j) {
+    return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)j->n_prompt,
+                     "input_tokens_details", "cached_tokens", (json_int_t)j->n_cached,
+                     "output_tokens", (json_int_t)j->n_completion, "output_tokens_details",
+                     "reasoning_tokens", (json_int_t)j->n_reasoning, "total_tokens",
+                     (json_int_t)(j->n_prompt + j->n_completion));
+}
+
+static const char *openai_finish(const struct job *j) {
+    const char *f = j->finish ? j->finish : "stop";
+    if (!strcmp(f, "tool_calls") || !strcmp(f, "length")) return f;
+    return "stop";
+}
+
+static const char *anthropic_stop(const struct job *j) {
+    const char *f = j->finish ? j->finish : "stop";
+    if (!strcmp(f, "tool_calls")) return "tool_use";
+    if (!strcmp(f, "length")) return "max_tokens";
+    if (!strcmp(f, "stop_sequence")) return "stop_sequence";
+    return "end_turn";
+}
+
+/* ---- OpenAI chat ---- */
+
+static json_t *chat_chunk(struct server *sv, struct job *j, json_t *delta, const char *finish) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:i, s:o, s:o}]}", "id", j->id, "object",
+                     "chat.completion.chunk", "created", (json_int_t)j->created, "model",
+                     model_of(sv), "system_fingerprint", "moestream", "choices", "index", 0, "delta",
+                     delta, "finish_reason", finish ? json_string(finish) : json_null());
+}
+
+static json_t *completion_chunk(struct server *sv, struct job *j, const char *s, size_t n,
+                                const char *finish) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:n, s:o}]}", "id", j->id, "object",
+                     "text_completion", "created", (json_int_t)j->created, "model", model_of(sv),
+                     "choices", "text", jstrn(s, n), "index", 0, "logprobs", "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+/* ---- Anthropic blocks ---- */
+
+static void anth_close_block(struct job *j) {
+    if (j->block_kind == 0) return;
+    if (j->stream) {
+        if (j->block_kind == 1)
+            sse(j, "content_block_delta",
+                json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", j->block,
+                          "delta", "type", "signature_delta", "signature", ""));
+        sse(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", j->block));
+    }
+    j->block_kind = 0;
+}
+
+static void anth_open_block(struct job *j, int kind, json_t *block) {
+    anth_close_block(j);
+    j->block++;
+    j->block_kind = kind;
+    if (j->stream)
+        sse(j, "content_block_start",
+            json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", j->block,
+                      "content_block", block));
+    else
+        json_decref(block);
+}
+
+/* ---- Responses items ---- */
+
+static json_t *resp_item(struct job *j, bool done) {
+    const char *status = done ? "completed" : "in_progress";
+    if (j->item_kind == 1)
+        return json_pack("{s:s, s:s, s:[], s:[{s:s, s:o}], s:s}", "type", "reasoning", "id", j->item_id,
+                         "summary", "content", "type", "reasoning_text", "text",
+                         jstrn(j->cur.p, j->cur.len), "status", status);
+    return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[]}]}", "type", "message", "id",
+                     j->item_id, "status", status, "role", "assistant", "content", "type",
+                     "output_text", "text", jstrn(j->cur.p, j->cur.len), "annotations");
+}
+
+static json_t *with_seq(struct job *j, const char *type, json_t *o) {
+    json_object_set_new(o, "type", json_string(type));
+    json_object_set_new(o, "sequence_number", json_integer(j->seq++));
+    return o;
+}
+
+static void resp_close_item(struct job *j) {
+    if (j->item_kind == 0) return;
+    const int idx = j->out_index - 1;
+    if (j->stream) {
+        if (j->item_kind == 1) {
+            sse(j, "response.reasoning_text.done",
+                with_seq(j, "response.reasoning_text.done",
+                         json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->item_id, "output_index", idx,
+                                   "content_index", 0, "text", jstrn(j->cur.p, j->cur.len))));
+        } else {
+            sse(j, "response.output_text.done",
+                with_seq(j, "response.output_text.done",
+                         json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->item_id, "output_index",
+                                   idx, "content_index", 0, "text", jstrn(j->cur.p, j->cur.len),
+                                   "logprobs")));
+            sse(j, "response.content_part.done",
+                with_seq(j, "response.content_part.done",
+                         json_pack("{s:s, s:i, s:i, s:{s:s, s:o, s:[]}}", "item_id", j->item_id,
+                                   "output_index", idx, "content_index", 0, "part", "type",
+                                   "output_text", "text", jstrn(j->cur.p, j->cur.len), "annotations")));
+        }
+        sse(j, "response.output_item.done",
+            with_seq(j, "response.output_item.done",
+                     json_pack("{s:i, s:o}", "output_index", idx, "item", resp_item(j, true))));
+    }
+    json_array_append_new(j->items, resp_item(j, true));
+    j->item_kind = 0;
+    j->cur.len = 0;
+}
+
+static void resp_open_item(struct job *j, int kind) {
+    resp_close_item(j);
+    j->item_kind = kind;
+    j->cur.len = 0;
+    rand_hex(j->item_id, sizeof j->item_id, kind == 1 ? "rs_" : "msg_");
+    const int idx = j->out_index++;
+    if (!j->stream) return;
+    sse(j, "response.output_item.added",
+        with_seq(j, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", idx, "item", resp_item(j, false))));
+    if (kind == 2)
+        sse(j, "response.content_part.added",
+            with_seq(j, "response.content_part.added",
+                     json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", j->item_id,
+                               "output_index", idx, "content_index", 0, "part", "type",
+                               "output_text", "text", "", "annotations")));
+}
+
+static json_t *resp_object(struct server *sv, struct job *j, const char *status) {
+    const json_t *req = j->req;
+    json_t *tools = json_object_get(req, "tools");
+    json_t *ins = json_object_get(req, "instructions");
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:s, s:n, s:s, s:O, s:s, s:O, s:b, s:n, s:s, s:O, s:n}", "id", j->id,
+        "object", "response", "created_at", (json_int_t)j->created, "status", status, "error",
+        "model", model_of(sv), "output", j->items, "tool_choice", "auto", "tools",
+        tools ? tools : json_array(), "parallel_tool_calls", 1, "previous_response_id", "truncation",
+        "disabled", "instructions", ins ? ins : json_null(), "incomplete_details");
+    if (!tools) json_decref(json_object_get(o, "tools")); /* the fresh [] was stolen by O? */
+    json_object_set_new(o, "metadata", json_object());
+    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    if (!strcmp(status, "incomplete"))
+        json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+    if (strcmp(status, "in_progress")) json_object_set_new(o, "usage", usage_responses(j));
+    return o;
+}
+
+/* ---- events ---- */
+
+void fmt_begin(struct server *sv, struct job *j) {
+    j->started = true;
+    if (!j->stream) return;
+    switch (j->kind) {
+    case API_CHAT:
+        sse(j, NULL, chat_chunk(sv, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
+        break;
+    case API_COMPLETIONS: break;
+    case API_MESSAGES:
+        sse(j, "message_start",
+            json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type", "message_start",
+                      "message", "id", j->id, "type", "message", "role", "assistant", "model",
+                      model_of(sv), "content", "stop_reason", "stop_sequence", "usage",
+                      usage_anthropic(j, false)));
+        break;
+    case API_RESPONSES: {
+        sse(j, "response.created",
+            with_seq(j, "response.created", json_pack("{s:o}", "response", resp_object(sv, j, "in_progress"))));
+        sse(j, "response.in_progress",
+            with_seq(j, "response.in_progress", json_pack("{s:o}", "response", resp_object(sv, j, "in_progress"))));
+        break;
+    }
+    }
+}
+
+void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n) {
+    buf_put(&j->reasoning, s, n);
+    switch (j->kind) {
+    case API_CHAT:
+        if (j->stream) sse(j, NULL, chat_chunk(sv, j, json_pack("{s:o}", "reasoning_content", jstrn(s, n)), NULL));
+        break;
+    case API_COMPLETIONS: break;
+    case API_MESSAGES:
+        if (j->block_kind != 1)
+            anth_open_block(j, 1, json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", ""));
+        if (j->stream)
+            sse(j, "content_block_delta",
+                json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", j->block,
+                          "delta", "type", "thinking_delta", "thinking", jstrn(s, n)));
+        break;
+    case API_RESPONSES:
+        if (j->item_kind != 1) resp_open_item(j, 1);
+        buf_put(&j->cur, s, n);
+        if (j->stream)
+            sse(j, "response.reasoning_text.delta",
+                with_seq(j, "response.reasoning_text.delta",
+                         json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->item_id, "output_index",
+                                   j->out_index - 1, "content_index", 0, "delta", jstrn(s, n))));
+        break;
+    }
+}
+
+void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
+    buf_put(&j->content, s, n);
+    switch (j->kind) {
+    case API_CHAT:
+        if (j->stream) sse(j, NULL, chat_chunk(sv, j, json_pack("{s:o}", "content", jstrn(s, n)), NULL));
+        break;
+    case API_COMPLETIONS:
+        if (j->stream) sse(j, NULL, completion_chunk(sv, j, s, n, NULL));
+        break;
+    case API_MESSAGES:
+        if (j->block_kind != 2) anth_open_block(j, 2, json_pack("{s:s, s:s}", "type", "text", "text", ""));
+        if (j->stream)
+            sse(j, "content_block_delta",
+                json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", j->block,
+                          "delta", "type", "text_delta", "text", jstrn(s, n)));
+        break;
+    case API_RESPONSES:
+        if (j->item_kind != 2) resp_open_item(j, 2);
+        buf_put(&j->cur, s, n);
+        if (j->stream)
+            sse(j, "response.output_text.delta",
+                with_seq(j, "response.output_text.delta",
+                         json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->item_id, "output_index",
+                                   j->out_index - 1, "content_index", 0, "delta", jstrn(s, n),
+                                   "logprobs")));
+        break;
+    }
+}
+
+void fmt_tool_call(struct server *sv, struct job *j, const char *name, const char *args) {
+    char id[64];
+    rand_hex(id, sizeof id, j->kind == API_MESSAGES ? "toolu_" : "call_");
+    const int index = j->n_calls++;
+    json_array_append_new(j->calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                                              "function", "name", name, "arguments", args));
+    switch (j->kind) {
+    case API_CHAT:
+        if (j->stream)
+            sse(j, NULL,
+                chat_chunk(sv, j,
+                           json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", index,
+                                     "id", id, "type", "function", "function", "name", name,
+                                     "arguments", args),
+                           NULL));
+        break;
+    case API_COMPLETIONS: break;
+    case API_MESSAGES:
+        anth_open_block(j, 3, json_pack("{s:s, s:s, s:s, s:{}}", "type", "tool_use", "id", id, "name", name, "input"));
+        if (j->stream)
+            sse(j, "content_block_delta",
+                json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", j->block,
+                          "delta", "type", "input_json_delta", "partial_json", args));
+        anth_close_block(j);
+        break;
+    case API_RESPONSES: {
+        resp_close_item(j);
+        char fc[64];
+        rand_hex(fc, sizeof fc, "fc_");
+        const int idx = j->out_index++;
+        if (j->stream) {
+            sse(j, "response.output_item.added",
+                with_seq(j, "response.output_item.added",
+                         json_pack("{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:s}}", "output_index", idx, "item",
+                                   "type", "function_call", "id", fc, "call_id", id, "name", name,
+                                   "arguments", "", "status", "in_progress")));
+            sse(j, "response.function_call_arguments.delta",
+                with_seq(j, "response.function_call_arguments.delta",
+                         json_pack("{s:s, s:i, s:s}", "item_id", fc, "output_index", idx, "delta", args)));
+            sse(j, "response.function_call_arguments.done",
+                with_seq(j, "response.function_call_arguments.done",
+                         json_pack("{s:s, s:i, s:s, s:s}", "item_id", fc, "output_index", idx, "name",
+                                   name, "arguments", args)));
+        }
+        json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call", "id", fc,
+                                 "call_id", id, "name", name, "arguments", args, "status", "completed");
+        if (j->stream)
+            sse(j, "response.output_item.done",
+                with_seq(j, "response.output_item.done",
+                         json_pack("{s:i, s:O}", "output_index", idx, "item", item)));
+        json_array_append_new(j->items, item);
+        break;
+    }
+    }
+}
+
+/* The non-streaming reply body (or error). */
+static char *final_body(struct server *sv, struct job *j) {
+    json_t *o = NULL;
+    switch (j->kind) {
+    case API_CHAT: {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                j->content.len || !j->n_calls ? jstrn(j->content.p, j->content.len)
+                                                              : json_null());
+        if (j->reasoning.len)
+            json_object_set_new(msg, "reasoning_content", jstrn(j->reasoning.p, j->reasoning.len));
+        if (j->n_calls) json_object_set(msg, "tool_calls", j->calls);
+        o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:i, s:o, s:n, s:s}], s:o}", "id", j->id, "object",
+                      "chat.completion", "created", (json_int_t)j->created, "model", model_of(sv),
+                      "system_fingerprint", "moestream", "choices", "index", 0, "message", msg,
+                      "logprobs", "finish_reason", openai_finish(j), "usage", usage_openai(j));
+        break;
+    }
+    case API_COMPLETIONS:
+        o = json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:n, s:s}], s:o}", "id", j->id, "object",
+                      "text_completion", "created", (json_int_t)j->created, "model", model_of(sv),
+                      "choices", "text", jstrn(j->content.p, j->content.len), "index", 0, "logprobs",
+                      "finish_reason", openai_finish(j), "usage", usage_openai(j));
+        break;
+    case API_MESSAGES: {
+        json_t *content = json_array();
+        if (j->reasoning.len)
+            json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                                     jstrn(j->reasoning.p, j->reasoning.len), "signature", ""));
+        if (j->content.len)
+            json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                     jstrn(j->content.p, j->content.len)));
+        for (size_t i = 0; i < json_array_size(j->calls); i++) {
+            const json_t *c = json_array_get(j->calls, i);
+            const json_t *fn = json_object_get(c, "function");
+            json_t *input = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+            json_array_append_new(content, json_pack("{s:s, s:O, s:O, s:o}", "type", "tool_use", "id",
+                                                     json_object_get(c, "id"), "name",
+                                                     json_object_get(fn, "name"), "input",
+                                                     input ? input : json_object()));
+        }
+        o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role",
+                      "assistant", "model", model_of(sv), "content", content, "stop_reason",
+                      anthropic_stop(j), "stop_sequence",
+                      j->stop_seq ? json_string(j->stop_seq) : json_null(), "usage",
+                      usage_anthropic(j, true));
+        break;
+    }
+    case API_RESPONSES:
+        o = resp_object(sv, j, !strcmp(j->finish ? j->finish : "", "length") ? "incomplete" : "completed");
+        break;
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+void fmt_end(struct server *sv, struct job *j) {
+    if (j->error && !j->started) {
+        /* nothing was sent: an error reply (streams too: headers are not out yet
+         * only when the caller waits; a stream gets an error event) */
+        struct http_err e = {.status = strstr(j->error, "shutting down") ? 503 : 500};
+        snprintf(e.msg, sizeof e.msg, "%s", j->error);
+        if (j->stream) {
+            char *body = api_error_body(j->kind, &e);
+            struct buf b = {0};
+            if (j->kind == API_MESSAGES) buf_puts(&b, "event: error\n");
+            buf_printf(&b, "data: %s\n\n", body ? body : "{}");
+            job_emit(j, b.p, b.len);
+            buf_free(&b);
+            free(body);
+        } else {
+            pthread_mutex_lock(&j->mu);
+            j->status = e.status;
+            j->body = api_error_body(j->kind, &e);
+            pthread_mutex_unlock(&j->mu);
+        }
+        goto done;
+    }
+    if (j->error) {
+        struct http_err e = {.status = 500};
+        snprintf(e.msg, sizeof e.msg, "%s", j->error);
+        if (j->stream) {
+            char *body = api_error_body(j->kind, &e);
+            struct buf b = {0};
+            if (j->kind == API_MESSAGES || j->kind == API_RESPONSES) buf_puts(&b, "event: error\n");
+            buf_printf(&b, "data: %s\n\n", body ? body : "{}");
+            job_emit(j, b.p, b.len);
+            buf_free(&b);
+            free(body);
+            goto done;
+        }
+        pthread_mutex_lock(&j->mu);
+        j->status = 500;
+        j->body = api_error_body(j->kind, &e);
+        pthread_mutex_unlock(&j->mu);
+        goto done;
+    }
+    if (j->kind == API_MESSAGES) anth_close_block(j);
+    if (j->kind == API_RESPONSES) resp_close_item(j);
+    if (j->stream) {
+        switch (j->kind) {
+        case API_CHAT:
+            sse(j, NULL, chat_chunk(sv, j, json_object(), openai_finish(j)));
+            if (j->include_usage) {
+                json_t *u = chat_chunk(sv, j, json_object(), NULL);
+                json_object_set_new(u, "choices", json_array());
+                json_object_set_new(u, "usage", usage_openai(j));
+                sse(j, NULL, u);
+            }
+            job_emit(j, "data: [DONE]\n\n", 14);
+            break;
+        case API_COMPLETIONS:
+            sse(j, NULL, completion_chunk(sv, j, "", 0, openai_finish(j)));
+            if (j->include_usage) {
+                json_t *u = completion_chunk(sv, j, "", 0, NULL);
+                json_object_set_new(u, "choices", json_array());
+                json_object_set_new(u, "usage", usage_openai(j));
+                sse(j, NULL, u);
+            }
+            job_emit(j, "data: [DONE]\n\n", 14);
+            break;
+        case API_MESSAGES:
+            sse(j, "message_delta",
+                json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
+                          anthropic_stop(j), "stop_sequence",
+                          j->stop_seq ? json_string(j->stop_seq) : json_null(), "usage",
+                          usage_anthropic(j, true)));
+            sse(j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+            break;
+        case API_RESPONSES: {
+            const bool inc = !strcmp(j->finish ? j->finish : "", "length");
+            const char *ev = inc ? "response.incomplete" : "response.completed";
+            sse(j, ev, with_seq(j, ev, json_pack("{s:o}", "response", resp_object(sv, j, inc ? "incomplete" : "completed"))));
+            break;
+        }
+        }
+    } else {
+        char *body = final_body(sv, j);
+        pthread_mutex_lock(&j->mu);
+        j->status = body ? 200 : 500;
+        j->body = body;
+        pthread_mutex_unlock(&j->mu);
+    }
+done:
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}

@@ -1,0 +1,528 @@
+/*
+ * http.c - the HTTP side of `moestream serve` (libmicrohttpd, one thread
+ * per connection): routing, API keys, CORS, body limits, the bounded FIFO
+ * queue in front of the engine worker, SSE streaming with keepalives, and
+ * client-disconnect detection (the socket is polled for a hang-up while a
+ * request waits or streams, and the job is cancelled at once).
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "server/internal.h"
+
+#if MHD_VERSION < 0x00097002
+typedef int MHD_RESULT;
+#else
+typedef enum MHD_Result MHD_RESULT;
+#endif
+
+struct conn {
+    struct server *sv;
+    struct buf body;
+    bool too_large;
+    struct job *job;    /* a streaming job this connection drains */
+    int fd;
+    double last_write;
+    bool finished;
+};
+
+/* ---- replies ---- */
+
+static void add_common_headers(struct server *sv, struct MHD_Response *r) {
+    if (sv->o.cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", sv->o.cors);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, x-api-key, anthropic-version, "
+                                "anthropic-beta, OpenAI-Organization, OpenAI-Project");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    }
+}
+
+static MHD_RESULT reply(struct server *sv, struct MHD_Connection *c, int status, const char *ctype,
+                        char *body /* taken */, const char *retry_after) {
+    if (!body) body = strdup("{}");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    add_common_headers(sv, r);
+    const MHD_RESULT rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static MHD_RESULT reply_error(struct server *sv, struct MHD_Connection *c, enum api_kind k,
+                              const struct http_err *e) {
+    pthread_mutex_lock(&sv->mu);
+    sv->m.errors++;
+    pthread_mutex_unlock(&sv->mu);
+    return reply(sv, c, e->status, "application/json", api_error_body(k, e),
+                 e->status == 503 ? "1" : NULL);
+}
+
+/* ---- disconnects ---- */
+
+static bool hung_up(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static void cancel_job(struct server *sv, struct job *j) {
+    if (!atomic_exchange(&j->cancel, 1)) {
+        pthread_mutex_lock(&sv->mu);
+        sv->m.cancelled += 0; /* counted by the worker when it stops a generation */
+        pthread_mutex_unlock(&sv->mu);
+    }
+}
+
+/* ---- SSE ---- */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    struct conn *cn = cls;
+    struct job *j = cn->job;
+    struct server *sv = cn->sv;
+    const double ka = sv->o.keepalive_s;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        const size_t avail = j->out.len - j->out_sent;
+        if (avail) {
+            const size_t n = avail < max ? avail : max;
+            memcpy(out, j->out.p + j->out_sent, n);
+            j->out_sent += n;
+            if (j->out_sent == j->out.len) j->out_sent = j->out.len = 0;
+            pthread_mutex_unlock(&j->mu);
+            cn->last_write = now_s();
+            return (ssize_t)n;
+        }
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (now_s() - cn->last_write >= ka) {
+            pthread_mutex_unlock(&j->mu);
+            static const char k[] = ": keepalive\n\n";
+            if (max < sizeof k - 1) return 0;
+            memcpy(out, k, sizeof k - 1);
+            cn->last_write = now_s();
+            return (ssize_t)(sizeof k - 1);
+        }
+        if (hung_up(cn->fd)) {
+            pthread_mutex_unlock(&j->mu);
+            cancel_job(sv, j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+}
+
+/* ---- queue ---- */
+
+static int enqueue(struct server *sv, struct job *j, struct http_err *e) {
+    pthread_mutex_lock(&sv->mu);
+    if (sv->stopping) {
+        pthread_mutex_unlock(&sv->mu);
+        return http_fail(e, 503, "the server is shutting down");
+    }
+    if (sv->q_len >= (size_t)sv->o.max_queue) {
+        sv->m.rejected++;
+        pthread_mutex_unlock(&sv->mu);
+        return http_fail(e, 503, "the server is busy: %d requests are waiting; retry later",
+                         sv->o.max_queue);
+    }
+    if (sv->q_len == sv->q_cap) {
+        /* grow the ring, keeping order */
+        const size_t cap = sv->q_cap ? 2 * sv->q_cap : 16;
+        struct job **q = malloc(cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&sv->mu);
+            return http_fail(e, 500, "out of memory");
+        }
+        for (size_t i = 0; i < sv->q_len; i++) q[i] = sv->queue[(sv->q_head + i) % sv->q_cap];
+        free(sv->queue);
+        sv->queue = q;
+        sv->q_head = 0;
+        sv->q_cap = cap;
+    }
+    j->refs++; /* the worker's */
+    j->t_queued = now_s();
+    sv->queue[(sv->q_head + sv->q_len) % sv->q_cap] = j;
+    sv->q_len++;
+    sv->m.requests[j->kind]++;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    return 0;
+}
+
+/* ---- GET endpoints ---- */
+
+static char *models_body(struct server *sv) {
+    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:I}]}", "object", "list", "data", "id",
+                          sv->model_id, "object", "model", "created", (json_int_t)0, "owned_by",
+                          "moestream", "display_name", sv->model_id, "context_length",
+                          (json_int_t)sv->n_ctx);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static char *metrics_body(struct server *sv) {
+    struct buf b = {0};
+    pthread_mutex_lock(&sv->mu);
+    const struct metrics m = sv->m;
+    const size_t q = sv->q_len;
+    const bool busy = sv->running != NULL;
+    pthread_mutex_unlock(&sv->mu);
+    const struct ms_stream_stats ss = ms_engine_stream_stats(sv->e);
+    static const char *names[] = {"chat_completions", "completions", "messages", "responses"};
+    buf_puts(&b, "# HELP moestream_requests_total Generation requests accepted, by endpoint.\n"
+                 "# TYPE moestream_requests_total counter\n");
+    for (int i = 0; i < 4; i++)
+        buf_printf(&b, "moestream_requests_total{endpoint=\"%s\"} %llu\n", names[i],
+                   (unsigned long long)m.requests[i]);
+#define COUNTER(name, help, v)                                                                    \
+    buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " counter\nmoestream_" name \
+                   " %llu\n", (unsigned long long)(v))
+#define GAUGE(name, help, fmt, v)                                                                 \
+    buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " gauge\nmoestream_" name \
+                   " " fmt "\n", v)
+    COUNTER("request_errors_total", "Requests answered with an error status.", m.errors);
+    COUNTER("requests_rejected_total", "Requests refused because the queue was full (503).", m.rejected);
+    COUNTER("requests_cancelled_total", "Generations stopped by a client disconnect or shutdown.", m.cancelled);
+    COUNTER("prompt_tokens_total", "Prompt tokens of finished requests.", m.prompt_tokens);
+    COUNTER("cached_prompt_tokens_total", "Prompt tokens reused from the live session (not prefilled).", m.cached_tokens);
+    COUNTER("completion_tokens_total", "Generated tokens.", m.completion_tokens);
+    COUNTER("prefix_cache_hits_total", "Requests that extended the live session.", m.prefix_hits);
+    COUNTER("kv_restores_total", "Requests that restored the session snapshot.", m.snapshot_restores);
+    COUNTER("full_prefills_total", "Requests prefilled from an empty session.", m.full_prefills);
+    GAUGE("prefill_seconds_total", "Seconds spent in prefill.", "%.6f", m.prefill_seconds);
+    GAUGE("decode_seconds_total", "Seconds spent decoding.", "%.6f", m.decode_seconds);
+    GAUGE("prefill_tokens_per_second", "Prefill speed of the last request.", "%.3f", m.last_prefill_tps);
+    GAUGE("decode_tokens_per_second", "Decode speed of the last request.", "%.3f", m.last_decode_tps);
+    GAUGE("time_to_first_token_seconds", "Queue + prefill + first sample of the last request.", "%.6f", m.last_ttft);
+    GAUGE("queue_depth", "Requests waiting for the engine.", "%zu", q);
+    GAUGE("busy", "1 while a request runs.", "%d", busy ? 1 : 0);
+    COUNTER("ssd_bytes_read_total", "Expert bytes read from disk.", ss.bytes_read);
+    COUNTER("expert_cache_hits_total", "Expert cache hits.", ss.cache_hits);
+    COUNTER("expert_cache_misses_total", "Expert cache misses.", ss.cache_misses);
+#undef COUNTER
+#undef GAUGE
+    return b.p;
+}
+
+/* ---- auth ---- */
+
+static bool authorized(struct server *sv, struct MHD_Connection *c) {
+    if (!sv->o.api_key) return true;
+    const char *xk = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (xk && !strcmp(xk, sv->o.api_key)) return true;
+    const char *au = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (au && !strncasecmp(au, "Bearer ", 7)) {
+        au += 7;
+        while (*au == ' ') au++;
+        if (!strcmp(au, sv->o.api_key)) return true;
+    }
+    return false;
+}
+
+/* ---- routing ---- */
+
+static bool route_post(const char *url, enum api_kind *k, bool *count) {
+    *count = false;
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) *k = API_CHAT;
+    else if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) *k = API_COMPLETIONS;
+    else if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages")) *k = API_MESSAGES;
+    else if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) *k = API_RESPONSES;
+    else if (!strcmp(url, "/v1/messages/count_tokens")) {
+        *k = API_MESSAGES;
+        *count = true;
+    } else return false;
+    return true;
+}
+
+/* Waits for a non-streaming job, cancelling it if the client goes away. */
+static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, struct conn *cn,
+                                 struct job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        if (hung_up(cn->fd)) {
+            pthread_mutex_unlock(&j->mu);
+            cancel_job(sv, j);
+            pthread_mutex_lock(&j->mu);
+            while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+            pthread_mutex_unlock(&j->mu);
+            return MHD_NO; /* close the connection */
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+    char *body = j->body;
+    j->body = NULL;
+    const int status = j->status ? j->status : 500;
+    pthread_mutex_unlock(&j->mu);
+    if (status != 200) {
+        pthread_mutex_lock(&sv->mu);
+        sv->m.errors++;
+        pthread_mutex_unlock(&sv->mu);
+    }
+    return reply(sv, c, status, "application/json", body, status == 503 ? "1" : NULL);
+}
+
+static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struct conn *cn,
+                              const char *url) {
+    enum api_kind k;
+    bool count;
+    struct http_err e = {0};
+    if (!route_post(url, &k, &count)) {
+        http_fail(&e, 404, "no such endpoint: POST %s", url);
+        return reply_error(sv, c, API_CHAT, &e);
+    }
+    if (!authorized(sv, c)) {
+        http_fail(&e, 401, "invalid or missing API key");
+        return reply_error(sv, c, k, &e);
+    }
+    if (cn->too_large) {
+        http_fail(&e, 413, "the request body is larger than %zu bytes", sv->o.max_body);
+        return reply_error(sv, c, k, &e);
+    }
+    json_error_t je;
+    json_t *req = cn->body.len ? json_loadb(cn->body.p, cn->body.len, 0, &je) : NULL;
+    if (!req) {
+        if (!cn->body.len) http_fail(&e, 400, "the request has no body (a JSON object is expected)");
+        else http_fail(&e, 400, "invalid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        return reply_error(sv, c, k, &e);
+    }
+    if (count) {
+        const int64_t n = api_count_tokens(sv, req, &e);
+        json_decref(req);
+        if (n < 0) return reply_error(sv, c, k, &e);
+        char body[64];
+        snprintf(body, sizeof body, "{\"input_tokens\":%lld}", (long long)n);
+        return reply(sv, c, 200, "application/json", strdup(body), NULL);
+    }
+    struct job *j = api_parse(sv, k, req, &e);
+    json_decref(req);
+    if (!j) return reply_error(sv, c, k, &e);
+    if (enqueue(sv, j, &e)) {
+        job_release(j);
+        return reply_error(sv, c, k, &e);
+    }
+    if (!j->stream) {
+        const MHD_RESULT rc = wait_and_reply(sv, c, cn, j);
+        job_release(j);
+        return rc;
+    }
+    cn->job = j; /* released in the completion callback */
+    cn->last_write = now_s();
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, cn, NULL);
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    add_common_headers(sv, r);
+    const MHD_RESULT rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static MHD_RESULT handle_get(struct server *sv, struct MHD_Connection *c, const char *url) {
+    struct http_err e = {0};
+    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) {
+        pthread_mutex_lock(&sv->mu);
+        const size_t q = sv->q_len;
+        const bool busy = sv->running != NULL;
+        pthread_mutex_unlock(&sv->mu);
+        char body[128];
+        snprintf(body, sizeof body, "{\"status\":\"ok\",\"busy\":%s,\"queued\":%zu}", busy ? "true" : "false", q);
+        return reply(sv, c, 200, "application/json", strdup(body), NULL);
+    }
+    if (!authorized(sv, c)) {
+        http_fail(&e, 401, "invalid or missing API key");
+        return reply_error(sv, c, API_CHAT, &e);
+    }
+    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))
+        return reply(sv, c, 200, "application/json", models_body(sv), NULL);
+    if (!strcmp(url, "/metrics"))
+        return reply(sv, c, 200, "text/plain; version=0.0.4", metrics_body(sv), NULL);
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (strcmp(url + 11, sv->model_id)) {
+            http_fail(&e, 404, "no such model: %s", url + 11);
+            return reply_error(sv, c, API_CHAT, &e);
+        }
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", sv->model_id, "object", "model", "created",
+                              (json_int_t)0, "owned_by", "moestream");
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        return reply(sv, c, 200, "application/json", s, NULL);
+    }
+    http_fail(&e, 404, "no such endpoint: GET %s", url);
+    return reply_error(sv, c, API_CHAT, &e);
+}
+
+static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                             const char *version, const char *upload, size_t *upload_size,
+                             void **con_cls) {
+    (void)version;
+    struct server *sv = cls;
+    struct conn *cn = *con_cls;
+    if (!cn) {
+        cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        cn->sv = sv;
+        cn->fd = conn_fd(c);
+        *con_cls = cn;
+        return MHD_YES;
+    }
+    if (!strcmp(method, "POST")) {
+        if (*upload_size) {
+            if (cn->body.len + *upload_size > sv->o.max_body) cn->too_large = true;
+            else if (buf_put(&cn->body, upload, *upload_size)) cn->too_large = true;
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        return handle_post(sv, c, cn, url);
+    }
+    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(sv, c, url);
+    if (!strcmp(method, "OPTIONS")) return reply(sv, c, 204, "text/plain", strdup(""), NULL);
+    struct http_err e = {0};
+    http_fail(&e, 405, "method %s is not allowed", method);
+    return reply_error(sv, c, API_CHAT, &e);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    struct conn *cn = *con_cls;
+    if (!cn) return;
+    if (cn->job) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_job(cn->sv, cn->job);
+        job_release(cn->job);
+    }
+    buf_free(&cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+/* ---- the server ---- */
+
+int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_server_opts *o,
+                  ms_err *err) {
+    struct server *sv = calloc(1, sizeof *sv);
+    if (!sv) return ms_err_set(err, "out of memory");
+    sv->e = e;
+    sv->o = *o;
+    if (!sv->o.host) sv->o.host = "127.0.0.1";
+    if (sv->o.max_queue <= 0) sv->o.max_queue = 16;
+    if (!sv->o.max_body) sv->o.max_body = 32u << 20;
+    if (sv->o.timeout_s <= 0) sv->o.timeout_s = 600;
+    if (sv->o.keepalive_s <= 0 || sv->o.keepalive_s > 5) sv->o.keepalive_s = 2;
+    if (sv->o.default_max_tokens <= 0) sv->o.default_max_tokens = 4096;
+    sv->tok = ms_engine_tokenizer(e);
+    int rc = -1;
+    struct MHD_Daemon *d = NULL;
+    pthread_t worker;
+    bool worker_started = false;
+    if (!sv->tok) {
+        ms_err_set(err, "%s has no tokenizer; the server needs one", model_path);
+        goto out;
+    }
+    if (sv->o.alias) {
+        snprintf(sv->model_id, sizeof sv->model_id, "%s", sv->o.alias);
+    } else {
+        const char *base = strrchr(model_path, '/');
+        snprintf(sv->model_id, sizeof sv->model_id, "%s", base ? base + 1 : model_path);
+        char *dot = strstr(sv->model_id, ".gguf");
+        if (dot && dot != sv->model_id) *dot = '\0';
+    }
+    sv->eos = ms_tokenizer_eos(sv->tok);
+    sv->think_tok = ms_tokenizer_find(sv->tok, MS_CHAT_THINK, strlen(MS_CHAT_THINK));
+    sv->end_think_tok = ms_tokenizer_find(sv->tok, MS_CHAT_END_THINK, strlen(MS_CHAT_END_THINK));
+    if (ms_session_new(&sv->s, e, sv->o.n_ctx, err)) goto out;
+    sv->n_ctx = ms_session_n_ctx(sv->s);
+    pthread_mutex_init(&sv->mu, NULL);
+    pthread_cond_init(&sv->cv, NULL);
+    if (pthread_create(&worker, NULL, worker_main, sv)) {
+        ms_err_set(err, "cannot start the worker thread");
+        goto out;
+    }
+    worker_started = true;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sv->o.port)};
+    if (inet_pton(AF_INET, sv->o.host, &addr.sin_addr) != 1) {
+        ms_err_set(err, "--host must be an IPv4 address, got '%s'", sv->o.host);
+        goto out;
+    }
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                             MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &addr,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)sv->o.timeout_s,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(sv->o.max_queue + 48),
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
+    if (!d) {
+        ms_err_set(err, "cannot listen on %s:%d: %s", sv->o.host, sv->o.port, strerror(errno));
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    const int port = di ? di->port : sv->o.port;
+    fprintf(stderr, "serve: %s on http://%s:%d (context %lld tokens, queue %d)\n", sv->model_id,
+            sv->o.host, port, (long long)sv->n_ctx, sv->o.max_queue);
+    if (sv->o.port_file) {
+        FILE *f = fopen(sv->o.port_file, "w");
+        if (f) {
+            fprintf(f, "%d\n", port);
+            fclose(f);
+        }
+    }
+    while (!*sv->o.stop) usleep(50 * 1000);
+    fprintf(stderr, "serve: shutting down\n");
+    rc = 0;
+out:
+    if (worker_started) {
+        pthread_mutex_lock(&sv->mu);
+        sv->stopping = true;
+        if (sv->running) atomic_store(&sv->running->cancel, 1);
+        pthread_cond_broadcast(&sv->cv);
+        pthread_mutex_unlock(&sv->mu);
+        pthread_join(worker, NULL);
+    }
+    if (d) MHD_stop_daemon(d);
+    ms_session_free(sv->s);
+    ms_snapshot_free(sv->snap);
+    free(sv->snap_text);
+    free(sv->live);
+    free(sv->queue);
+    for (size_t i = 0; i < REPLAY_MAX; i++) {
+        free(sv->replay[i].ids);
+        free(sv->replay[i].raw);
+    }
+    free(sv);
+    return rc;
+}

@@ -1,0 +1,180 @@
+/*
+ * internal.h - what the server's files share: the request (job) that
+ * travels from a connection thread to the engine worker and back, the
+ * server state, and the API formatters' entry points.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; it parses the
+ * request into a job (render, tokenize, validate), queues it, then either
+ * waits for the result (non-streaming) or drains the job's output buffer
+ * into the socket (SSE). One worker thread owns the engine session and
+ * runs jobs in arrival order, writing events through the formatters into
+ * the job. A job is freed by whichever side lets go of it last (refs).
+ */
+#ifndef MS_SERVER_INTERNAL_H
+#define MS_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moestream.h"
+#include "sample/sampler.h"
+#include "server/server.h"
+#include "text/chat_template.h"
+
+enum api_kind { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };
+
+/* A growable byte buffer. */
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+int buf_put(struct buf *b, const char *s, size_t n);
+int buf_puts(struct buf *b, const char *s);
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_free(struct buf *b);
+
+/* An HTTP error for the client, in its API's shape. */
+struct http_err {
+    int status;
+    const char *type; /* OpenAI "type" / Anthropic error.type; NULL = by status */
+    char msg[512];
+};
+int http_fail(struct http_err *e, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+struct tool_rec; /* a recorded tool call (formatters) */
+
+struct job {
+    enum api_kind kind;
+    bool stream, include_usage;
+    char id[48];     /* chatcmpl-..., msg_..., resp_..., cmpl-... */
+    int64_t created; /* unix seconds */
+    json_t *req;     /* the parsed request (owned) */
+
+    /* prompt: text, tokens, and where tokens start at a clean cut */
+    char *prompt;
+    size_t prompt_len;
+    int32_t *ids;
+    size_t n_ids;
+    size_t *cut_off, *cut_tok; /* ascending byte offsets and the token index there */
+    size_t n_cuts;
+
+    /* generation parameters */
+    int64_t max_tokens;
+    struct ms_sampler_params sp;
+    json_t *stop;       /* array of strings or NULL */
+    bool thinking;      /* the prompt ended in "<think>" */
+    bool parse_output;  /* reasoning/DSML parsing (not for /v1/completions) */
+    bool has_tools;
+    bool ignore_eos;    /* llama.cpp's extension: never sample end of sentence */
+
+    /* results (worker) */
+    int64_t n_prompt, n_cached, n_completion, n_reasoning;
+    const char *finish; /* "stop", "length", "tool_calls", "stop_sequence", "cancelled", "error" */
+    char *stop_seq;     /* the stop string that matched */
+    struct buf reasoning, content;
+    json_t *calls;      /* array of {id, function: {name, arguments}} emitted */
+    json_t *items;      /* Responses: output items closed so far */
+    struct buf cur;     /* Responses: text of the open item */
+    int n_calls;
+    char *error;        /* a failure after the response started */
+    double t_queued, t_start, t_first, t_end;
+
+    /* formatter state */
+    int block;          /* Anthropic: current content block index, -1 none */
+    int block_kind;     /* 0 none, 1 thinking, 2 text */
+    int out_index;      /* Responses: next output index */
+    int item_kind;      /* Responses: open item 0 none, 1 reasoning, 2 message */
+    char item_id[48];
+    int64_t seq;        /* Responses: sequence_number */
+    bool started;
+
+    /* synchronisation and output */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct buf out;     /* SSE bytes not yet sent */
+    size_t out_sent;
+    bool done;          /* the worker finished with this job */
+    int status;         /* HTTP status of a non-streaming reply */
+    char *body;         /* non-streaming reply body */
+    atomic_int cancel;  /* set by a disconnect or shutdown */
+    int refs;
+};
+
+struct replay_entry {
+    char *ids;  /* tool-call ids joined by '\n' */
+    char *raw;  /* the sampled DSML block */
+    size_t raw_len;
+};
+#define REPLAY_MAX 256
+
+struct metrics {
+    uint64_t requests[4], errors, rejected, cancelled;
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    double prefill_seconds, decode_seconds;
+    uint64_t prefix_hits, snapshot_restores, full_prefills;
+    double last_prefill_tps, last_decode_tps, last_ttft;
+};
+
+struct server {
+    struct ms_engine *e;
+    const struct ms_tokenizer *tok;
+    struct ms_server_opts o;
+    char model_id[256];
+    int64_t n_ctx;
+    int32_t eos, think_tok, end_think_tok;
+
+    pthread_mutex_t mu;     /* queue, metrics, replay map */
+    pthread_cond_t cv;
+    struct job **queue;
+    size_t q_head, q_len, q_cap;
+    struct job *running;
+    bool stopping;
+    struct metrics m;
+    uint64_t n_generations; /* worker-only: picks the scripted output */
+    struct replay_entry replay[REPLAY_MAX];
+    size_t replay_next;
+
+    /* worker-only: the live session */
+    struct ms_session *s;
+    char *live;             /* text of the evaluated tokens */
+    size_t live_len, live_cap;
+    struct ms_snapshot *snap;
+    char *snap_text;
+    size_t snap_len;
+};
+
+/* ---- api.c: request parsing and response formatting ---- */
+
+/* Parses a request body of kind k into a new job (prompt rendered and
+ * tokenized). NULL with *e set on a bad request. */
+struct job *api_parse(struct server *sv, enum api_kind k, json_t *req, struct http_err *e);
+/* /v1/messages/count_tokens: the prompt's token count, or -1 with *e. */
+int64_t api_count_tokens(struct server *sv, json_t *req, struct http_err *e);
+/* The error body of API k (malloc'd JSON). */
+char *api_error_body(enum api_kind k, const struct http_err *e);
+
+/* Worker-side events, in order: begin, then any of reasoning / content /
+ * tool_call, then end (or error). Called with the job's mutex NOT held. */
+void fmt_begin(struct server *sv, struct job *j);
+void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n);
+void fmt_content(struct server *sv, struct job *j, const char *s, size_t n);
+void fmt_tool_call(struct server *sv, struct job *j, const char *name, const char *args);
+void fmt_end(struct server *sv, struct job *j);
+
+/* Appends SSE bytes to the job's output and wakes its connection. */
+void job_emit(struct job *j, const char *s, size_t n);
+
+/* ---- worker.c ---- */
+void *worker_main(void *arg);
+/* Replay lookup for the chat template (sv->mu taken inside). */
+const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len);
+void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len);
+void job_release(struct job *j);
+double now_s(void);
+
+#endif

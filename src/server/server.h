@@ -1,0 +1,49 @@
+/*
+ * server.h - `moestream serve`: an HTTP server with OpenAI- and
+ * Anthropic-compatible endpoints over one engine (libmicrohttpd, jansson).
+ * Requests are answered by one worker thread that owns the only live
+ * session, in arrival order; see docs/server.md for the API surface.
+ */
+#ifndef MS_SERVER_SERVER_H
+#define MS_SERVER_SERVER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moestream.h"
+#include "util/err.h"
+
+struct ms_server_opts {
+    const char *host;       /* bind address (default "127.0.0.1") */
+    int port;               /* default 8000; 0 = any free port */
+    const char *api_key;    /* NULL: no auth; else Bearer or x-api-key must match */
+    const char *cors;       /* NULL: no CORS headers; else Access-Control-Allow-Origin */
+    const char *alias;      /* model id in the API (default: the model file's base name) */
+    int64_t n_ctx;          /* session context (0: the engine's default) */
+    int max_queue;          /* waiting requests beyond the running one (default 16) */
+    size_t max_body;        /* request body limit in bytes (default 32 MiB) */
+    int timeout_s;          /* idle connection timeout in seconds (default 600) */
+    double keepalive_s;     /* SSE keepalive period (default 2 s, at most 5) */
+    int64_t default_max_tokens; /* when a request gives none (default 4096, capped by context) */
+    const char *port_file;  /* if set, the bound port is written there once listening */
+    volatile sig_atomic_t *stop; /* set by the caller's SIGTERM/SIGINT handler */
+    /* Test hook: when set, generation k emits scripted_outputs[k % n] (its
+     * tokens, special-token text parsed, then end of sentence) instead of
+     * sampling; the tokens still go through the session like sampled ones.
+     * Lets the client tests see tool calls and reasoning from a random-weight
+     * model. NULL in normal use. */
+    char **scripted_outputs;
+    int n_scripted;
+};
+
+/*
+ * Serves until *o->stop becomes non-zero, then finishes or cancels the
+ * running request (a running generation is cancelled, queued ones get 503),
+ * stops listening and returns 0. e stays owned by the caller. Errors: the
+ * address cannot be bound, no tokenizer in the model, OOM.
+ */
+int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_server_opts *o,
+                  ms_err *err);
+
+#endif

@@ -1,0 +1,37 @@
+# lib_serve.sh - starting and stopping `moestream serve` for the server tests
+# (sourced after tests/lib.sh). Every wait is bounded.
+#   start_server NAME ARGS...   starts BIN serve ARGS --port 0, sets PORT_NAME
+#                               and PID_NAME; stops the test if it never listens
+#   stop_server NAME            SIGTERM, waits (bounded), checks exit status 0
+#   url NAME                    http://127.0.0.1:PORT
+declare -A SRV_PID SRV_PORT
+start_server() {
+    local name=$1; shift
+    rm -f "$TMP/$name.port"
+    "$BIN" serve --port 0 --port-file "$TMP/$name.port" -t 2 "$@" >"$TMP/$name.log" 2>&1 &
+    SRV_PID[$name]=$!
+    for _ in $(seq 1 300); do
+        [ -s "$TMP/$name.port" ] && break
+        kill -0 "${SRV_PID[$name]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ ! -s "$TMP/$name.port" ]; then
+        echo "FAIL: server $name did not start:"; cat "$TMP/$name.log"; exit 1
+    fi
+    SRV_PORT[$name]=$(cat "$TMP/$name.port")
+}
+url() { echo "http://127.0.0.1:${SRV_PORT[$1]}"; }
+stop_server() {
+    local name=$1 pid=${SRV_PID[$1]} rc
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        fail "server $name did not exit within 15 s of SIGTERM"; kill -KILL "$pid"; wait "$pid" 2>/dev/null
+        return
+    fi
+    wait "$pid"; rc=$?
+    [ $rc -eq 0 ] || { fail "server $name exited with $rc after SIGTERM"; tail -5 "$TMP/$name.log"; }
+}
+# Kills the servers still running when the script ends.
+cleanup_servers() { for p in "${SRV_PID[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+trap cleanup_servers EXIT
