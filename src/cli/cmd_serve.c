@@ -14,6 +14,7 @@
 #include "cli/gen.h"
 #include "moestream.h"
 #include "server/server.h"
+#include "util/parse.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -82,7 +83,7 @@ int cmd_serve(int argc, char **argv) {
         switch (c) {
         case OPT_HOST: so.host = optarg; break;
         case OPT_PORT:
-            if (gen_parse_long(optarg, 0, 65535, &v)) {
+            if (ms_parse_long(optarg, 0, 65535, &v)) {
                 fprintf(stderr, "moestream serve: --port must be an integer in [0, 65535]\n");
                 return 2;
             }
@@ -104,21 +105,21 @@ int cmd_serve(int argc, char **argv) {
             so.alias = optarg;
             break;
         case OPT_MAX_QUEUE:
-            if (gen_parse_long(optarg, 1, 4096, &v)) {
+            if (ms_parse_long(optarg, 1, 4096, &v)) {
                 fprintf(stderr, "moestream serve: --max-queue must be an integer in [1, 4096]\n");
                 return 2;
             }
             so.max_queue = (int)v;
             break;
         case OPT_MAX_BODY:
-            if (gen_parse_long(optarg, 1024, 1L << 31, &v)) {
+            if (ms_parse_long(optarg, 1024, 1L << 31, &v)) {
                 fprintf(stderr, "moestream serve: --max-body must be an integer in [1024, 2^31]\n");
                 return 2;
             }
             so.max_body = (size_t)v;
             break;
         case OPT_TIMEOUT:
-            if (gen_parse_long(optarg, 1, 86400, &v)) {
+            if (ms_parse_long(optarg, 1, 86400, &v)) {
                 fprintf(stderr, "moestream serve: --timeout must be an integer in [1, 86400]\n");
                 return 2;
             }
@@ -135,7 +136,7 @@ int cmd_serve(int argc, char **argv) {
             break;
         }
         case OPT_MAX_TOKENS:
-            if (gen_parse_long(optarg, 1, INT32_MAX, &v)) {
+            if (ms_parse_long(optarg, 1, INT32_MAX, &v)) {
                 fprintf(stderr, "moestream serve: --max-tokens must be an integer >= 1\n");
                 return 2;
             }
