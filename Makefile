@@ -19,7 +19,7 @@ build: deps
 
 $(DEMO_MODEL): | build
 	@mkdir -p $(dir $@)
-	$(BUILD)/moestream mkmodel --preset small --experts-type q4_k --dense-type q8_0 --seed 1 -o $@
+	$(BUILD)/moestream mkmodel --preset small --experts-type q4_k --dense-type q8_0 --seed 1 --force -o $@
 
 demo: build $(DEMO_MODEL)
 	$(BUILD)/moestream inspect $(DEMO_MODEL)

@@ -74,7 +74,7 @@ for preset in $PRESETS; do
         model="$WORK/${preset}_${name//[,=]/_}.gguf"
         log="$WORK/${preset}_${name//[,=]/_}.log"
         # shellcheck disable=SC2086
-        if ! "$BIN" mkmodel --preset "$preset" $opts --seed 1 -o "$model" >"$log" 2>&1; then
+        if ! "$BIN" mkmodel --preset "$preset" $opts --seed 1 --force -o "$model" >"$log" 2>&1; then
             printf 'FAIL  %-40s mkmodel: %s\n' "$label" "$(tail -n 1 "$log")"
             fail=$((fail + 1))
             failed_names+=("$label")

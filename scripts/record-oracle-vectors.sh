@@ -63,7 +63,7 @@ N_GREEDY=32
 
 mk() { # OUT.gguf OPTS... -> prints the sha256
     local f=$1; shift
-    "$BIN" mkmodel --preset tiny --seed 1 "$@" -o "$f" >/dev/null
+    "$BIN" mkmodel --preset tiny --seed 1 "$@" --force -o "$f" >/dev/null
     sha256sum "$f" | cut -d' ' -f1
 }
 rec() { # MODEL.gguf PROMPT OUT.bin [POSITIONS]

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "model/model.h"
 #include "model/session.h"
@@ -14,6 +15,7 @@
 #include "stream/hotlist.h"
 #include "util/cpus.h"
 #include "util/log.h"
+#include "util/mapguard.h"
 #include "util/pool.h"
 
 struct ms_engine {
@@ -26,6 +28,13 @@ struct ms_engine {
     int64_t n_ubatch;                /* session n_ubatch (DSV4_UBATCH_WHOLE or > 0) */
     uint64_t *route_hits;            /* [n_layer][n_expert] with profile_routing */
     double *route_weight;            /* likewise: summed router weights */
+    /* The model file as loaded: evaluation stops with an error once it
+     * changes (size, modification time) or a read of its mapping faults
+     * (util/mapguard.h), instead of dying of SIGBUS or computing on bytes
+     * that are not the model's. */
+    struct stat file_st;
+    int map_guard;                   /* mapguard slot of the mapping, -1 none */
+    bool file_broken;                /* the file changed: every eval fails */
     char plan_line[256];
 };
 
@@ -104,10 +113,12 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
                                           .no_prefetch = p->no_prefetch};
     if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
     m->experts = ms_stream_source_iface(e->stream);
+    /* under --stream the resident plan may well fit: say which it was */
+    const bool fits = plan.resident_need <= plan.usable_bytes;
     snprintf(e->plan_line, sizeof e->plan_line,
-             "streaming experts: %.2f GiB resident need > %.2f GiB usable (%s)%s; expert cache "
+             "streaming experts: %.2f GiB resident need %s %.2f GiB usable (%s)%s; expert cache "
              "%.2f GiB (%.1f%% of %.2f GiB routed)",
-             GiB(plan.resident_need), GiB(plan.usable_bytes), source,
+             GiB(plan.resident_need), fits ? "<=" : ">", GiB(plan.usable_bytes), source,
              p->stream == MS_STREAM_ON ? ", --stream" : "", GiB(plan.cache_bytes),
              100.0 * (double)plan.cache_bytes / (double)(in.routed_bytes ? in.routed_bytes : 1),
              GiB(in.routed_bytes));
@@ -116,12 +127,32 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
 
 struct ms_session {
     struct dsv4_session *s;
+    struct ms_engine *e;
     int64_t n_ctx;
 };
+
+/* Whether the model file is still what was loaded: same size and
+ * modification time, and no read of the mapping faulted. Once it is not,
+ * the engine stays broken (what was computed from it cannot be trusted). */
+static int check_model_file(struct ms_engine *e, ms_err *err) {
+    const char *path = e->model->gguf->path;
+    struct stat st;
+    if (fstat(e->model->gguf->fd, &st) != 0) return ms_err_errno(err, errno, "%s: stat", path);
+    if (!e->file_broken)
+        e->file_broken = st.st_size != e->file_st.st_size ||
+                         st.st_mtim.tv_sec != e->file_st.st_mtim.tv_sec ||
+                         st.st_mtim.tv_nsec != e->file_st.st_mtim.tv_nsec ||
+                         ms_mapguard_faulted(e->map_guard);
+    if (!e->file_broken) return 0;
+    return ms_err_set(err, "%s changed on disk while in use (%lld bytes at load, %lld now); "
+                      "restart with the new file", path, (long long)e->file_st.st_size,
+                      (long long)st.st_size);
+}
 
 int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_err *err) {
     struct ms_engine *e = calloc(1, sizeof *e);
     if (!e) return ms_err_set(err, "out of memory");
+    e->map_guard = -1;
     e->quality = p->quality;
     struct ms_cpu_limit cl;
     ms_cpu_limit_read(&cl, "/proc", "/sys/fs/cgroup");
@@ -142,6 +173,12 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         return -1;
     }
     if (p->pin_threads && ms_pool_pin(e->pool, err)) {
+        ms_engine_free(e);
+        return -1;
+    }
+    e->map_guard = ms_mapguard_add(e->model->map, e->model->map_size);
+    if (fstat(e->model->gguf->fd, &e->file_st) != 0) {
+        ms_err_errno(err, errno, "%s: stat", p->model_path);
         ms_engine_free(e);
         return -1;
     }
@@ -173,6 +210,16 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
+    /* Every token id must have an embedding and an output row, and every row
+     * a token text: ids past the token list would print nothing, ids past
+     * the rows would be rejected mid-generation. */
+    if (e->tok && ms_tokenizer_n_vocab(e->tok) != e->model->hp.n_vocab) {
+        ms_err_set(err, "%s: tokenizer.ggml.tokens has %u entries but the model has %u "
+                   "vocabulary rows (token_embd/output)", p->model_path,
+                   ms_tokenizer_n_vocab(e->tok), e->model->hp.n_vocab);
+        ms_engine_free(e);
+        return -1;
+    }
     *out = e;
     return 0;
 }
@@ -182,6 +229,7 @@ void ms_engine_free(struct ms_engine *e) {
     ms_tokenizer_free(e->tok);
     ms_pool_free(e->pool);
     ms_stream_source_free(e->stream);
+    ms_mapguard_remove(e->map_guard);
     dsv4_model_free(e->model);
     free(e->route_hits);
     free(e->route_weight);
@@ -253,6 +301,7 @@ int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, 
         return -1;
     }
     s->n_ctx = n_ctx;
+    s->e = e;
     *out = s;
     return 0;
 }
@@ -267,7 +316,18 @@ int64_t ms_session_n_ctx(const struct ms_session *s) { return s->n_ctx; }
 
 int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
                     ms_err *err) {
-    return dsv4_session_eval(s->s, tokens, n, logits, err);
+    if (check_model_file(s->e, err)) return -1;
+    const int rc = dsv4_session_eval(s->s, tokens, n, logits, err);
+    /* A fault during the pass (its results are garbage), or a failed read
+     * of a file that changed meanwhile: say that, not the symptom. */
+    if (rc || ms_mapguard_faulted(s->e->map_guard)) {
+        ms_err ferr;
+        if (check_model_file(s->e, &ferr)) {
+            *err = ferr;
+            return -1;
+        }
+    }
+    return rc;
 }
 
 int64_t ms_session_n_past(const struct ms_session *s) { return dsv4_session_n_past(s->s); }

@@ -2,9 +2,11 @@
 # cli_mkmodel.sh - `moestream mkmodel` from the outside: exit codes and
 # one-line messages for bad input (2), determinism of the written bytes,
 # a different seed giving different bytes, --f32-twin, mixed expert types,
-# --ds4-mix, and hyperparameter overrides landing in the metadata.
+# --ds4-mix, hyperparameter overrides landing in the metadata, errors that
+# name the option, and -o refusing to replace a file without --force.
 # Usage: bash cli_mkmodel.sh BIN TMPDIR
 . "$(dirname "$0")/lib.sh"
+rm -f "$TMP"/*.gguf "$TMP"/*.tmp-*
 
 # expect_usage "what" args... : exit 2 and a one-line "moestream mkmodel:" message
 expect_usage() {
@@ -33,6 +35,48 @@ expect_usage "--size outside bench" --preset tiny --size 1G -o "$TMP/bad.gguf"
 expect_usage "bad last-layers spec" --preset tiny --experts-type-last-layers q4_k -o "$TMP/bad.gguf"
 "$BIN" mkmodel --preset tiny --n-embd 288 --experts-type q4_k -o "$TMP/bad.gguf" 2>"$TMP/err"
 grep -q "not a multiple of q4_K's block size 256" "$TMP/err" || fail "divisibility message: $(cat "$TMP/err")"
+
+# A hyperparameter rule broken through an option names the option.
+flag_named() { # FLAG PATTERN ARGS...
+    local flag=$1 pat=$2; shift 2
+    expect_usage "$flag" --preset tiny "$@" -o "$TMP/bad.gguf"
+    grep -q -- "^moestream mkmodel: $flag: .*$pat" "$TMP/err" || fail "$flag not named: $(cat "$TMP/err")"
+}
+flag_named --n-expert 'expert_count must be > 0' --n-expert 0
+flag_named --n-expert-used 'exceeds' --n-expert-used 9
+flag_named --n-ff-exp 'must be > 0' --n-ff-exp 0
+flag_named --sinkhorn-iters 'at most 100' --sinkhorn-iters 1000
+flag_named --n-head-kv 'must be 1' --n-head-kv 2
+flag_named --rms-eps 'must be > 0' --rms-eps 0
+flag_named --expert-weights-scale 'finite' --expert-weights-scale inf
+flag_named --n-hash-layer 'main layers' --n-hash-layer 9
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "not one line: $(cat "$TMP/err")"
+
+# -o never replaces a file unless --force; the write goes through a
+# temporary file renamed into place
+printf 'precious, not a model\n' >"$TMP/keep.txt"
+"$BIN" mkmodel --preset tiny -o "$TMP/keep.txt" >/dev/null 2>"$TMP/err"
+[ $? -eq 1 ] || fail "existing output: exit not 1"
+grep -q "^moestream mkmodel: .*keep.txt already exists; pass --force to replace it$" "$TMP/err" \
+    || fail "existing output message: $(cat "$TMP/err")"
+grep -q precious "$TMP/keep.txt" || fail "existing file was changed"
+"$BIN" mkmodel --preset tiny --seed 5 -o "$TMP/f.gguf" 2>/dev/null || fail "first write"
+cp "$TMP/f.gguf" "$TMP/f0.gguf"
+"$BIN" mkmodel --preset tiny --seed 6 -o "$TMP/f.gguf" 2>/dev/null && fail "second write without --force succeeded"
+cmp -s "$TMP/f.gguf" "$TMP/f0.gguf" || fail "refused write changed the file"
+"$BIN" mkmodel --preset tiny --seed 6 --force -o "$TMP/f.gguf" 2>/dev/null || fail "--force write"
+cmp -s "$TMP/f.gguf" "$TMP/f0.gguf" && fail "--force did not replace the file"
+"$BIN" mkmodel --preset tiny --seed 6 --force -o "$TMP/keep.txt" 2>/dev/null || fail "--force over a text file"
+"$BIN" inspect "$TMP/keep.txt" >/dev/null || fail "--force output is not a model"
+# --force does not change the bytes (it is not part of the provenance)
+"$BIN" mkmodel --preset tiny --seed 6 -o "$TMP/g.gguf" 2>/dev/null || fail "write g"
+cmp -s "$TMP/f.gguf" "$TMP/g.gguf" || fail "--force changed the bytes"
+ls "$TMP" | grep -q 'tmp-' && fail "temporary files left behind: $(ls "$TMP")"
+# an unwritable directory: one line, nothing left behind
+"$BIN" mkmodel --preset tiny -o "$TMP/no/such/dir/x.gguf" >/dev/null 2>"$TMP/err"
+[ $? -eq 1 ] || fail "unwritable path: exit not 1"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "unwritable path: $(cat "$TMP/err")"
+rm -f "$TMP/keep.txt"
 
 # --help works and exits 0
 "$BIN" mkmodel --help >"$TMP/out" 2>&1 || fail "--help exit $?"

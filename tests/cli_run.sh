@@ -57,7 +57,7 @@ expect 2 'moestream run: -m MODEL is required' -p x
 expect 2 'moestream run: -p TEXT is required' -m "$M"
 expect 2 'moestream run: the prompt is empty' -m "$M" -p ""
 expect 2 'moestream run: --top-p must be in \[0, 1\]' -m "$M" -p x --top-p 2
-expect 2 'moestream run: --temp must be a number' -m "$M" -p x --temp warm
+expect 2 'moestream run: --temp must be a finite number' -m "$M" -p x --temp warm
 expect 2 'moestream run: --seed must be' -m "$M" -p x --seed -1
 expect 2 "moestream run: unexpected argument 'extra'" -m "$M" -p x extra
 expect 1 'moestream run: .*cannot open' -m "$TMP/missing.gguf" -p x

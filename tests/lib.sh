@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 check() { if ! eval "$2"; then fail "$1"; else echo "ok: $1"; fi; }
 tiny_model() {
     local out=$1; shift
-    "$BIN" mkmodel --preset tiny "$@" -o "$out" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+    "$BIN" mkmodel --preset tiny "$@" --force -o "$out" 2>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
 }
 finish() {
     [ $fails -eq 0 ] && echo "$1: all passed"

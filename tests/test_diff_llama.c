@@ -311,7 +311,7 @@ static void make_model(json_t *spec, const char *path) {
     json_array_foreach(json_object_get(spec, "mkmodel"), i, a) {
         len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s'", json_string_value(a));
     }
-    snprintf(cmd + len, sizeof cmd - (size_t)len, " -o '%s' >/dev/null 2>&1", path);
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " --force -o '%s' >/dev/null 2>&1", path);
     if (system(cmd) != 0) fail_msg("mkmodel failed: %s", cmd);
     char got[65];
     if (sha256_file(path, got)) fail_msg("cannot read %s", path);

@@ -356,6 +356,26 @@ static void test_stream_pieces(void **state) {
 
 static bool exists(const char *path) { return access(path, F_OK) == 0; }
 
+/* Temporary files ("NAME.tmp-*") the writer left in the scratch directory;
+ * with remove, deletes them (stale ones of an earlier, failed run). */
+static int temps(const char *name, bool remove) {
+    DIR *d = opendir(g_tmp);
+    assert_non_null(d);
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s.tmp-", name);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, prefix, strlen(prefix))) continue;
+        n++;
+        char full[1400];
+        snprintf(full, sizeof full, "%s/%.255s", g_tmp, de->d_name);
+        if (remove) unlink(full);
+    }
+    closedir(d);
+    return n;
+}
+static int n_temps(const char *name) { return temps(name, false); }
+
 static void test_writer_errors(void **state) {
     (void)state;
     ms_err err;
@@ -383,10 +403,15 @@ static void test_writer_errors(void **state) {
     longname[63] = '\0';
     assert_int_equal(gguf_writer_add_tensor(w, longname, MS_TYPE_F32, 1, ne, &err), 0);
 
-    /* Too many bytes: error, partial file removed. */
+    /* Too many bytes: error, partial file removed. The data goes to a
+     * temporary file; the path appears only when finish succeeds. */
     const char *path = tmp_path("over.gguf");
+    unlink(path);
+    temps("over.gguf", true);
+    temps("keep.gguf", true);
     assert_int_equal(gguf_writer_begin(w, path, &err), 0);
-    assert_true(exists(path));
+    assert_false(exists(path));
+    assert_int_equal(n_temps("over.gguf"), 1);
     assert_int_equal(gguf_writer_set_u32(w, "late", 1), -1);
     uint8_t buf[200] = {1};
     assert_int_equal(gguf_writer_write(w, buf, 68, &err), 0);
@@ -394,6 +419,7 @@ static void test_writer_errors(void **state) {
     assert_int_equal(gguf_writer_write(w, buf, 1, &err), -1);
     assert_non_null(strstr(err.msg, "past the end of the declared tensor data"));
     assert_false(exists(path));
+    assert_int_equal(n_temps("over.gguf"), 0);
     assert_int_equal(gguf_writer_finish(w, &err), -1);
     gguf_writer_free(w);
 
@@ -413,11 +439,50 @@ static void test_writer_errors(void **state) {
     gguf_writer_free(w);
     assert_false(exists(path));
 
+    assert_int_equal(n_temps("over.gguf"), 0);
+
     /* Unwritable path. */
     w = gguf_writer_new();
     assert_int_equal(gguf_writer_begin(w, "/nonexistent-dir/x.gguf", &err), -1);
     assert_non_null(strstr(err.msg, "cannot create"));
     gguf_writer_free(w);
+
+    /* An existing file: replaced by default, kept (and reported) with
+     * overwrite off, also when it appears between begin and finish. */
+    const char *old_path = tmp_path("keep.gguf");
+    FILE *f = fopen(old_path, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    w = gguf_writer_new();
+    assert_int_equal(gguf_writer_set_overwrite(w, false), 0);
+    assert_int_equal(gguf_writer_begin(w, old_path, &err), -1);
+    assert_non_null(strstr(err.msg, "already exists"));
+    gguf_writer_free(w);
+    unlink(old_path);
+    w = gguf_writer_new();
+    assert_int_equal(gguf_writer_set_overwrite(w, false), 0);
+    assert_int_equal(gguf_writer_begin(w, old_path, &err), 0);
+    assert_int_equal(gguf_writer_set_overwrite(w, true), -1); /* after begin */
+    f = fopen(old_path, "w"); /* someone else creates it meanwhile */
+    fputs("old", f);
+    fclose(f);
+    assert_int_equal(gguf_writer_finish(w, &err), -1);
+    assert_non_null(strstr(err.msg, "already exists"));
+    gguf_writer_free(w);
+    struct stat st;
+    assert_int_equal(stat(old_path, &st), 0);
+    assert_int_equal(st.st_size, 3);
+    assert_int_equal(n_temps("keep.gguf"), 0);
+    w = gguf_writer_new(); /* default: replaced, mode 0644 */
+    assert_int_equal(gguf_writer_begin(w, old_path, &err), 0);
+    assert_int_equal(gguf_writer_finish(w, &err), 0);
+    gguf_writer_free(w);
+    assert_int_equal(stat(old_path, &st), 0);
+    assert_true(st.st_size > 3);
+    assert_int_equal(st.st_mode & 0777, 0644 & ~0); /* not mkstemp's 0600 */
+    assert_int_equal(n_temps("keep.gguf"), 0);
+    unlink(old_path);
 }
 
 /* A write error in the middle of the data (EFBIG from RLIMIT_FSIZE stands in
@@ -647,6 +712,33 @@ static void test_bad_alignment(void **state) {
     bb_u32(&b, GGUF_TYPE_UINT64);
     bb_u64(&b, 64);
     expect_reject(&b, "general.alignment has type u64, expected u32");
+    /* Powers of two below 8 would put f32/i32 data at misaligned addresses. */
+    for (uint32_t a = 1; a < GGUF_MIN_ALIGNMENT; a *= 2) {
+        char want[64];
+        snprintf(want, sizeof want, "general.alignment %u is below 8", a);
+        bb_header(&b, 3, 0, 1);
+        bb_kv_u32(&b, "general.alignment", a);
+        expect_reject(&b, want);
+    }
+    /* 8 and up are accepted. */
+    for (uint32_t a = GGUF_MIN_ALIGNMENT; a <= 128; a *= 2) {
+        bb_header(&b, 3, 0, 1);
+        bb_kv_u32(&b, "general.alignment", a);
+        struct gguf_file *f = NULL;
+        ms_err err = {{0}};
+        assert_int_equal(open_bytes(b.p, b.n, &f, &err), 0);
+        assert_int_equal(f->alignment, a);
+        gguf_close(f);
+        free(b.p);
+        b = (struct bb){0};
+    }
+    /* The writer refuses them too. */
+    struct gguf_writer *w = gguf_writer_new();
+    assert_non_null(w);
+    for (uint32_t a = 1; a < GGUF_MIN_ALIGNMENT; a *= 2)
+        assert_int_equal(gguf_writer_set_alignment(w, a), -1);
+    assert_int_equal(gguf_writer_set_alignment(w, 8), 0);
+    gguf_writer_free(w);
 }
 
 /* A one-tensor file with the given info fields and `data` bytes of data. */

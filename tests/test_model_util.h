@@ -16,7 +16,7 @@ static inline int test_mkmodel(const char *path, const char *opts) {
     const char *bin = getenv("MS_BIN");
     if (!bin) return -1;
     char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel %s -o '%s' >/dev/null", bin, opts, path);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel %s --force -o '%s' >/dev/null", bin, opts, path);
     return system(cmd) == 0 ? 0 : -1;
 }
 

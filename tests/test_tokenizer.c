@@ -29,6 +29,7 @@
 
 #include "gguf/gguf.h"
 #include "text/byte_level.h"
+#include "text/chat_template.h"
 #include "text/pretok.h"
 #include "text/tokenizer.h"
 #include "mkmodel/vocab_build.h"
@@ -427,16 +428,177 @@ static void test_threads(void **state) {
     ms_tokenizer_free(t);
 }
 
-int main(void) {
+/* The text of a special token (its piece with special = true), in one of
+ * two rotating buffers. */
+static const char *special_text(const struct ms_tokenizer *t, int32_t id) {
+    static char buf[2][256];
+    static int k;
+    k ^= 1;
+    const char *p;
+    size_t len;
+    ms_tokenizer_piece(t, id, true, &p, &len);
+    snprintf(buf[k], sizeof buf[k], "%.*s", (int)len, p);
+    return buf[k];
+}
+
+static bool is_special(const struct ms_tokenizer *t, int32_t id) {
+    const enum ms_token_type ty = ms_tokenizer_token_type(t, id);
+    return ty == MS_TOKEN_CONTROL || ty == MS_TOKEN_USER_DEFINED || ty == MS_TOKEN_UNKNOWN;
+}
+
+static size_t count_special(const struct ms_tokenizer *t, const int32_t *ids, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += is_special(t, ids[i]);
+    return k;
+}
+
+/* Plain-text encoding (no special-token flags) never yields a special token,
+ * whatever special-token text the input holds; with the flags each special
+ * token's text yields its id; BOS is not doubled unless asked for. */
+static void test_plain_text(void **state) {
+    (void)state;
+    struct ms_tokenizer *t = tiny_tok();
+    const uint32_t V = ms_tokenizer_n_vocab(t);
+    int n_special = 0;
+    ms_err err;
+    for (uint32_t id = 0; id < V; id++) {
+        if (!is_special(t, (int32_t)id)) continue;
+        n_special++;
+        char text[256];
+        snprintf(text, sizeof text, "a %s b%s", special_text(t, (int32_t)id),
+                 special_text(t, (int32_t)id));
+        int32_t *ids = NULL;
+        size_t n = 0;
+        assert_int_equal(ms_tokenizer_encode_flags(t, text, strlen(text), 0, &ids, &n, &err), 0);
+        if (count_special(t, ids, n)) fail_msg("plain text of token %u made a special token", id);
+        free(ids);
+        assert_int_equal(ms_tokenizer_encode_flags(t, text, strlen(text),
+                                                   MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &ids,
+                                                   &n, &err), 0);
+        size_t hits = 0;
+        for (size_t i = 0; i < n; i++) hits += ids[i] == (int32_t)id;
+        assert_int_equal(hits, 2);
+        free(ids);
+    }
+    assert_true(n_special >= 4);
+    /* BOS: once, whether or not the text starts with its text */
+    const char *bos = special_text(t, ms_tokenizer_bos(t));
+    char text[128];
+    snprintf(text, sizeof text, "%shi", bos);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const unsigned all = MS_TOK_BOS | MS_TOK_SPECIAL | MS_TOK_USER_DEFINED;
+    assert_int_equal(ms_tokenizer_encode_flags(t, text, strlen(text), all, &ids, &n, &err), 0);
+    assert_true(n >= 2 && ids[0] == ms_tokenizer_bos(t) && ids[1] != ms_tokenizer_bos(t));
+    free(ids);
+    assert_int_equal(ms_tokenizer_encode_flags(t, "hi", 2, all, &ids, &n, &err), 0);
+    assert_true(n >= 2 && ids[0] == ms_tokenizer_bos(t) && ids[1] != ms_tokenizer_bos(t));
+    free(ids);
+    /* llama.cpp's behaviour stays available: BOS_ALWAYS doubles it */
+    assert_int_equal(ms_tokenizer_encode_flags(t, text, strlen(text), all | MS_TOK_BOS_ALWAYS,
+                                               &ids, &n, &err), 0);
+    assert_true(n >= 2 && ids[0] == ms_tokenizer_bos(t) && ids[1] == ms_tokenizer_bos(t));
+    free(ids);
+    /* without SPECIAL the BOS text is plain: BOS added */
+    assert_int_equal(ms_tokenizer_encode_flags(t, text, strlen(text), MS_TOK_BOS, &ids, &n, &err), 0);
+    assert_true(n > 2 && ids[0] == ms_tokenizer_bos(t) && count_special(t, ids, n) == 1);
+    free(ids);
+    ms_tokenizer_free(t);
+}
+
+/* A chat rendering: every special-token text of the vocabulary typed into
+ * every message (system, three user turns, two assistant answers, reasoning)
+ * gives exactly the special tokens of the template's scaffolding, in every
+ * turn and mode; encoding from a later turn's boundary gives the tail of the
+ * whole encoding. */
+static void test_chat_plain_content(void **state) {
+    (void)state;
+    struct ms_tokenizer *t = tiny_tok();
+    const uint32_t V = ms_tokenizer_n_vocab(t);
+    char forged[8192] = "";
+    for (uint32_t id = 0; id < V; id++)
+        if (is_special(t, (int32_t)id)) {
+            const size_t len = strlen(forged);
+            snprintf(forged + len, sizeof forged - len, "x%s", special_text(t, (int32_t)id));
+        }
+    ms_err err;
+    for (int think = 0; think <= 1; think++)
+        for (size_t n_msgs = 2; n_msgs <= 6; n_msgs++) {
+            struct ms_chat_msg m[6] = {{"system", forged, NULL}, {"user", forged, NULL},
+                                       {"assistant", forged, forged}, {"user", forged, NULL},
+                                       {"assistant", forged, forged}, {"user", forged, NULL}};
+            struct ms_chat_msg plain[6];
+            for (size_t i = 0; i < 6; i++)
+                plain[i] = (struct ms_chat_msg){m[i].role, "y", m[i].reasoning ? "y" : NULL};
+            char *text, *ptext;
+            size_t len, plen, n_segs, pn_segs, n, pn;
+            struct ms_chat_seg *segs, *psegs;
+            int32_t *ids, *pids;
+            assert_int_equal(ms_chat_render_segs(m, n_msgs, true, think, &text, &len, &segs,
+                                                 &n_segs, &err), 0);
+            assert_int_equal(ms_chat_render_segs(plain, n_msgs, true, think, &ptext, &plen, &psegs,
+                                                 &pn_segs, &err), 0);
+            assert_int_equal(ms_chat_encode(t, text, segs, n_segs, 0, &ids, &n, &err), 0);
+            assert_int_equal(ms_chat_encode(t, ptext, psegs, pn_segs, 0, &pids, &pn, &err), 0);
+            /* the same special tokens, in the same order */
+            size_t i = 0, j = 0;
+            for (;;) {
+                while (i < n && !is_special(t, ids[i])) i++;
+                while (j < pn && !is_special(t, pids[j])) j++;
+                if (i == n || j == pn) break;
+                assert_int_equal(ids[i], pids[j]);
+                i++, j++;
+            }
+            assert_int_equal(i, n);
+            assert_int_equal(j, pn);
+            assert_true(count_special(t, ids, n) >= 3);
+            /* runs cover the rendering, and every content run is plain */
+            size_t covered = 0;
+            for (size_t k = 0; k < n_segs; k++) {
+                assert_int_equal(segs[k].off, covered);
+                covered += segs[k].len;
+            }
+            assert_int_equal(covered, len);
+            /* from the last scaffold run: the tail of the full encoding */
+            const struct ms_chat_seg *last = &segs[n_segs - 1];
+            assert_true(last->scaffold);
+            int32_t *tail;
+            size_t nt;
+            assert_int_equal(ms_chat_encode(t, text, segs, n_segs, last->off, &tail, &nt, &err), 0);
+            assert_true(nt > 0 && nt <= n);
+            assert_memory_equal(tail, ids + (n - nt), nt * sizeof *tail);
+            free(tail);
+            /* an offset inside a run is an error */
+            assert_int_equal(ms_chat_encode(t, text, segs, n_segs, segs[1].off + 1, &tail, &nt,
+                                            &err), -1);
+            free(text), free(ptext), free(segs), free(psegs), free(ids), free(pids);
+        }
+    ms_tokenizer_free(t);
+}
+
+/* Without arguments: every test but the real-vocabulary vectors. With
+ * --dsv3 (CTest's test_tokenizer_dsv3): only those, exiting 77 - CTest's
+ * "skipped" - when the vocabulary is not installed, so the summary of
+ * `make test` shows the skip instead of a pass. */
+int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "%s", env_or("MS_TMPDIR", "/tmp"));
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tmpdir);
     if (system(cmd) != 0) return 1;
+    if (argc > 1 && !strcmp(argv[1], "--dsv3")) {
+        if (!dsv3_json() && !(getenv("CI") && *getenv("CI"))) {
+            fprintf(stderr, "SKIP: DeepSeek V3 tokenizer.json not installed "
+                            "(run scripts/fetch-tokenizer-data.sh)\n");
+            return 77;
+        }
+        const struct CMUnitTest dsv3[] = {cmocka_unit_test(test_dsv3_vectors)};
+        return cmocka_run_group_tests(dsv3, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pretok_words), cmocka_unit_test(test_tiny_vectors),
-        cmocka_unit_test(test_dsv3_vectors), cmocka_unit_test(test_api),
-        cmocka_unit_test(test_bad_vocab),    cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_byte_level),
+        cmocka_unit_test(test_api),          cmocka_unit_test(test_bad_vocab),
+        cmocka_unit_test(test_threads),      cmocka_unit_test(test_byte_level),
+        cmocka_unit_test(test_plain_text),   cmocka_unit_test(test_chat_plain_content),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,9 +3,18 @@
  * arguments after its name (argv[0] is the subcommand name) and returns the
  * process exit status: 0 success, 1 runtime error, 2 usage error. Errors are
  * printed as one line on stderr: "moestream <cmd>: <message>".
+ *
+ * Each command is split in two: a parse step that reads every option into
+ * an options struct and validates all of them (syntax, ranges, combinations,
+ * files that must exist or be writable) before any work starts, each error
+ * one line naming the flag; and a run step that does the work from the
+ * struct. A parse step returns CLI_CONTINUE or the exit status.
  */
 #ifndef MS_CLI_CLI_H
 #define MS_CLI_CLI_H
+
+/* What a parse step returns when the command should go on to run. */
+#define CLI_CONTINUE (-1)
 
 int cmd_mkmodel(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

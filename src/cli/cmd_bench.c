@@ -287,7 +287,21 @@ static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t l
     return 0;
 }
 
-int cmd_bench(int argc, char **argv) {
+/* Everything `bench` was asked for (bench_parse fills and validates it). */
+struct bench_opts {
+    struct engine_cli eng;
+    const char *text_path, *csv_path;
+    long ctx_max, gen;
+    bool fresh;
+    int64_t frontiers[MAX_FRONTIERS];
+    int n_front;
+    char pathbuf[PATH_MAX + 64];
+};
+
+/* Parses and validates argv into *o before any work (see cli.h): every
+ * number, the frontiers, the context against them, the prompt file (must
+ * be readable) and the CSV path (must be writable). */
+static int bench_parse(int argc, char **argv, struct bench_opts *o) {
     enum { OPT_PROMPT_FILE = 2000, OPT_CTX_START, OPT_CTX_MAX, OPT_STEP_INCR, OPT_STEP_MUL,
            OPT_GEN, OPT_CSV, OPT_FRESH, OPT_FRONTIERS };
     static const struct option opts[] = {
@@ -303,23 +317,26 @@ int cmd_bench(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
-    struct ms_engine_params ep = ms_engine_params_default(NULL);
-    const char *text_path = NULL, *csv_path = NULL, *frontier_list = NULL;
-    long ctx_start = 512, ctx_max = 4096, incr = 0, gen = 32;
+    memset(o, 0, sizeof *o);
+    o->eng.ep = ms_engine_params_default(NULL);
+    const char *frontier_list = NULL;
+    long ctx_start = 512, incr = 0;
+    o->ctx_max = 4096;
+    o->gen = 32;
     double mul = 0.0;
-    bool ctx_given = false, fresh = false;
+    bool ctx_given = false;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
-        const int r = engine_opt("bench", c, optarg, &ep);
+        const int r = engine_cli_opt("bench", c, optarg, &o->eng);
         if (r < 0) return 2;
         if (r > 0) {
             if (c == 'c') ctx_given = true;
             continue;
         }
         switch (c) {
-        case OPT_PROMPT_FILE: text_path = optarg; break;
+        case OPT_PROMPT_FILE: o->text_path = optarg; break;
         case OPT_CTX_START:
         case OPT_CTX_MAX:
         case OPT_STEP_INCR:
@@ -335,9 +352,9 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             if (c == OPT_CTX_START) ctx_start = v;
-            else if (c == OPT_CTX_MAX) ctx_max = v;
+            else if (c == OPT_CTX_MAX) o->ctx_max = v;
             else if (c == OPT_STEP_INCR) incr = v;
-            else gen = v;
+            else o->gen = v;
             break;
         }
         case OPT_STEP_MUL:
@@ -346,8 +363,8 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             break;
-        case OPT_CSV: csv_path = optarg; break;
-        case OPT_FRESH: fresh = true; break;
+        case OPT_CSV: o->csv_path = optarg; break;
+        case OPT_FRESH: o->fresh = true; break;
         case OPT_FRONTIERS:
             frontier_list = optarg;
             break;
@@ -363,7 +380,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "moestream bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!ep.model_path) {
+    if (!o->eng.ep.model_path) {
         fprintf(stderr, "moestream bench: -m MODEL is required\n");
         usage(stderr);
         return 2;
@@ -372,39 +389,58 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "moestream bench: --step-incr and --step-mul exclude each other\n");
         return 2;
     }
+    if (frontier_list && (incr > 0 || mul > 0)) {
+        fprintf(stderr, "moestream bench: --frontiers excludes --step-incr and --step-mul\n");
+        return 2;
+    }
     if (incr == 0 && mul == 0) mul = 2.0;
-    static int64_t frontiers[MAX_FRONTIERS];
-    int n_front = 0;
     if (frontier_list) {
-        n_front = parse_frontiers(frontier_list, frontiers);
-        if (n_front <= 0) {
+        o->n_front = parse_frontiers(frontier_list, o->frontiers);
+        if (o->n_front <= 0) {
             fprintf(stderr, "moestream bench: --frontiers takes increasing integers >= 1 "
                             "separated by commas, got '%s'\n", frontier_list);
             return 2;
         }
-        ctx_start = frontiers[0];
-        ctx_max = frontiers[n_front - 1];
+        ctx_start = o->frontiers[0];
+        o->ctx_max = o->frontiers[o->n_front - 1];
     }
-    if (ctx_start > ctx_max) {
+    if (ctx_start > o->ctx_max) {
         fprintf(stderr, "moestream bench: --ctx-start (%ld) is larger than --ctx-max (%ld)\n",
-                ctx_start, ctx_max);
+                ctx_start, o->ctx_max);
         return 2;
     }
-    if (ctx_given && ep.n_ctx < ctx_max + gen) {
+    if (ctx_given && o->eng.ep.n_ctx < o->ctx_max + o->gen) {
         fprintf(stderr, "moestream bench: -c %lld cannot hold --ctx-max + --gen-tokens = %ld\n",
-                (long long)ep.n_ctx, ctx_max + gen);
+                (long long)o->eng.ep.n_ctx, o->ctx_max + o->gen);
         return 2;
     }
-    if (!ctx_given) ep.n_ctx = ctx_max + gen;
-    if (!frontier_list) n_front = make_frontiers(ctx_start, ctx_max, incr, mul, frontiers);
-    if (n_front < 0) {
+    if (!ctx_given) o->eng.ep.n_ctx = o->ctx_max + o->gen;
+    if (!frontier_list)
+        o->n_front = make_frontiers(ctx_start, o->ctx_max, incr, mul, o->frontiers);
+    if (o->n_front < 0) {
         fprintf(stderr, "moestream bench: more than %d frontiers; use a larger step\n",
                 MAX_FRONTIERS);
         return 2;
     }
+    int chk = engine_cli_check("bench", &o->eng);
+    if (chk) return chk;
+    if (!o->text_path) o->text_path = default_text(o->pathbuf, sizeof o->pathbuf);
+    if (access(o->text_path, R_OK) != 0) {
+        fprintf(stderr, "moestream bench: --prompt-file: cannot read %s: %s\n", o->text_path,
+                strerror(errno));
+        return 1;
+    }
+    if (o->csv_path && (chk = cli_check_writable("bench", "--csv", o->csv_path))) return chk;
+    return CLI_CONTINUE;
+}
 
+/* Loads, walks the frontiers, prints the table (and CSV). 0, or 1 after one
+ * error line. */
+static int bench_run(const struct bench_opts *o) {
+    const struct ms_engine_params *ep = &o->eng.ep;
+    const char *text_path = o->text_path, *csv_path = o->csv_path;
+    const long ctx_max = o->ctx_max, gen = o->gen;
     ms_err err = {0};
-    char pathbuf[PATH_MAX + 64];
     char *text = NULL;
     size_t text_len = 0;
     int32_t *tokens = NULL;
@@ -412,13 +448,13 @@ int cmd_bench(int argc, char **argv) {
     struct ms_session *s = NULL;
     FILE *csv = NULL;
     int rc = 1;
-    if (!text_path) text_path = default_text(pathbuf, sizeof pathbuf);
     if (read_text(text_path, &text, &text_len, &err)) goto fail;
-    if (ms_engine_load(&e, &ep, &err)) goto fail;
+    if (ms_engine_load(&e, ep, &err)) goto fail;
     fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
+    engine_cli_after_load("bench", &o->eng, e);
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
     if (!tok) {
-        ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", ep.model_path);
+        ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", ep->model_path);
         goto fail;
     }
     int repeats = 0;
@@ -426,7 +462,7 @@ int cmd_bench(int argc, char **argv) {
     if (repeats)
         fprintf(stderr, "bench: %s is shorter than %ld tokens; its text is repeated %d more "
                         "time(s)\n", text_path, ctx_max, repeats);
-    if (ms_session_new(&s, e, ep.n_ctx, &err)) goto fail;
+    if (ms_session_new(&s, e, ep->n_ctx, &err)) goto fail;
     if (csv_path) {
         csv = fopen(csv_path, "w");
         if (!csv || fprintf(csv, "%s\n", CSV_HEADER) < 0) {
@@ -436,19 +472,23 @@ int cmd_bench(int argc, char **argv) {
     }
     const struct ms_model_info info = ms_engine_info(e);
     const bool streaming = ms_engine_stream_stats(e).streaming;
-    printf("bench: %s, %s, %d threads, text %s\n", ep.model_path,
+    printf("bench: %s, %s, %d threads, text %s\n", ep->model_path,
            streaming ? "streaming" : "resident", ms_engine_n_threads(e), text_path);
     printf("%8s %8s %10s %10s %12s %12s %8s %8s %10s %10s\n", "context", "interval", "pp tok/s",
            "tg tok/s", "pp read MiB", "tg read MiB", "pp hit", "tg hit", "KV MiB", "RSS MiB");
-    for (int i = 0; i < n_front; i++) {
+    for (int i = 0; i < o->n_front; i++) {
         struct row r;
-        if (fresh) ms_session_reset(s);
-        if (run_frontier(e, s, tokens, frontiers[i], gen, &r, &err)) goto fail;
+        if (o->fresh) ms_session_reset(s);
+        if (run_frontier(e, s, tokens, o->frontiers[i], gen, &r, &err)) goto fail;
         print_row(stdout, &r);
         if (csv && csv_row(csv, &r, info.routed_bytes, streaming)) {
             ms_err_errno(&err, errno, "cannot write %s", csv_path);
             goto fail;
         }
+    }
+    if (fflush(stdout) || ferror(stdout)) {
+        ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
+        goto fail;
     }
     if (csv) {
         const int cerr = fclose(csv);
@@ -469,4 +509,10 @@ done:
     ms_session_free(s);
     ms_engine_free(e);
     return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    static struct bench_opts o; /* PATH_MAX buffer and frontier table: not on the stack */
+    const int rc = bench_parse(argc, argv, &o);
+    return rc == CLI_CONTINUE ? bench_run(&o) : rc;
 }

@@ -7,6 +7,8 @@
  * against src/model/layout.h.
  */
 #include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,15 +51,44 @@ static void problem(struct report *r, const char *fmt, ...) {
 
 /* ---- printing helpers --------------------------------------------------- */
 
-static void json_str(const char *s, uint64_t len) {
-    putchar('"');
-    for (uint64_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
-        else putchar(c);
+/* s[0..len) as a JSON string: invalid UTF-8 bytes become U+FFFD (jansson
+ * accepts only valid UTF-8), embedded NULs are kept (escaped by jansson).
+ * NULL on OOM. */
+static json_t *json_str_clean(const char *s, uint64_t len) {
+    char *buf = malloc(len * 3 + 1); /* each bad byte becomes 3 bytes */
+    if (!buf) return NULL;
+    size_t o = 0;
+    for (uint64_t i = 0; i < len;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = n > 0 && i + n <= len;
+        for (size_t k = 1; ok && k < n; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
+        if (ok && n > 1) { /* no overlong forms, surrogates or code points past U+10FFFF */
+            uint32_t cp = c & (0x7f >> n);
+            for (size_t k = 1; k < n; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+            ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && cp <= 0x10ffff &&
+                 (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (ok) {
+            memcpy(buf + o, s + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
     }
-    putchar('"');
+    json_t *j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+/* A float as JSON: a number when finite, else the string "NaN",
+ * "Infinity" or "-Infinity" (JSON has no such numbers). */
+static json_t *json_float(double v) {
+    if (isfinite(v)) return json_real(v);
+    return json_string(isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
 }
 
 static void text_str(const char *s, uint64_t len) {
@@ -86,11 +117,10 @@ static void print_scalar(enum gguf_vtype t, const void *p, bool json) {
     case GGUF_TYPE_BOOL: printf("%s", *(const uint8_t *)p ? "true" : "false"); break;
     case GGUF_TYPE_STRING: {
         const struct gguf_str *s = p;
-        if (json) json_str(s->data, s->len);
-        else text_str(s->data, s->len);
+        text_str(s->data, s->len);
         break;
     }
-    default: printf(json ? "null" : "?"); break;
+    default: printf("?"); break;
     }
 }
 
@@ -133,16 +163,13 @@ static void print_value(const struct gguf_value *v, bool json) {
     const struct gguf_array *a = &v->arr;
     uint64_t n = a->n < N_ARRAY_HEAD ? a->n : N_ARRAY_HEAD;
     size_t es = vtype_size(a->type);
-    if (json) printf("{\"type\": \"%s\", \"n\": %" PRIu64 ", \"head\": [",
-                     gguf_vtype_name(a->type), a->n);
-    else printf("[%s x %" PRIu64 "]%s", gguf_vtype_name(a->type), a->n, n ? " " : "");
+    printf("[%s x %" PRIu64 "]%s", gguf_vtype_name(a->type), a->n, n ? " " : "");
     for (uint64_t i = 0; i < n; i++) {
         if (i) printf(", ");
-        if (a->type == GGUF_TYPE_ARRAY || !es) printf(json ? "null" : "[...]");
+        if (a->type == GGUF_TYPE_ARRAY || !es) printf("[...]");
         else print_scalar(a->type, (const char *)a->data + i * es, json);
     }
-    if (json) printf("]}");
-    else if (a->n > n) printf(", ...");
+    if (a->n > n) printf(", ...");
 }
 
 static void print_shape(const struct gguf_tensor *t, char *buf, size_t cap) {
@@ -360,82 +387,180 @@ static void print_text(const struct report *r, const struct totals *s) {
     }
 }
 
-static void print_json(const struct report *r, const struct totals *s) {
-    const struct gguf_file *f = r->f;
-    printf("{\n  \"file\": ");
-    json_str(f->path, strlen(f->path));
-    printf(",\n  \"file_size\": %" PRIu64 ",\n  \"version\": %u,\n  \"alignment\": %" PRIu64
-           ",\n  \"data_offset\": %" PRIu64 ",\n  \"metadata\": {",
-           f->file_size, f->version, f->alignment, f->data_offset);
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        printf("%s\n    ", i ? "," : "");
-        json_str(f->kv[i].key.data, f->kv[i].key.len);
-        printf(": ");
-        print_value(&f->kv[i].val, true);
+/* One array element / scalar as JSON (p points at its packed value). */
+static json_t *json_scalar(enum gguf_vtype t, const void *p) {
+    switch (t) {
+    case GGUF_TYPE_UINT8: return json_integer(*(const uint8_t *)p);
+    case GGUF_TYPE_INT8: return json_integer(*(const int8_t *)p);
+    case GGUF_TYPE_UINT16: return json_integer(*(const uint16_t *)p);
+    case GGUF_TYPE_INT16: return json_integer(*(const int16_t *)p);
+    case GGUF_TYPE_UINT32: return json_integer(*(const uint32_t *)p);
+    case GGUF_TYPE_INT32: return json_integer(*(const int32_t *)p);
+    case GGUF_TYPE_UINT64: { /* past INT64_MAX: exact as a string */
+        const uint64_t v = *(const uint64_t *)p;
+        if (v <= INT64_MAX) return json_integer((json_int_t)v);
+        char b[32];
+        snprintf(b, sizeof b, "%" PRIu64, v);
+        return json_string(b);
     }
-    printf("\n  },\n  \"tensors\": [");
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const struct gguf_tensor *t = &f->tensors[i];
-        printf("%s\n    {\"name\": ", i ? "," : "");
-        json_str(t->name, strlen(t->name));
-        printf(", \"type\": \"%s\", \"shape\": [", ms_type_name(t->type) ? ms_type_name(t->type)
-                                                                         : "?");
-        for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%" PRId64, d ? ", " : "", t->ne[d]);
-        printf("], \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64 ", \"class\": \"%s\"}",
-               t->size, t->offset, file_class_name(r->cls[i]));
+    case GGUF_TYPE_INT64: return json_integer(*(const int64_t *)p);
+    case GGUF_TYPE_FLOAT32: return json_float(*(const float *)p);
+    case GGUF_TYPE_FLOAT64: return json_float(*(const double *)p);
+    case GGUF_TYPE_BOOL: return json_boolean(*(const uint8_t *)p);
+    case GGUF_TYPE_STRING: {
+        const struct gguf_str *s = p;
+        return json_str_clean(s->data, s->len);
     }
-    printf("\n  ],\n  \"dense_bytes\": %" PRIu64 ",\n  \"routed_bytes\": %" PRIu64
-           ",\n  \"total_bytes\": %" PRIu64 ",\n  \"bytes_by_type\": {", s->dense, s->routed,
-           s->all);
-    bool first = true;
-    for (int t = 0; t < MS_TYPE_COUNT; t++)
-        if (s->by_type[t]) {
-            printf("%s\"%s\": %" PRIu64, first ? "" : ", ", ms_type_name((enum ms_type)t),
-                   s->by_type[t]);
-            first = false;
-        }
-    printf("},\n  \"expert_bytes_by_layer\": [");
-    if (r->hp_ok)
-        for (uint32_t il = 0; il < dsv4_n_layer(&r->hp); il++)
-            printf("%s%" PRIu64, il ? ", " : "", expert_bytes(r, il));
-    printf("],\n  \"layout\": ");
-    json_str(r->layout_desc, strlen(r->layout_desc));
-    printf(",\n  \"deepseek4\": %s,\n  \"problem_count\": %d,\n  \"problems\": [",
-           r->is_dsv4 ? "true" : "false", r->n_problems_total);
-    for (int i = 0; i < r->n_problems; i++) {
-        printf("%s", i ? ", " : "");
-        json_str(r->problems[i], strlen(r->problems[i]));
+    default: return json_null();
     }
-    printf("]\n}\n");
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    struct report r;
-    memset(&r, 0, sizeof r);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tensors")) r.tensors = true;
-        else if (!strcmp(argv[i], "--json")) r.json = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: moestream inspect M.gguf [--tensors] [--json]\n");
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "moestream inspect: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "moestream inspect: more than one file given\n");
-            return 2;
-        } else {
-            path = argv[i];
+/* A metadata value: scalars in full, arrays as {"type","n","head"}. */
+static json_t *json_value(const struct gguf_value *v) {
+    if (v->type != GGUF_TYPE_ARRAY) {
+        switch (v->type) {
+        case GGUF_TYPE_STRING: return json_str_clean(v->str.data, v->str.len);
+        case GGUF_TYPE_BOOL: return json_boolean(v->b);
+        case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: return json_float(v->f64);
+        case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+            return json_integer(v->i64);
+        default: return json_scalar(GGUF_TYPE_UINT64, &v->u64);
         }
     }
-    if (!path) {
-        fprintf(stderr, "usage: moestream inspect M.gguf [--tensors] [--json]\n");
+    const struct gguf_array *a = &v->arr;
+    const uint64_t n = a->n < N_ARRAY_HEAD ? a->n : N_ARRAY_HEAD;
+    const size_t es = vtype_size(a->type);
+    json_t *head = json_array();
+    for (uint64_t i = 0; head && i < n; i++)
+        json_array_append_new(head, a->type == GGUF_TYPE_ARRAY || !es
+                                        ? json_null()
+                                        : json_scalar(a->type, (const char *)a->data + i * es));
+    return json_pack("{s:s, s:I, s:o*}", "type", gguf_vtype_name(a->type), "n", (json_int_t)a->n,
+                     "head", head);
+}
+
+/* Prints the report as one JSON document (jansson: always valid JSON). -1
+ * on OOM or a write error. */
+static int print_json(const struct report *r, const struct totals *s) {
+    const struct gguf_file *f = r->f;
+    json_t *root = json_object(), *meta = json_object(), *tensors = json_array();
+    json_t *by_type = json_object(), *ebl = json_array(), *probs = json_array();
+    if (!root || !meta || !tensors || !by_type || !ebl || !probs) goto oom;
+    json_object_set_new(root, "file", json_str_clean(f->path, strlen(f->path)));
+    json_object_set_new(root, "file_size", json_integer((json_int_t)f->file_size));
+    json_object_set_new(root, "version", json_integer(f->version));
+    json_object_set_new(root, "alignment", json_integer((json_int_t)f->alignment));
+    json_object_set_new(root, "data_offset", json_integer((json_int_t)f->data_offset));
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        json_t *k = json_str_clean(f->kv[i].key.data, f->kv[i].key.len);
+        if (!k) goto oom;
+        json_object_set_new(meta, json_string_value(k), json_value(&f->kv[i].val));
+        json_decref(k);
+    }
+    json_object_set_new(root, "metadata", meta);
+    meta = NULL;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        json_t *shape = json_array();
+        for (uint32_t d = 0; shape && d < t->n_dims; d++)
+            json_array_append_new(shape, json_integer(t->ne[d]));
+        json_array_append_new(
+            tensors, json_pack("{s:o*, s:s, s:o*, s:I, s:I, s:s}", "name",
+                               json_str_clean(t->name, strlen(t->name)), "type",
+                               ms_type_name(t->type) ? ms_type_name(t->type) : "?", "shape",
+                               shape, "bytes", (json_int_t)t->size, "offset",
+                               (json_int_t)t->offset, "class", file_class_name(r->cls[i])));
+    }
+    json_object_set_new(root, "tensors", tensors);
+    tensors = NULL;
+    json_object_set_new(root, "dense_bytes", json_integer((json_int_t)s->dense));
+    json_object_set_new(root, "routed_bytes", json_integer((json_int_t)s->routed));
+    json_object_set_new(root, "total_bytes", json_integer((json_int_t)s->all));
+    for (int t = 0; t < MS_TYPE_COUNT; t++)
+        if (s->by_type[t])
+            json_object_set_new(by_type, ms_type_name((enum ms_type)t),
+                                json_integer((json_int_t)s->by_type[t]));
+    json_object_set_new(root, "bytes_by_type", by_type);
+    by_type = NULL;
+    if (r->hp_ok)
+        for (uint32_t il = 0; il < dsv4_n_layer(&r->hp); il++)
+            json_array_append_new(ebl, json_integer((json_int_t)expert_bytes(r, il)));
+    json_object_set_new(root, "expert_bytes_by_layer", ebl);
+    ebl = NULL;
+    json_object_set_new(root, "layout", json_str_clean(r->layout_desc, strlen(r->layout_desc)));
+    json_object_set_new(root, "deepseek4", json_boolean(r->is_dsv4));
+    json_object_set_new(root, "problem_count", json_integer(r->n_problems_total));
+    for (int i = 0; i < r->n_problems; i++)
+        json_array_append_new(probs, json_str_clean(r->problems[i], strlen(r->problems[i])));
+    json_object_set_new(root, "problems", probs);
+    probs = NULL;
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    if (!text) return -1;
+    const int rc = puts(text) < 0 ? -1 : 0;
+    free(text);
+    return rc;
+oom:
+    json_decref(root), json_decref(meta), json_decref(tensors), json_decref(by_type);
+    json_decref(ebl), json_decref(probs);
+    return -1;
+}
+
+/* Everything `inspect` was asked for. */
+struct inspect_opts {
+    const char *path;
+    bool json, tensors;
+};
+
+#define INSPECT_USAGE "usage: moestream inspect [-m] M.gguf [--tensors] [--json]\n"
+
+/* Parses and validates argv into *o (see cli.h). */
+static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *file = NULL;
+        if (!strcmp(a, "--tensors")) o->tensors = true;
+        else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf(INSPECT_USAGE);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "moestream inspect: %s needs a file\n", a);
+                return 2;
+            }
+            file = argv[++i];
+        } else if (!strncmp(a, "--model=", 8)) {
+            file = a + 8;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "moestream inspect: unknown option '%s'\n", a);
+            return 2;
+        } else {
+            file = a;
+        }
+        if (!file) continue;
+        if (o->path) {
+            fprintf(stderr, "moestream inspect: more than one file given\n");
+            return 2;
+        }
+        o->path = file;
+    }
+    if (!o->path) {
+        fprintf(stderr, "moestream inspect: a model file is required\n" INSPECT_USAGE);
         return 2;
     }
+    return CLI_CONTINUE;
+}
+
+static int inspect_run(const struct inspect_opts *o) {
+    struct report r;
+    memset(&r, 0, sizeof r);
+    r.json = o->json;
+    r.tensors = o->tensors;
     struct gguf_file *f;
     ms_err err;
-    if (gguf_open(&f, path, &err)) {
+    if (gguf_open(&f, o->path, &err)) {
         fprintf(stderr, "moestream inspect: %s\n", err.msg);
         return 1;
     }
@@ -450,10 +575,27 @@ int cmd_inspect(int argc, char **argv) {
     classify_and_check(&r);
     struct totals s;
     compute_totals(&r, &s);
-    if (r.json) print_json(&r, &s);
-    else print_text(&r, &s);
+    int rc = 0;
+    if (r.json) {
+        if (print_json(&r, &s)) {
+            fprintf(stderr, "moestream inspect: cannot write the JSON report\n");
+            rc = 1;
+        }
+    } else {
+        print_text(&r, &s);
+    }
+    if (fflush(stdout) || ferror(stdout)) {
+        fprintf(stderr, "moestream inspect: cannot write the output\n");
+        rc = 1;
+    }
     free(r.cls);
     dsv4_layout_free(&r.layout);
     gguf_close(f);
-    return 0;
+    return rc;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    struct inspect_opts o;
+    const int rc = inspect_parse(argc, argv, &o);
+    return rc == CLI_CONTINUE ? inspect_run(&o) : rc;
 }

@@ -4,10 +4,12 @@
  * options into a struct mkmodel_opts).
  */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "mkmodel/mkmodel.h"
@@ -28,7 +30,8 @@ static void usage(FILE *out) {
         "                          instead of the built-in vocabulary; padded to --n-vocab\n"
         "                          (default with this option: 129280, DeepSeek V4's)\n"
         "  --threads N             generation threads (default 2; output does not depend on it)\n"
-        "  -o, --output PATH       output file\n"
+        "  -o, --output PATH       output file (written to a temporary name, then renamed)\n"
+        "  --force                 replace PATH if it exists (default: refuse)\n"
         "\n"
         "hyperparameter overrides (deepseek4.* metadata):\n"
         "  --n-embd --n-layer --n-vocab --n-head --head-dim --n-rot --q-lora-rank\n"
@@ -54,27 +57,70 @@ enum ovr_kind { OVR_U32, OVR_F32 };
 struct ovr {
     const char *opt;
     enum ovr_kind kind;
-    size_t offset; /* into struct dsv4_hparams */
+    size_t offset;   /* into struct dsv4_hparams */
+    const char *key; /* the metadata key it sets (after "deepseek4.") */
 };
 
-#define U(o, f) {o, OVR_U32, offsetof(struct dsv4_hparams, f)}
-#define F(o, f) {o, OVR_F32, offsetof(struct dsv4_hparams, f)}
+#define U(o, f, k) {o, OVR_U32, offsetof(struct dsv4_hparams, f), k}
+#define F(o, f, k) {o, OVR_F32, offsetof(struct dsv4_hparams, f), k}
 static const struct ovr g_ovr[] = {
-    U("--n-embd", n_embd), U("--n-layer", n_block), U("--n-vocab", n_vocab),
-    U("--n-head", n_head), U("--head-dim", n_embd_head), U("--n-rot", n_rot),
-    U("--q-lora-rank", q_lora_rank), U("--o-lora-rank", o_lora_rank),
-    U("--n-out-group", n_out_group), U("--n-swa", n_swa),
-    U("--n-indexer-head", n_indexer_head), U("--indexer-head-dim", indexer_head_size),
-    U("--indexer-top-k", indexer_top_k), U("--n-expert", n_expert),
-    U("--n-expert-used", n_expert_used), U("--n-expert-shared", n_expert_shared),
-    U("--n-ff-exp", n_ff_exp), U("--n-hash-layer", n_hash_layer), U("--n-hc", n_hc),
-    U("--n-head-kv", n_head_kv), U("--sinkhorn-iters", n_sinkhorn_iter),
-    U("--n-ctx-train", n_ctx_train), U("--rope-orig-ctx", rope_n_ctx_orig),
-    F("--hc-eps", hc_eps), F("--rms-eps", rms_eps), F("--rope-base", rope_freq_base),
-    F("--compress-rope-base", compress_rope_freq_base),
-    F("--rope-scaling-factor", rope_scaling_factor), F("--yarn-beta-fast", yarn_beta_fast),
-    F("--yarn-beta-slow", yarn_beta_slow), F("--expert-weights-scale", expert_weights_scale),
+    U("--n-embd", n_embd, "embedding_length"), U("--n-layer", n_block, "block_count"),
+    U("--n-vocab", n_vocab, "vocab_size"), U("--n-head", n_head, "attention.head_count"),
+    U("--head-dim", n_embd_head, "attention.key_length"),
+    U("--n-rot", n_rot, "rope.dimension_count"),
+    U("--q-lora-rank", q_lora_rank, "attention.q_lora_rank"),
+    U("--o-lora-rank", o_lora_rank, "attention.output_lora_rank"),
+    U("--n-out-group", n_out_group, "attention.output_group_count"),
+    U("--n-swa", n_swa, "attention.sliding_window"),
+    U("--n-indexer-head", n_indexer_head, "attention.indexer.head_count"),
+    U("--indexer-head-dim", indexer_head_size, "attention.indexer.key_length"),
+    U("--indexer-top-k", indexer_top_k, "attention.indexer.top_k"),
+    U("--n-expert", n_expert, "expert_count"),
+    U("--n-expert-used", n_expert_used, "expert_used_count"),
+    U("--n-expert-shared", n_expert_shared, "expert_shared_count"),
+    U("--n-ff-exp", n_ff_exp, "expert_feed_forward_length"),
+    U("--n-hash-layer", n_hash_layer, "hash_layer_count"),
+    U("--n-hc", n_hc, "hyper_connection.count"),
+    U("--n-head-kv", n_head_kv, "attention.head_count_kv"),
+    U("--sinkhorn-iters", n_sinkhorn_iter, "hyper_connection.sinkhorn_iterations"),
+    U("--n-ctx-train", n_ctx_train, "context_length"),
+    U("--rope-orig-ctx", rope_n_ctx_orig, "rope.scaling.original_context_length"),
+    F("--hc-eps", hc_eps, "hyper_connection.epsilon"),
+    F("--rms-eps", rms_eps, "attention.layer_norm_rms_epsilon"),
+    F("--rope-base", rope_freq_base, "rope.freq_base"),
+    F("--compress-rope-base", compress_rope_freq_base, "attention.compress_rope_freq_base"),
+    F("--rope-scaling-factor", rope_scaling_factor, "rope.scaling.factor"),
+    F("--yarn-beta-fast", yarn_beta_fast, "rope.scaling.yarn_beta_fast"),
+    F("--yarn-beta-slow", yarn_beta_slow, "rope.scaling.yarn_beta_slow"),
+    F("--expert-weights-scale", expert_weights_scale, "expert_weights_scale"),
 };
+
+/* The flag behind the first deepseek4.* key an error message names, so a
+ * message about metadata says which option to change; NULL if none. */
+static const char *flag_of_message(const char *msg) {
+    const char *best = NULL, *best_at = NULL;
+    static const struct {
+        const char *key, *flag;
+    } extra[] = {{"compress_ratios", "--compress-ratios"},
+                 {"swiglu_clamp_exp", "--swiglu-clamp"},
+                 {"swiglu_clamp_shexp", "--swiglu-clamp-shexp"},
+                 {"attention.value_length", "--head-dim"},
+                 {"rope.scaling.type", "--rope-scaling-type"}};
+    const size_t n_ovr = sizeof g_ovr / sizeof g_ovr[0], n_extra = sizeof extra / sizeof extra[0];
+    for (size_t i = 0; i < n_ovr + n_extra; i++) {
+        const char *key = i < n_ovr ? g_ovr[i].key : extra[i - n_ovr].key;
+        const char *flag = i < n_ovr ? g_ovr[i].opt : extra[i - n_ovr].flag;
+        char full[128];
+        snprintf(full, sizeof full, "deepseek4.%s", key);
+        for (const char *at = strstr(msg, full); at; at = strstr(at + 1, full)) {
+            const char next = at[strlen(full)];
+            if ((next >= 'a' && next <= 'z') || next == '_' || next == '.') continue;
+            if (!best_at || at < best_at) best_at = at, best = flag;
+            break;
+        }
+    }
+    return best;
+}
 #undef U
 #undef F
 
@@ -158,8 +204,24 @@ static void prov_add(char *buf, size_t cap, const char *a) {
     if (len + strlen(a) + 2 < cap) snprintf(buf + len, cap - len, "%s%s", len ? " " : "", a);
 }
 
-int cmd_mkmodel(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL;
+/* Everything `mkmodel` was asked for, validated (mkmodel_parse). */
+struct mkmodel_cli {
+    struct mkmodel_opts o;
+    const char *out;
+    bool force;
+    uint64_t bytes; /* tensor data the file will hold */
+    char prov[2048];
+};
+
+/* Parses and validates argv into *c, before anything is generated: every
+ * option's syntax, the hyperparameters (a rule they break is reported with
+ * the option that sets them), the tensor types, and the output path (which
+ * must not exist unless --force). Returns CLI_CONTINUE, or the exit status
+ * (0 after --help, 2 for a usage error, 1 for an existing output) after
+ * printing one line. */
+static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
+    const char *preset = NULL;
+    memset(c, 0, sizeof *c);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -171,56 +233,62 @@ int cmd_mkmodel(int argc, char **argv) {
         usage(stderr);
         FAIL_USAGE("--preset is required (tiny, small or bench)");
     }
-    struct mkmodel_opts o;
+    struct mkmodel_opts *o = &c->o;
     ms_err err;
-    if (mkmodel_preset(&o, preset, &err)) FAIL_USAGE("%s", err.msg);
+    if (mkmodel_preset(o, preset, &err)) FAIL_USAGE("--preset: %s", err.msg);
 
-    char prov[2048] = "";
+    char *prov = c->prov;
     uint64_t size = 0;
     bool have_ratios = false, have_layers = false, have_clamp_shexp = false, have_vocab = false;
+    bool have_hash = false;
     float clamp = -1.0f, clamp_shexp = -1.0f;
     uint32_t ratios[DSV4_MAX_LAYERS], n_ratios = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag = !strcmp(a, "--ds4-mix") || !strcmp(a, "--f32-twin");
+        bool flag = !strcmp(a, "--ds4-mix") || !strcmp(a, "--f32-twin") || !strcmp(a, "--force");
         if (!flag && !v) FAIL_USAGE("option %s needs a value", a);
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            out = v;
+            if (!*v) FAIL_USAGE("%s: the path is empty", a);
+            c->out = v;
             i++;
             continue;
         }
+        if (!strcmp(a, "--force")) { /* where it goes, not what it holds */
+            c->force = true;
+            continue;
+        }
         if (strcmp(a, "--threads")) { /* the thread count never changes a byte */
-            prov_add(prov, sizeof prov, a);
-            if (!flag) prov_add(prov, sizeof prov, v);
+            prov_add(prov, sizeof c->prov, a);
+            if (!flag) prov_add(prov, sizeof c->prov, v);
         }
         if (!strcmp(a, "--ds4-mix")) {
-            o.ds4_mix = true;
+            o->ds4_mix = true;
             continue;
         }
         if (!strcmp(a, "--f32-twin")) {
-            o.f32_twin = true;
+            o->f32_twin = true;
             continue;
         }
         i++;
         if (!strcmp(a, "--preset")) continue;
         if (!strcmp(a, "--seed")) {
-            if (parse_u64(v, &o.seed, false)) FAIL_USAGE("--seed: '%s' is not a number", v);
+            if (parse_u64(v, &o->seed, false)) FAIL_USAGE("--seed: '%s' is not a number", v);
         } else if (!strcmp(a, "--size")) {
             if (parse_u64(v, &size, true) || !size)
                 FAIL_USAGE("--size: '%s' is not a byte count (e.g. 2G, 500M)", v);
         } else if (!strcmp(a, "--threads")) {
             uint32_t n;
             if (parse_u32(v, &n) || n < 1 || n > 16) FAIL_USAGE("--threads: 1..16");
-            o.n_threads = (int)n;
+            o->n_threads = (int)n;
         } else if (!strcmp(a, "--vocab-from")) {
-            o.vocab_from = v;
+            o->vocab_from = v;
         } else if (!strcmp(a, "--experts-type")) {
-            if (parse_type(v, &o.experts_type))
+            if (parse_type(v, &o->experts_type))
                 FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (f32 f16 bf16 "
                            "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
         } else if (!strcmp(a, "--dense-type")) {
-            if (parse_type(v, &o.dense_type))
+            if (parse_type(v, &o->dense_type))
                 FAIL_USAGE("--dense-type: unknown or unsupported type '%s' (f32 f16 bf16 "
                            "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
         } else if (!strcmp(a, "--experts-type-last-layers")) {
@@ -230,8 +298,8 @@ int cmd_mkmodel(int argc, char **argv) {
                 FAIL_USAGE("--experts-type-last-layers: expected TYPE:N, got '%s'", v);
             memcpy(tname, v, (size_t)(colon - v));
             tname[colon - v] = 0;
-            if (parse_type(tname, &o.last_layers_type) || parse_u32(colon + 1, &o.n_last_layers)
-                || !o.n_last_layers)
+            if (parse_type(tname, &o->last_layers_type) ||
+                parse_u32(colon + 1, &o->n_last_layers) || !o->n_last_layers)
                 FAIL_USAGE("--experts-type-last-layers: expected TYPE:N with a supported type "
                            "and N >= 1, got '%s'", v);
         } else if (!strcmp(a, "--compress-ratios")) {
@@ -240,71 +308,101 @@ int cmd_mkmodel(int argc, char **argv) {
                            v);
             have_ratios = true;
         } else if (!strcmp(a, "--rope-scaling-type")) {
-            if (!strcmp(v, "none")) o.hp.rope_scaling_type[0] = 0;
+            if (!strcmp(v, "none")) o->hp.rope_scaling_type[0] = 0;
             else if (!strcmp(v, "yarn") || !strcmp(v, "linear"))
-                snprintf(o.hp.rope_scaling_type, sizeof o.hp.rope_scaling_type, "%s", v);
+                snprintf(o->hp.rope_scaling_type, sizeof o->hp.rope_scaling_type, "%s", v);
             else FAIL_USAGE("--rope-scaling-type: yarn, linear or none, got '%s'", v);
         } else if (!strcmp(a, "--expert-weights-norm")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
                 FAIL_USAGE("--expert-weights-norm: 0 or 1, got '%s'", v);
-            o.hp.expert_weights_norm = v[0] == '1';
+            o->hp.expert_weights_norm = v[0] == '1';
         } else if (!strcmp(a, "--swiglu-clamp")) {
-            if (parse_f32(v, &clamp) || clamp < 0) FAIL_USAGE("--swiglu-clamp: '%s'", v);
+            if (parse_f32(v, &clamp) || !(clamp >= 0) || isinf(clamp))
+                FAIL_USAGE("--swiglu-clamp: a finite number >= 0, got '%s'", v);
         } else if (!strcmp(a, "--swiglu-clamp-shexp")) {
-            if (parse_f32(v, &clamp_shexp) || clamp_shexp < 0)
-                FAIL_USAGE("--swiglu-clamp-shexp: '%s'", v);
+            if (parse_f32(v, &clamp_shexp) || !(clamp_shexp >= 0) || isinf(clamp_shexp))
+                FAIL_USAGE("--swiglu-clamp-shexp: a finite number >= 0, got '%s'", v);
             have_clamp_shexp = true;
         } else {
             const struct ovr *ov = NULL;
             for (size_t k = 0; k < sizeof g_ovr / sizeof g_ovr[0]; k++)
                 if (!strcmp(a, g_ovr[k].opt)) ov = &g_ovr[k];
             if (!ov) FAIL_USAGE("unknown option '%s' (see --help)", a);
-            void *dst = (char *)&o.hp + ov->offset;
+            void *dst = (char *)&o->hp + ov->offset;
             if (ov->kind == OVR_U32 ? parse_u32(v, dst) : parse_f32(v, dst))
                 FAIL_USAGE("%s: invalid value '%s'", a, v);
+            if (ov->kind == OVR_F32 && isinf(*(float *)dst))
+                FAIL_USAGE("%s: must be a finite number, got '%s'", a, v);
             if (!strcmp(a, "--n-layer")) {
                 have_layers = true;
-                if (o.hp.n_block == 0 || o.hp.n_block > DSV4_MAX_LAYERS)
+                if (o->hp.n_block == 0 || o->hp.n_block > DSV4_MAX_LAYERS)
                     FAIL_USAGE("--n-layer: must be 1..%d", DSV4_MAX_LAYERS);
             }
-            if (!strcmp(a, "--head-dim")) o.hp.n_embd_head_v = o.hp.n_embd_head;
+            if (!strcmp(a, "--head-dim")) o->hp.n_embd_head_v = o->hp.n_embd_head;
             if (!strcmp(a, "--n-vocab")) have_vocab = true;
+            if (!strcmp(a, "--n-hash-layer")) have_hash = true;
         }
     }
-    if (!out) FAIL_USAGE("missing -o OUT.gguf");
-    if (o.vocab_from && !have_vocab) o.hp.n_vocab = 129280; /* DeepSeek V4's padded vocabulary */
-    if (size && strcmp(o.preset, "bench")) FAIL_USAGE("--size applies to --preset bench only");
+    if (!c->out) FAIL_USAGE("missing -o OUT.gguf");
+    if (o->vocab_from && !have_vocab) o->hp.n_vocab = 129280; /* DeepSeek V4's padded vocabulary */
+    if (size && strcmp(o->preset, "bench")) FAIL_USAGE("--size applies to --preset bench only");
 
     if (have_ratios) {
-        if (have_layers && n_ratios != o.hp.n_block)
+        if (have_layers && n_ratios != o->hp.n_block)
             FAIL_USAGE("--compress-ratios has %u entries but --n-layer is %u", n_ratios,
-                       o.hp.n_block);
-        o.hp.n_block = n_ratios;
-        memcpy(o.hp.compress_ratio, ratios, n_ratios * sizeof ratios[0]);
+                       o->hp.n_block);
+        o->hp.n_block = n_ratios;
+        memcpy(o->hp.compress_ratio, ratios, n_ratios * sizeof ratios[0]);
     } else if (have_layers) {
-        dsv4_default_ratios(o.hp.compress_ratio, o.hp.n_block);
+        dsv4_default_ratios(o->hp.compress_ratio, o->hp.n_block);
     }
     for (uint32_t il = 0; il < DSV4_MAX_LAYERS; il++) {
-        if (clamp >= 0) o.hp.swiglu_clamp_exp[il] = clamp;
-        if (have_clamp_shexp) o.hp.swiglu_clamp_shexp[il] = clamp_shexp;
-        else if (clamp >= 0) o.hp.swiglu_clamp_shexp[il] = clamp;
+        if (clamp >= 0) o->hp.swiglu_clamp_exp[il] = clamp;
+        if (have_clamp_shexp) o->hp.swiglu_clamp_shexp[il] = clamp_shexp;
+        else if (clamp >= 0) o->hp.swiglu_clamp_shexp[il] = clamp;
     }
-    if (o.hp.n_hash_layer > o.hp.n_block && !have_layers && !have_ratios)
-        o.hp.n_hash_layer = o.hp.n_block;
+    /* the preset's hash layer count follows a smaller layer count; an
+     * explicit --n-hash-layer is checked as given */
+    if (o->hp.n_hash_layer > o->hp.n_block && !have_hash)
+        o->hp.n_hash_layer = o->hp.n_block;
 
-    if (!strcmp(o.preset, "bench")) {
+    /* The hyperparameters and types as mkmodel_write will check them; a
+     * broken rule is reported with the option that sets the key. */
+    if (!strcmp(o->preset, "bench")) {
         if (!size) size = 1ULL << 30;
-        if (mkmodel_fit_size(&o, size, have_layers || have_ratios, &err))
-            FAIL_USAGE("%s", err.msg);
+        if (mkmodel_fit_size(o, size, have_layers || have_ratios, &err)) {
+            const char *fl = flag_of_message(err.msg);
+            FAIL_USAGE("%s%s%s", fl ? fl : "--size", ": ", err.msg);
+        }
     }
-    uint64_t bytes;
-    if (mkmodel_data_bytes(&o, &bytes, &err)) FAIL_USAGE("%s", err.msg);
-    o.provenance = prov;
-    if (mkmodel_write(&o, out, &err)) {
+    if (mkmodel_data_bytes(o, &c->bytes, &err)) {
+        const char *fl = flag_of_message(err.msg);
+        FAIL_USAGE("%s%s%s", fl ? fl : "", fl ? ": " : "", err.msg);
+    }
+    if (!c->force && access(c->out, F_OK) == 0) {
+        fprintf(stderr, "moestream mkmodel: %s already exists; pass --force to replace it\n",
+                c->out);
+        return 1;
+    }
+    o->no_overwrite = !c->force;
+    o->provenance = c->prov;
+    return CLI_CONTINUE;
+}
+
+/* Writes the model c describes. 0, or 1 after printing the error. */
+static int mkmodel_run(const struct mkmodel_cli *c) {
+    ms_err err;
+    if (mkmodel_write(&c->o, c->out, &err)) {
         fprintf(stderr, "moestream mkmodel: %s\n", err.msg);
         return 1;
     }
     fprintf(stderr, "moestream mkmodel: wrote %s (%u layers, %u experts, %.1f MiB of tensors)\n",
-            out, dsv4_n_layer(&o.hp), o.hp.n_expert, (double)bytes / (1 << 20));
+            c->out, dsv4_n_layer(&c->o.hp), c->o.hp.n_expert, (double)c->bytes / (1 << 20));
     return 0;
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    static struct mkmodel_cli c; /* large (hyperparameter arrays): not on the stack */
+    const int rc = mkmodel_parse(argc, argv, &c);
+    return rc == CLI_CONTINUE ? mkmodel_run(&c) : rc;
 }

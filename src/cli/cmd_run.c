@@ -15,6 +15,7 @@
 #include "cli/gen.h"
 #include "moestream.h"
 #include "text/chat_template.h"
+#include "util/parse.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -22,7 +23,10 @@ static void usage(FILE *f) {
             "  -p, --prompt TEXT    the prompt (special-token text such as <｜User｜> is parsed)\n"
             "  -n, --n-predict N    generate at most N tokens (default 256)\n"
             "      --chat           render the prompt as one user turn of the chat template\n"
+            "                       (the prompt is then plain text: it never makes special tokens)\n"
             "      --nothink        with --chat: non-thinking mode (the turn opens with </think>)\n"
+            "      --no-special     without --chat: special-token text in the prompt is plain text\n"
+            "      --verbose-prompt print the prompt's token ids to stderr before generating\n"
             "      --stats          print a JSON line of figures to stderr at the end\n"
             "      --stats-json FILE  write that JSON object to FILE\n"
             "      --profile-routing FILE  write the observed routing as an expert hotlist\n"
@@ -30,57 +34,80 @@ static void usage(FILE *f) {
             ENGINE_HELP);
 }
 
-/* The prompt's tokens: plain text gets BOS when the model asks for it; a
- * chat rendering carries its own BOS text. */
-static int prompt_tokens(const struct ms_tokenizer *t, const char *prompt, bool chat, bool think,
-                         int32_t **ids, size_t *n, ms_err *err) {
-    if (!chat)
-        return ms_tokenizer_encode(t, prompt, strlen(prompt), ms_tokenizer_add_bos(t), true, ids, n,
-                                   err);
-    const struct ms_chat_msg m = {.role = "user", .content = prompt};
+/* Everything `run` was asked for (run_parse fills and validates it). */
+struct run_opts {
+    struct engine_cli eng;
+    struct ms_sampler_params sp;
+    bool seeded;
+    const char *prompt, *stats_json, *profile;
+    long n_predict;
+    bool chat, think, nothink_given, no_special, verbose_prompt, stats;
+};
+
+/* The prompt's tokens. Plain prompts: BOS when the model asks for it (not
+ * twice when the text starts with BOS), special-token text parsed unless
+ * no_special. A chat rendering: the template's markers are special tokens,
+ * the user's text is plain text, and the rendering carries its own BOS. */
+static int prompt_tokens(const struct ms_tokenizer *t, const struct run_opts *o, int32_t **ids,
+                         size_t *n, ms_err *err) {
+    if (!o->chat) {
+        const unsigned flags = (ms_tokenizer_add_bos(t) ? MS_TOK_BOS : 0) |
+                               (o->no_special ? 0 : MS_TOK_SPECIAL | MS_TOK_USER_DEFINED);
+        return ms_tokenizer_encode_flags(t, o->prompt, strlen(o->prompt), flags, ids, n, err);
+    }
+    const struct ms_chat_msg m = {.role = "user", .content = o->prompt};
     char *text;
-    size_t len;
-    if (ms_chat_render(&m, 1, true, think, &text, &len, err)) return -1;
-    const int rc = ms_tokenizer_encode(t, text, len, false, true, ids, n, err);
+    size_t len, n_segs;
+    struct ms_chat_seg *segs;
+    if (ms_chat_render_segs(&m, 1, true, o->think, &text, &len, &segs, &n_segs, err)) return -1;
+    const int rc = ms_chat_encode(t, text, segs, n_segs, 0, ids, n, err);
     free(text);
+    free(segs);
     return rc;
 }
 
-int cmd_run(int argc, char **argv) {
-    enum { OPT_CHAT = 2000, OPT_NOTHINK, OPT_STATS, OPT_STATS_JSON, OPT_PROFILE };
+/* Parses and validates argv into *o before any work (see cli.h). */
+static int run_parse(int argc, char **argv, struct run_opts *o) {
+    enum {
+        OPT_CHAT = 2000, OPT_NOTHINK, OPT_STATS, OPT_STATS_JSON, OPT_PROFILE, OPT_NO_SPECIAL,
+        OPT_VERBOSE_PROMPT
+    };
     static const struct option opts[] = {
         {"prompt", required_argument, 0, 'p'},   {"n-predict", required_argument, 0, 'n'},
         {"chat", no_argument, 0, OPT_CHAT},      {"nothink", no_argument, 0, OPT_NOTHINK},
         {"stats", no_argument, 0, OPT_STATS},    {"stats-json", required_argument, 0, OPT_STATS_JSON},
         {"profile-routing", required_argument, 0, OPT_PROFILE},
+        {"no-special", no_argument, 0, OPT_NO_SPECIAL},
+        {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
         {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
         ENGINE_OPTIONS,                          {0, 0, 0, 0}};
-    struct ms_engine_params ep = ms_engine_params_default(NULL);
-    const char *prompt = NULL, *stats_json = NULL, *profile = NULL;
-    long n_predict = 256;
-    bool chat = false, think = true, seeded = false, stats = false;
-    struct ms_sampler_params sp = ms_sampler_defaults(0);
+    *o = (struct run_opts){.eng = {.ep = ms_engine_params_default(NULL)},
+                           .sp = ms_sampler_defaults(0),
+                           .n_predict = 256,
+                           .think = true};
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", opts, NULL)) != -1) {
-        int r = gen_sampling_opt("run", c, optarg, &sp, &seeded);
-        if (r == 0) r = engine_opt("run", c, optarg, &ep);
+        int r = gen_sampling_opt("run", c, optarg, &o->sp, &o->seeded);
+        if (r == 0) r = engine_cli_opt("run", c, optarg, &o->eng);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (c) {
-        case 'p': prompt = optarg; break;
+        case 'p': o->prompt = optarg; break;
         case 'n':
-            if (ms_parse_long(optarg, 1, INT32_MAX, &n_predict)) {
+            if (ms_parse_long(optarg, 1, INT32_MAX, &o->n_predict)) {
                 fprintf(stderr, "moestream run: -n must be an integer >= 1\n");
                 return 2;
             }
             break;
-        case OPT_CHAT: chat = true; break;
-        case OPT_NOTHINK: think = false; break;
-        case OPT_STATS: stats = true; break;
-        case OPT_STATS_JSON: stats_json = optarg; break;
-        case OPT_PROFILE: profile = optarg; break;
+        case OPT_CHAT: o->chat = true; break;
+        case OPT_NOTHINK: o->think = false, o->nothink_given = true; break;
+        case OPT_STATS: o->stats = true; break;
+        case OPT_STATS_JSON: o->stats_json = optarg; break;
+        case OPT_PROFILE: o->profile = optarg; break;
+        case OPT_NO_SPECIAL: o->no_special = true; break;
+        case OPT_VERBOSE_PROMPT: o->verbose_prompt = true; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream run: unknown option or missing value '%s'\n",
@@ -93,19 +120,37 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "moestream run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    const char *model = ep.model_path;
-    if (!model || !prompt) {
-        fprintf(stderr, "moestream run: %s\n", !model ? "-m MODEL is required" : "-p TEXT is required");
+    if (!o->eng.ep.model_path || !o->prompt) {
+        fprintf(stderr, "moestream run: %s\n",
+                !o->eng.ep.model_path ? "-m MODEL is required" : "-p TEXT is required");
         usage(stderr);
         return 2;
     }
-    if (!*prompt) {
+    if (!*o->prompt) {
         fprintf(stderr, "moestream run: the prompt is empty\n");
         return 2;
     }
-    if (!seeded) sp.seed = gen_clock_seed();
-    ep.profile_routing = profile != NULL;
+    if (o->nothink_given && !o->chat) {
+        fprintf(stderr, "moestream run: --nothink applies to --chat prompts only\n");
+        return 2;
+    }
+    if (o->no_special && o->chat) {
+        fprintf(stderr, "moestream run: --no-special is for raw prompts; with --chat the prompt "
+                        "is always plain text\n");
+        return 2;
+    }
+    int chk = engine_cli_check("run", &o->eng);
+    if (chk) return chk;
+    if (o->stats_json && (chk = cli_check_writable("run", "--stats-json", o->stats_json))) return chk;
+    if (o->profile && (chk = cli_check_writable("run", "--profile-routing", o->profile))) return chk;
+    if (!o->seeded) o->sp.seed = gen_clock_seed();
+    o->eng.ep.profile_routing = o->profile != NULL;
+    return CLI_CONTINUE;
+}
 
+/* Loads, prefills, generates, reports. 0, or 1 after one error line. */
+static int run_run(const struct run_opts *o) {
+    const char *model = o->eng.ep.model_path;
     ms_err err = {0};
     struct ms_engine *e = NULL;
     struct ms_session *s = NULL;
@@ -114,17 +159,23 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     struct gen_out out = {0};
     int rc = 1;
-    if (ms_engine_load(&e, &ep, &err)) goto fail;
+    if (ms_engine_load(&e, &o->eng.ep, &err)) goto fail;
     if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
+    engine_cli_after_load("run", &o->eng, e);
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
     if (!tok) {
         ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);
         goto fail;
     }
-    if (prompt_tokens(tok, prompt, chat, think, &ids, &n_ids, &err)) goto fail;
+    if (prompt_tokens(tok, o, &ids, &n_ids, &err)) goto fail;
     if (n_ids == 0) {
         ms_err_set(&err, "the prompt has no tokens");
         goto fail;
+    }
+    if (o->verbose_prompt) {
+        fprintf(stderr, "run: prompt tokens (%zu):", n_ids);
+        for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
     }
     if (ms_session_new(&s, e, 0, &err)) goto fail;
     if ((int64_t)n_ids > ms_session_n_ctx(s)) {
@@ -132,7 +183,7 @@ int cmd_run(int argc, char **argv) {
                    n_ids, (long long)ms_session_n_ctx(s));
         goto fail;
     }
-    if (ms_sampler_new(&smp, &sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
+    if (ms_sampler_new(&smp, &o->sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
 
     const struct ms_stream_stats st0 = ms_engine_stream_stats(e);
     const double t0 = gen_now();
@@ -140,30 +191,32 @@ int cmd_run(int argc, char **argv) {
     const double t_prefill = gen_now() - t0;
     const struct ms_stream_stats st1 = ms_engine_stream_stats(e);
     double t_decode = 0.0;
-    if (gen_decode(s, smp, tok, n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
-    printf("\n");
-    fflush(stdout);
+    if (gen_decode(s, smp, tok, o->n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
+    if (printf("\n") < 0 || fflush(stdout)) {
+        ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
+        goto fail;
+    }
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
                     "(%.2f tok/s); stop: %s; seed %llu\n",
             n_ids, t_prefill, t_prefill > 0 ? (double)n_ids / t_prefill : 0.0, (long long)out.n,
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
-            (unsigned long long)sp.seed);
+            (unsigned long long)o->sp.seed);
     const struct run_stats rs = {.prefill_tokens = (int64_t)n_ids, .decode_tokens = out.n,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
                                  .prefill_bytes_read = st1.bytes_read - st0.bytes_read,
                                  .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds};
-    if (profile && ms_engine_write_routing_profile(e, profile, &err)) goto fail;
-    if (stats && write_run_stats(stderr, e, &rs)) {
+    if (o->profile && ms_engine_write_routing_profile(e, o->profile, &err)) goto fail;
+    if (o->stats && write_run_stats(stderr, e, &rs)) {
         ms_err_set(&err, "cannot write the stats");
         goto fail;
     }
-    if (stats_json) {
-        FILE *f = fopen(stats_json, "w");
+    if (o->stats_json) {
+        FILE *f = fopen(o->stats_json, "w");
         int werr = !f || write_run_stats(f, e, &rs);
         if (f && fclose(f)) werr = 1;
         if (werr) {
-            ms_err_errno(&err, errno, "cannot write %s", stats_json);
+            ms_err_errno(&err, errno, "cannot write %s", o->stats_json);
             goto fail;
         }
     }
@@ -178,4 +231,10 @@ done:
     ms_session_free(s);
     ms_engine_free(e);
     return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    struct run_opts o;
+    const int rc = run_parse(argc, argv, &o);
+    return rc == CLI_CONTINUE ? run_run(&o) : rc;
 }

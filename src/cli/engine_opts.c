@@ -6,10 +6,13 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include "stream/hotlist.h"
 #include "util/parse.h"
 
 int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p) {
@@ -45,8 +48,8 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
         }
         return 1;
     bad_cache:
-        fprintf(stderr, "moestream %s: --cache-experts takes a slot count (e.g. 512) or a size "
-                        "(e.g. 12GB), got '%s'\n", cmd, arg);
+        fprintf(stderr, "moestream %s: --cache-experts takes a slot count >= 1 (e.g. 512) or a "
+                        "size > 0 (e.g. 12GB), got '%s'\n", cmd, arg);
         return -1;
     }
     case ENG_OPT_CACHE_PCT: {
@@ -94,6 +97,112 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
         return 1;
     default: return 0;
     }
+}
+
+int engine_cli_opt(const char *cmd, int c, const char *arg, struct engine_cli *e) {
+    const int r = engine_opt(cmd, c, arg, &e->ep);
+    if (r <= 0) return r;
+    const char *name = NULL;
+    switch (c) {
+    case ENG_OPT_STREAM: e->stream_given = true; break;
+    case ENG_OPT_NO_STREAM: e->no_stream_given = true; break;
+    case ENG_OPT_CACHE_EXPERTS: name = "--cache-experts"; break;
+    case ENG_OPT_HOTLIST: name = "--hotlist"; break;
+    case ENG_OPT_PRELOAD: name = "--preload-experts"; break;
+    case ENG_OPT_FULL_LAYERS: name = "--full-layers"; break;
+    case ENG_OPT_WHOLE_LAYER_MIN: name = "--whole-layer-min"; break;
+    case ENG_OPT_NO_PREFETCH: name = "--no-prefetch"; break;
+    default: break;
+    }
+    if (name) {
+        bool seen = false;
+        for (int i = 0; i < e->n_streaming_only; i++) seen |= !strcmp(e->streaming_only[i], name);
+        if (!seen && e->n_streaming_only < (int)(sizeof e->streaming_only / sizeof e->streaming_only[0]))
+            e->streaming_only[e->n_streaming_only++] = name;
+    }
+    return 1;
+}
+
+int engine_cli_check(const char *cmd, const struct engine_cli *e) {
+    const struct ms_engine_params *p = &e->ep;
+    if (!p->model_path) {
+        fprintf(stderr, "moestream %s: -m MODEL is required\n", cmd);
+        return 2;
+    }
+    if (access(p->model_path, R_OK) != 0) {
+        fprintf(stderr, "moestream %s: -m: cannot open %s: %s\n", cmd, p->model_path,
+                strerror(errno));
+        return 1;
+    }
+    if (e->stream_given && e->no_stream_given) {
+        fprintf(stderr, "moestream %s: --stream and --no-stream contradict each other\n", cmd);
+        return 2;
+    }
+    if (p->stream == MS_STREAM_OFF && e->n_streaming_only > 0) {
+        fprintf(stderr, "moestream %s: %s applies only when streaming experts, not with "
+                        "--no-stream\n", cmd, e->streaming_only[0]);
+        return 2;
+    }
+    if (p->hotlist) {
+        /* syntax now; the engine checks indices against the model */
+        struct ms_hotlist h;
+        ms_err err;
+        if (ms_hotlist_load(&h, p->hotlist, UINT32_MAX, UINT32_MAX, &err)) {
+            fprintf(stderr, "moestream %s: --hotlist: %s\n", cmd, err.msg);
+            return 1;
+        }
+        ms_hotlist_free(&h);
+    }
+    return 0;
+}
+
+void engine_cli_after_load(const char *cmd, const struct engine_cli *e,
+                           const struct ms_engine *eng) {
+    const struct ms_model_info info = ms_engine_info(eng);
+    if (e->ep.n_ctx > 0 && info.n_ctx_train > 0 && e->ep.n_ctx > (int64_t)info.n_ctx_train)
+        fprintf(stderr, "moestream %s: warning: -c %lld is above the model's training context "
+                        "(%u); quality past it is not what the model was trained for\n",
+                cmd, (long long)e->ep.n_ctx, info.n_ctx_train);
+    if (!ms_engine_stream_stats(eng).streaming && e->n_streaming_only > 0) {
+        char names[160] = "";
+        for (int i = 0; i < e->n_streaming_only; i++) {
+            const size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", e->streaming_only[i]);
+        }
+        fprintf(stderr, "moestream %s: warning: the model is resident (it fits the memory "
+                        "budget), so %s %s no effect; add --stream to stream experts\n",
+                cmd, names, e->n_streaming_only > 1 ? "have" : "has");
+    }
+}
+
+int cli_check_writable(const char *cmd, const char *flag, const char *path) {
+    if (!*path) {
+        fprintf(stderr, "moestream %s: %s: the path is empty\n", cmd, flag);
+        return 1;
+    }
+    if (access(path, F_OK) == 0) {
+        if (access(path, W_OK) == 0) return 0;
+        fprintf(stderr, "moestream %s: %s: cannot write %s: %s\n", cmd, flag, path,
+                strerror(errno));
+        return 1;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "moestream %s: %s: cannot write %s: %s\n", cmd, flag, path,
+                strerror(errno));
+        return 1;
+    }
+    char *copy = strdup(path);
+    if (!copy) {
+        fprintf(stderr, "moestream %s: out of memory\n", cmd);
+        return 1;
+    }
+    const char *dir = dirname(copy);
+    const int ok = access(dir, W_OK | X_OK) == 0;
+    const int e = errno;
+    free(copy);
+    if (ok) return 0;
+    fprintf(stderr, "moestream %s: %s: cannot write %s: %s\n", cmd, flag, path, strerror(e));
+    return 1;
 }
 
 /* read_bytes of /proc/self/io: what this process made the kernel read from

@@ -76,6 +76,44 @@ enum {
  * stderr) when its value is malformed. */
 int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p);
 
+/* The engine options of one command line and which of them were given, for
+ * the checks no single option can make alone. */
+struct engine_cli {
+    struct ms_engine_params ep;
+    bool stream_given, no_stream_given;
+    /* streaming-only options given (names, for the messages) */
+    const char *streaming_only[8];
+    int n_streaming_only;
+};
+
+/* engine_opt into e->ep, also recording what was given. */
+int engine_cli_opt(const char *cmd, int c, const char *arg, struct engine_cli *e);
+
+/*
+ * After parsing, before any work: -m given and readable; --stream and
+ * --no-stream not both; no streaming-only option (--cache-experts,
+ * --hotlist, --preload-experts, --full-layers, --whole-layer-min,
+ * --no-prefetch) with --no-stream; a --hotlist file that exists and parses.
+ * 0, or the exit status after printing one line "moestream <cmd>: ..."
+ * naming the flag: 2 for a usage error, 1 for a file that cannot be read.
+ */
+int engine_cli_check(const char *cmd, const struct engine_cli *e);
+
+/*
+ * After the engine loaded: warnings (one line each, on stderr) for what the
+ * options cannot change on this model: a context (-c) above the model's
+ * training context, streaming-only options when the plan keeps the model
+ * resident.
+ */
+void engine_cli_after_load(const char *cmd, const struct engine_cli *e,
+                           const struct ms_engine *eng);
+
+/* Whether path can be written (an existing writable file, or a new file in
+ * an existing writable directory), checked without creating it. 0, or 1
+ * (the exit status) after printing "moestream <cmd>: FLAG: cannot write
+ * PATH: reason". */
+int cli_check_writable(const char *cmd, const char *flag, const char *path);
+
 /* What one run measured, for --stats / --stats-json. */
 struct run_stats {
     int64_t prefill_tokens, decode_tokens;

@@ -37,7 +37,7 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
     switch (c) {
     case GEN_OPT_TEMP:
         if (!parse_float(arg, &p->temp)) return 1;
-        fprintf(stderr, "moestream %s: --temp must be a number\n", cmd);
+        fprintf(stderr, "moestream %s: --temp must be a finite number (<= 0: greedy)\n", cmd);
         return -1;
     case GEN_OPT_TOP_K:
         if (!ms_parse_long(arg, 0, INT32_MAX, &v)) {
@@ -140,6 +140,18 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
             rc = ms_err_set(err, "no logits to sample from (empty session)");
             break;
         }
+        /* NaN/inf weights or activations make every probability
+         * meaningless: stop rather than emit whatever id the sampler picks. */
+        const uint32_t V = ms_tokenizer_n_vocab(t);
+        for (uint32_t v = 0; v < V; v++)
+            if (!isfinite(logits[v])) {
+                rc = ms_err_set(err, "the model produced a non-finite logit (%g for token %u) at "
+                                "position %lld: the weights or activations hold NaN or "
+                                "infinity", (double)logits[v], v,
+                                (long long)ms_session_n_past(s));
+                break;
+            }
+        if (rc) break;
         const int32_t tok = ms_sampler_sample(smp, logits);
         if (tok == eos) {
             out->eos = true;
@@ -152,8 +164,10 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
         const char *piece;
         size_t len;
         ms_tokenizer_piece(t, tok, tok == think || tok == end_think, &piece, &len);
-        fwrite(piece, 1, len, out_f);
-        fflush(out_f);
+        if (fwrite(piece, 1, len, out_f) != len || fflush(out_f)) {
+            rc = ms_err_errno(err, errno ? errno : EIO, "cannot write the output");
+            break;
+        }
         if (i + 1 == n_max && !eval_last) break;
         if (ms_session_n_past(s) >= ms_session_n_ctx(s)) {
             out->ctx_full = true;

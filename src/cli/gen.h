@@ -69,7 +69,9 @@ struct gen_out {
  * evaluated; the last too when eval_last (so the session holds every
  * produced token, as chat needs). Stops early at the tokenizer's EOS (not
  * evaluated, not stored), when *stop becomes non-zero, or when the context is
- * full. *t_decode receives the seconds spent. Errors: an eval failure, OOM.
+ * full. *t_decode receives the seconds spent. Errors: an eval failure, OOM,
+ * non-finite logits (NaN or infinity anywhere in the distribution to sample:
+ * corrupt weights; nothing is sampled from them).
  */
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
                int64_t n_max, bool eval_last, volatile sig_atomic_t *stop, FILE *out_f,

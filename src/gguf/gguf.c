@@ -364,7 +364,10 @@ static int read_kvs(struct rd *r, struct gguf_file *f, uint64_t n_kv) {
     return 0;
 }
 
-/* Reads general.alignment if present: must be a u32 power of two. */
+/* Reads general.alignment if present: must be a u32 power of two of at least
+ * GGUF_MIN_ALIGNMENT. Tensor data is used in place from the mapping, and the
+ * kernels load f32 / i32 values and block scales at their natural alignment;
+ * an alignment of 1, 2 or 4 would place them at misaligned addresses. */
 static int read_alignment(struct gguf_file *f, ms_err *err, const char *name) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     const struct gguf_kv *kv = gguf_find_kv(f, "general.alignment");
@@ -376,6 +379,9 @@ static int read_alignment(struct gguf_file *f, ms_err *err, const char *name) {
     if (a == 0 || (a & (a - 1)))
         return ms_err_set(err, "%s: general.alignment %" PRIu64 " is not a non-zero power of two",
                           name, a);
+    if (a < GGUF_MIN_ALIGNMENT)
+        return ms_err_set(err, "%s: general.alignment %" PRIu64 " is below %d (tensor data would "
+                          "be read at misaligned addresses)", name, a, GGUF_MIN_ALIGNMENT);
     f->alignment = a;
     return 0;
 }

@@ -32,6 +32,9 @@
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
+/* Smallest general.alignment accepted (reader and writer): 8 keeps every
+ * tensor's data, read in place, at an address its element loads allow. */
+#define GGUF_MIN_ALIGNMENT 8
 #define GGUF_MAX_DIMS 4
 
 /* Metadata value types (gguf.md `gguf_metadata_value_type`). */
@@ -117,7 +120,8 @@ struct gguf_file {
  * allocated on return): cannot open/read; truncated file; bad magic; version
  * other than 2 or 3; counts or string/array lengths that cannot fit in the
  * file; unknown metadata value type; nesting deeper than 8; duplicated key;
- * general.alignment not a non-zero power of two or not UINT32; tensor with
+ * general.alignment not a power of two >= GGUF_MIN_ALIGNMENT or not UINT32;
+ * tensor with
  * 0 or > 4 dims, a non-positive or overflowing dimension, an unknown type, a
  * first dimension that is not a multiple of the type's block size, a
  * duplicated name, an offset not a multiple of the alignment, or data that
@@ -196,7 +200,8 @@ int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *
  * any element type including nested arrays (struct gguf_array layout as in
  * the reader). A UINT32 general.alignment goes to gguf_writer_set_alignment. */
 int gguf_writer_set_value(struct gguf_writer *w, const char *key, const struct gguf_value *v);
-/* general.alignment (a power of two; before any tensor is added); written as
+/* general.alignment (a power of two >= GGUF_MIN_ALIGNMENT; before any tensor
+ * is added, -1 otherwise); written as
  * metadata only when it differs from the default 32, as llama.cpp does. */
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
 
@@ -207,15 +212,25 @@ int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ms_type type,
                            uint32_t n_dims, const int64_t *ne, ms_err *err);
 
-/* Creates `path` and writes the header, metadata and tensor directory. */
+/* Whether gguf_writer_begin/finish may replace an existing file at the
+ * target path (default true). With false, begin fails when the path exists
+ * and finish moves the file into place without replacing one created in the
+ * meantime. Before begin; -1 after. */
+int gguf_writer_set_overwrite(struct gguf_writer *w, bool overwrite);
+
+/* Starts writing `path`: the header, metadata and tensor directory go to a
+ * temporary file in the same directory ("PATH.tmp-XXXXXX"), which
+ * gguf_writer_finish renames to `path` once complete (an interrupted or
+ * failed write leaves no partial model and any old file intact). */
 int gguf_writer_begin(struct gguf_writer *w, const char *path, ms_err *err);
 /* Appends n bytes of tensor data. Pieces are consumed in declaration order:
  * a tensor's bytes may come in any number of calls, and alignment padding is
  * inserted automatically when one tensor is complete. Writing more than the
  * declared total is an error. */
 int gguf_writer_write(struct gguf_writer *w, const void *data, size_t n, ms_err *err);
-/* Checks that every declared byte was written, flushes and closes. A failed
- * write (e.g. ENOSPC) removes the partial file and reports the error. */
+/* Checks that every declared byte was written, flushes, closes and moves the
+ * file to its path. A failed write (e.g. ENOSPC) removes the partial file
+ * and reports the error. */
 int gguf_writer_finish(struct gguf_writer *w, ms_err *err);
 
 #endif

@@ -10,9 +10,16 @@
  * tensor (the last one included) is zero-padded to the alignment, so a
  * reader that sums padded sizes finds the bytes it expects.
  *
- * Failure handling: the first write error poisons the writer; the file is
- * closed and removed, and every later call reports the error. A writer freed
- * between begin and a successful finish also removes its partial file.
+ * The bytes go to a temporary file next to the target ("PATH.tmp-XXXXXX"),
+ * renamed over PATH by a successful finish: a reader never sees a partial
+ * model, and an interrupted write leaves the old file as it was. With
+ * overwrite off (gguf_writer_set_overwrite), an existing PATH is refused at
+ * begin and the final rename is a no-replace link, so a file created in the
+ * meantime is not lost either.
+ *
+ * Failure handling: the first write error poisons the writer; the temporary
+ * file is closed and removed, and every later call reports the error. A
+ * writer freed between begin and a successful finish also removes it.
  */
 #include "gguf/gguf.h"
 
@@ -22,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/mem.h"
@@ -53,8 +61,10 @@ struct gguf_writer {
 
     /* streaming state (after begin) */
     bool begun, failed, finished;
+    bool no_overwrite;   /* refuse to replace an existing target */
     int fd;
-    char *path;
+    char *path;          /* the target */
+    char *tmp_path;      /* what is being written, renamed to path at finish */
     size_t cur;          /* tensor being written */
     uint64_t cur_done;   /* bytes of it written */
     uint8_t *buf;
@@ -75,7 +85,7 @@ static void discard_output(struct gguf_writer *w) {
     if (w->fd >= 0) {
         close(w->fd);
         w->fd = -1;
-        unlink(w->path);
+        unlink(w->tmp_path);
     }
 }
 
@@ -90,6 +100,7 @@ void gguf_writer_free(struct gguf_writer *w) {
     for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->t);
     free(w->path);
+    free(w->tmp_path);
     free(w->buf);
     free(w);
 }
@@ -142,7 +153,8 @@ static void drop_kv(struct gguf_writer *w, const char *key) {
 }
 
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment) {
-    if (w->begun || w->n_t > 0 || alignment == 0 || (alignment & (alignment - 1))) return -1;
+    if (w->begun || w->n_t > 0 || alignment < GGUF_MIN_ALIGNMENT || (alignment & (alignment - 1)))
+        return -1;
     w->alignment = alignment;
     /* Written only when it differs from the default, as llama.cpp does. */
     if (alignment == GGUF_DEFAULT_ALIGNMENT) {
@@ -433,11 +445,18 @@ static int out_value(struct gguf_writer *w, const struct gguf_value *v, ms_err *
 
 int gguf_writer_begin(struct gguf_writer *w, const char *path, ms_err *err) {
     if (w->begun) return ms_err_set(err, "%s: gguf writer already begun", path);
+    if (w->no_overwrite && access(path, F_OK) == 0)
+        return ms_err_set(err, "%s already exists (not replaced)", path);
+    const size_t plen = strlen(path);
     w->path = strdup(path);
+    w->tmp_path = malloc(plen + sizeof ".tmp-XXXXXX");
     w->buf = malloc(WR_BUF_SIZE);
-    if (!w->path || !w->buf) return ms_err_set(err, "%s: out of memory", path);
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (!w->path || !w->tmp_path || !w->buf) return ms_err_set(err, "%s: out of memory", path);
+    memcpy(w->tmp_path, path, plen);
+    memcpy(w->tmp_path + plen, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
+    w->fd = mkostemp(w->tmp_path, O_CLOEXEC);
     if (w->fd < 0) return ms_err_errno(err, errno, "%s: cannot create", path);
+    (void)fchmod(w->fd, 0644); /* as open(..., 0644) would, not mkstemp's 0600 */
     w->begun = true;
 
     if (out(w, GGUF_MAGIC, 4, err) || out_u32(w, 3, err) || out_u64(w, w->n_t, err) ||
@@ -502,13 +521,30 @@ int gguf_writer_finish(struct gguf_writer *w, ms_err *err) {
     if (flush(w, err)) return -1;
     int fd = w->fd;
     w->fd = -1;
-    if (close(fd) != 0) {
-        ms_err_errno(err, errno, "%s: close", w->path);
-        unlink(w->path);
+    int rc = close(fd) != 0 ? ms_err_errno(err, errno, "%s: close", w->path) : 0;
+    if (rc == 0) {
+        if (!w->no_overwrite) {
+            if (rename(w->tmp_path, w->path) != 0)
+                rc = ms_err_errno(err, errno, "%s: cannot rename the finished file into place",
+                                  w->path);
+        } else if (link(w->tmp_path, w->path) != 0) { /* fails if path exists meanwhile */
+            rc = errno == EEXIST ? ms_err_set(err, "%s already exists (not replaced)", w->path)
+                                 : ms_err_errno(err, errno, "%s: cannot move the finished "
+                                                "file into place", w->path);
+        }
+    }
+    unlink(w->tmp_path); /* after link: the second name; on error: the partial file */
+    if (rc) {
         w->failed = true;
         w->fail_err = *err;
         return -1;
     }
     w->finished = true;
+    return 0;
+}
+
+int gguf_writer_set_overwrite(struct gguf_writer *w, bool overwrite) {
+    if (w->begun) return -1;
+    w->no_overwrite = !overwrite;
     return 0;
 }

@@ -488,6 +488,7 @@ int mkmodel_write(const struct mkmodel_opts *o, const char *path, ms_err *err) {
         if (gguf_writer_add_tensor(w, l.t[i].name, stored, l.t[i].n_dims, l.t[i].ne, err))
             goto done;
     }
+    if (o->no_overwrite) gguf_writer_set_overwrite(w, false);
     if (gguf_writer_begin(w, path, err)) goto done;
     began = true;
     for (size_t i = 0; i < l.n; i++)

@@ -42,6 +42,8 @@ struct mkmodel_opts {
     const char *provenance;    /* options string recorded in the file, or NULL */
     const char *vocab_from;    /* a Hugging Face tokenizer.json to import instead of the
                                   built-in vocabulary (padded to hp.n_vocab), or NULL */
+    bool no_overwrite;         /* refuse to replace an existing output file (the file is
+                                  always written to a temporary name and renamed) */
 };
 
 /*

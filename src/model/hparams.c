@@ -4,6 +4,7 @@
  */
 #include "model/hparams.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -224,6 +225,32 @@ int dsv4_hparams_validate(const struct dsv4_hparams *hp, ms_err *err) {
     if (hp->n_hash_layer > n_layer)
         return ms_err_set(err, "%s = %u exceeds the %u main layers", KEY_HASH,
                           hp->n_hash_layer, n_layer);
+    if (hp->n_sinkhorn_iter > DSV4_MAX_SINKHORN_ITER)
+        return ms_err_set(err, "%s = %u: must be at most %d (DeepSeek V4 uses 20; each "
+                          "iteration runs per token and layer)", KEY_SINKHORN,
+                          hp->n_sinkhorn_iter, DSV4_MAX_SINKHORN_ITER);
+    /* Every float key must be finite: a NaN or infinity here turns every
+     * logit into NaN without any other symptom. */
+    const struct {
+        const char *what;
+        float v;
+    } floats[] = {
+        {KEY_RMS_EPS, hp->rms_eps},           {KEY_C_BASE, hp->compress_rope_freq_base},
+        {KEY_ROPE_BASE, hp->rope_freq_base},  {KEY_HC_EPS, hp->hc_eps},
+        {KEY_RS_FACTOR, hp->rope_scaling_factor}, {KEY_BETA_FAST, hp->yarn_beta_fast},
+        {KEY_BETA_SLOW, hp->yarn_beta_slow},  {KEY_W_SCALE, hp->expert_weights_scale},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!isfinite(floats[i].v))
+            return ms_err_set(err, "%s = %g: must be a finite number", floats[i].what,
+                              (double)floats[i].v);
+    for (uint32_t il = 0; il < hp->n_block; il++) {
+        const float ce = hp->swiglu_clamp_exp[il], cs = hp->swiglu_clamp_shexp[il];
+        if (!isfinite(ce) || ce < 0.0f || !isfinite(cs) || cs < 0.0f)
+            return ms_err_set(err, "%s[%u] = %g: must be a finite number >= 0 (0 = no clamp)",
+                              !isfinite(ce) || ce < 0.0f ? KEY_CLAMP_EXP : KEY_CLAMP_SHEXP, il,
+                              (double)(!isfinite(ce) || ce < 0.0f ? ce : cs));
+    }
     if (!(hp->rms_eps > 0.0f)) return ms_err_set(err, "%s must be > 0", KEY_RMS_EPS);
     if (!(hp->hc_eps >= 0.0f)) return ms_err_set(err, "%s must be >= 0", KEY_HC_EPS);
     if (!(hp->rope_freq_base > 0.0f) || !(hp->compress_rope_freq_base > 0.0f))

@@ -23,6 +23,10 @@
 #define DSV4_MAX_LAYERS 256 /* blocks; V4-Flash has 43 (+1 MTP) */
 #define DSV4_N_HC 4          /* hyper-connection streams llama.cpp accepts */
 #define DSV4_GATING_SQRT_SOFTPLUS 4
+/* Most Sinkhorn iterations accepted (hyper_connection.sinkhorn_iterations):
+ * V4 uses 20; the normalisation has converged long before 100, and the file
+ * value is otherwise an unbounded per-token cost. */
+#define DSV4_MAX_SINKHORN_ITER 100
 
 struct dsv4_hparams {
     uint32_t n_ctx_train;      /* context_length */
@@ -96,8 +100,9 @@ void dsv4_hparams_probe_nextn(struct dsv4_hparams *hp, const struct gguf_file *f
 
 /*
  * Checks llama.cpp's constraints (docs/gguf.md, "Metadata keys", column
- * "checked") and basic sanity (non-zero sizes,
- * n_block <= DSV4_MAX_LAYERS, k <= E, hash layers <= main layers). Returns
+ * "checked") and basic sanity (non-zero sizes, n_block <= DSV4_MAX_LAYERS,
+ * k <= E, hash layers <= main layers, at most DSV4_MAX_SINKHORN_ITER
+ * Sinkhorn iterations, every float key finite, clamps >= 0). Returns
  * 0, or -1 with a message saying which value breaks which rule.
  */
 int dsv4_hparams_validate(const struct dsv4_hparams *hp, ms_err *err);

@@ -386,7 +386,11 @@ static int tokenize_prompt(struct server *sv, struct job *j, const struct ms_cha
         const size_t end = plain ? pos + r->plain[k].len : (k < r->n_plain ? r->plain[k].off : r->len);
         int32_t *ids = NULL;
         size_t n = 0;
-        if (ms_tokenizer_encode(sv->tok, r->text + pos, end - pos, false, !plain, &ids, &n, &err))
+        /* request data: plain text, no special token at all (USER_DEFINED
+         * markers included, which parse_special = false would still cut) */
+        if (ms_tokenizer_encode_flags(sv->tok, r->text + pos, end - pos,
+                                      plain ? 0 : MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &ids, &n,
+                                      &err))
             return http_fail(e, 500, "tokenizer: %s", err.msg);
         if (j->n_ids + n + 1 > cap_ids) {
             cap_ids = (j->n_ids + n + 1) * 2;

@@ -7,6 +7,8 @@
  */
 #include "text/chat_template.h"
 
+#include "text/tokenizer.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,5 +420,118 @@ int ms_chat_render(const struct ms_chat_msg *msgs, size_t n, bool add_generation
     free(r.plain);
     *out = r.text;
     *len = r.len;
+    return 0;
+}
+
+/* Appends a run; false on OOM. */
+static bool seg_push(struct ms_chat_seg **v, size_t *n, size_t *cap, struct ms_chat_seg sg) {
+    if (sg.len == 0) return true;
+    if (*n == *cap) {
+        const size_t nc = *cap ? 2 * *cap : 32;
+        struct ms_chat_seg *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return false;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = sg;
+    return true;
+}
+
+/* The scaffolding [a, b) of text as runs, cut where a marker starts. */
+static bool scaffold_runs(const char *text, size_t a, size_t b, struct ms_chat_seg **v,
+                          size_t *n, size_t *cap) {
+    static const char *const markers[] = {MS_CHAT_BOS,       MS_CHAT_EOS,   MS_CHAT_USER,
+                                          MS_CHAT_ASSISTANT, MS_CHAT_THINK, MS_CHAT_END_THINK};
+    size_t start = a;
+    for (size_t i = a; i < b; i++) {
+        for (size_t k = 0; k < sizeof markers / sizeof markers[0]; k++) {
+            const size_t ml = strlen(markers[k]);
+            if (i > start && ml <= b - i && !memcmp(text + i, markers[k], ml)) {
+                if (!seg_push(v, n, cap, (struct ms_chat_seg){start, i - start, true}))
+                    return false;
+                start = i;
+                break;
+            }
+        }
+    }
+    return seg_push(v, n, cap, (struct ms_chat_seg){start, b - start, true});
+}
+
+int ms_chat_render_segs(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                        bool thinking, char **out, size_t *len, struct ms_chat_seg **segs,
+                        size_t *n_segs, ms_err *err) {
+    *out = NULL;
+    *len = 0;
+    *segs = NULL;
+    *n_segs = 0;
+    struct ms_chat_message *m = calloc(n ? n : 1, sizeof *m);
+    if (!m) return ms_err_set(err, "chat template: out of memory");
+    for (size_t i = 0; i < n; i++)
+        m[i] = (struct ms_chat_message){msgs[i].role ? msgs[i].role : "", msgs[i].content,
+                                        msgs[i].reasoning, NULL};
+    const struct ms_chat_opts o = {.add_generation_prompt = add_generation_prompt,
+                                   .thinking = thinking};
+    struct ms_chat_out r;
+    const int rc = ms_chat_render_ex(m, n, &o, &r, err);
+    free(m);
+    if (rc) return -1;
+    struct ms_chat_seg *v = NULL;
+    size_t nv = 0, cap = 0, pos = 0;
+    bool ok = true;
+    for (size_t k = 0; k < r.n_plain && ok; k++) {
+        ok = scaffold_runs(r.text, pos, r.plain[k].off, &v, &nv, &cap) &&
+             seg_push(&v, &nv, &cap, (struct ms_chat_seg){r.plain[k].off, r.plain[k].len, false});
+        pos = r.plain[k].off + r.plain[k].len;
+    }
+    ok = ok && scaffold_runs(r.text, pos, r.len, &v, &nv, &cap);
+    free(r.plain);
+    if (!ok) {
+        free(v);
+        free(r.text);
+        return ms_err_set(err, "chat template: out of memory");
+    }
+    *out = r.text;
+    *len = r.len;
+    *segs = v;
+    *n_segs = nv;
+    return 0;
+}
+
+int ms_chat_encode(const struct ms_tokenizer *t, const char *text, const struct ms_chat_seg *segs,
+                   size_t n_segs, size_t from, int32_t **ids, size_t *n_ids, ms_err *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    int32_t *all = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < n_segs; i++) {
+        const struct ms_chat_seg *sg = &segs[i];
+        if (sg->off + sg->len <= from) continue;
+        if (sg->off < from) {
+            free(all);
+            return ms_err_set(err, "chat template: offset %zu is inside a run", from);
+        }
+        int32_t *part = NULL;
+        size_t np = 0;
+        /* scaffolding: every special token; content: plain text only */
+        const unsigned flags = sg->scaffold ? MS_TOK_SPECIAL | MS_TOK_USER_DEFINED : 0;
+        if (ms_tokenizer_encode_flags(t, text + sg->off, sg->len, flags, &part, &np, err)) {
+            free(all);
+            return -1;
+        }
+        if (np) {
+            int32_t *na = realloc(all, (n + np) * sizeof *na);
+            if (!na) {
+                free(part);
+                free(all);
+                return ms_err_set(err, "chat template: out of memory");
+            }
+            all = na;
+            memcpy(all + n, part, np * sizeof *part);
+            n += np;
+        }
+        free(part);
+    }
+    *ids = all;
+    *n_ids = n;
     return 0;
 }

@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -129,5 +130,34 @@ void ms_chat_out_free(struct ms_chat_out *out);
  * form that reads back the same). Returns a malloc'd string or NULL on OOM.
  */
 char *ms_chat_tojson(const json_t *v);
+
+/* One run of a rendering: the template's scaffolding (markers, tokenized
+ * with special-token parsing) or data from the messages (plain text). */
+struct ms_chat_seg {
+    size_t off, len; /* bytes of the rendered string */
+    bool scaffold;
+};
+
+/*
+ * ms_chat_render with the rendering's runs: *segs (malloc'd, *n_segs
+ * entries, the caller frees it) cover [0, *len) in order: the plain spans of
+ * ms_chat_render_ex as content runs, the scaffolding between them split so
+ * that every marker (BOS, EOS, User, Assistant, <think>, </think>) starts a
+ * run of its own (a token boundary where a session can be resumed).
+ */
+int ms_chat_render_segs(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                        bool thinking, char **out, size_t *len, struct ms_chat_seg **segs,
+                        size_t *n_segs, ms_err *err);
+
+struct ms_tokenizer;
+/*
+ * Token ids of a rendering from byte `from` on (a run start; 0 for all):
+ * scaffold runs with special-token parsing, content runs as plain text (no
+ * special token whatever they contain, USER_DEFINED ones included). No BOS
+ * is added (the rendering starts with BOS text). *ids malloc'd (NULL when
+ * *n_ids is 0). Errors: `from` inside a run, OOM.
+ */
+int ms_chat_encode(const struct ms_tokenizer *t, const char *text, const struct ms_chat_seg *segs,
+                   size_t n_segs, size_t from, int32_t **ids, size_t *n_ids, ms_err *err);
 
 #endif

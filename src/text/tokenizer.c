@@ -565,13 +565,14 @@ static int frag_push(struct fragvec *f, struct frag x) {
 }
 
 /* Cuts every special token (longest first) out of the raw fragments. */
-static int partition(const struct ms_tokenizer *t, const char *text, size_t len, bool parse_special,
+static int partition(const struct ms_tokenizer *t, const char *text, size_t len, unsigned flags,
                      struct fragvec *cur, ms_err *err) {
     struct fragvec next = {0};
     if (frag_push(cur, (struct frag){0, len, -1})) return ms_err_set(err, "tokenizer: out of memory");
     for (uint32_t s = 0; s < t->n_special; s++) {
         int32_t id = t->special[s];
-        if (!parse_special && t->type[id] != MS_TOKEN_USER_DEFINED) continue;
+        const bool user_defined = t->type[id] == MS_TOKEN_USER_DEFINED;
+        if (!(flags & (user_defined ? MS_TOK_USER_DEFINED : MS_TOK_SPECIAL))) continue;
         const char *tok = t->text[id];
         size_t tl = t->text_len[id];
         next.n = 0;
@@ -605,17 +606,29 @@ oom:
 
 int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len, bool add_bos,
                         bool parse_special, int32_t **ids, size_t *n_ids, ms_err *err) {
+    return ms_tokenizer_encode_flags(t, text, len,
+                                     (add_bos ? MS_TOK_BOS | MS_TOK_BOS_ALWAYS : 0) |
+                                         (parse_special ? MS_TOK_SPECIAL : 0) | MS_TOK_USER_DEFINED,
+                                     ids, n_ids, err);
+}
+
+int ms_tokenizer_encode_flags(const struct ms_tokenizer *t, const char *text, size_t len,
+                              unsigned flags, int32_t **ids, size_t *n_ids, ms_err *err) {
     *ids = NULL;
     *n_ids = 0;
     struct idvec out = {0};
     struct fragvec frags = {0};
     struct bpe_work w = {0};
     int rc = 0;
-    if (add_bos) {
+    if (flags & MS_TOK_BOS) {
         if (t->bos < 0) return ms_err_set(err, "tokenizer: the vocabulary has no BOS token");
         if (idvec_push(&out, t->bos)) return ms_err_set(err, "tokenizer: out of memory");
     }
-    if (len > 0) rc = partition(t, text, len, parse_special, &frags, err);
+    if (len > 0) rc = partition(t, text, len, flags, &frags, err);
+    /* A text that already starts with the BOS token gets no second one. */
+    if (rc == 0 && (flags & MS_TOK_BOS) && !(flags & MS_TOK_BOS_ALWAYS) && frags.n > 0 &&
+        frags.v[0].id == t->bos)
+        out.n = 0;
     for (size_t i = 0; rc == 0 && i < frags.n; i++) {
         const struct frag *f = &frags.v[i];
         if (f->id >= 0)

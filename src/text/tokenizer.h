@@ -71,6 +71,22 @@ int32_t ms_tokenizer_find(const struct ms_tokenizer *t, const char *text, size_t
 int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len, bool add_bos,
                         bool parse_special, int32_t **ids, size_t *n_ids, ms_err *err);
 
+/* Flags of ms_tokenizer_encode_flags. */
+#define MS_TOK_BOS 1u          /* prepend BOS, unless the text's first token already is BOS */
+#define MS_TOK_SPECIAL 2u      /* cut out CONTROL and UNKNOWN token text as special tokens */
+#define MS_TOK_USER_DEFINED 4u /* cut out USER_DEFINED token text (llama.cpp always does) */
+#define MS_TOK_BOS_ALWAYS 8u   /* with MS_TOK_BOS: prepend even before a BOS in the text */
+
+/*
+ * ms_tokenizer_encode with explicit flags (MS_TOK_*). ms_tokenizer_encode is
+ * (add_bos ? BOS | BOS_ALWAYS : 0) | (parse_special ? SPECIAL : 0) |
+ * USER_DEFINED, llama.cpp's behaviour. Without SPECIAL and USER_DEFINED the
+ * whole text is plain text: no byte sequence of it becomes a special token,
+ * which is how untrusted content (a chat user's message) must be encoded.
+ */
+int ms_tokenizer_encode_flags(const struct ms_tokenizer *t, const char *text, size_t len,
+                              unsigned flags, int32_t **ids, size_t *n_ids, ms_err *err);
+
 /*
  * The bytes a token stands for, as llama.cpp's token_to_piece: NORMAL tokens
  * are byte-level decoded; CONTROL and UNKNOWN tokens give their text when

@@ -6,7 +6,9 @@
  * accepted, every key and tensor is looked up by name, every typed getter is
  * called on every key (type and range errors are expected and fine), and
  * small tensors are read back, so the sanitizers see the whole reader and
- * the invariants that gguf_open promises are checked. Build: make fuzz
+ * the invariants that gguf_open promises are checked. The deepseek4
+ * hyperparameter reader and the tokenizer loader then run on the same
+ * metadata (their bounds: finite floats, bounded Sinkhorn iterations). Build: make fuzz
  * (clang -fsanitize=fuzzer,address,undefined); seeds: tests/fuzz/corpus/.
  */
 #include <stdint.h>
@@ -15,7 +17,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -49,7 +55,7 @@ static void exercise(const struct gguf_file *f) {
         (void)gguf_get_arr_i64(f, key, arr_i, 4, false, &err);
         (void)gguf_vtype_name(f->kv[i].val.type);
     }
-    check(f->alignment > 0 && (f->alignment & (f->alignment - 1)) == 0);
+    check(f->alignment >= GGUF_MIN_ALIGNMENT && (f->alignment & (f->alignment - 1)) == 0);
     check(f->n_tensors == 0 || f->data_offset % f->alignment == 0);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const struct gguf_tensor *t = &f->tensors[i];
@@ -66,6 +72,16 @@ static void exercise(const struct gguf_file *f) {
     }
     (void)gguf_find_tensor(f, "token_embd.weight");
     (void)gguf_find_kv(f, "general.architecture");
+    struct dsv4_hparams hp;
+    if (dsv4_hparams_read(&hp, f, &err) == 0) {
+        check(hp.n_sinkhorn_iter <= DSV4_MAX_SINKHORN_ITER);
+        check(isfinite(hp.rms_eps) && isfinite(hp.expert_weights_scale) &&
+              isfinite(hp.rope_freq_base) && isfinite(hp.hc_eps));
+    }
+    if (gguf_find_kv(f, "tokenizer.ggml.model")) {
+        struct ms_tokenizer *tok = NULL;
+        if (ms_tokenizer_load(&tok, f, &err) == 0) ms_tokenizer_free(tok);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
