@@ -42,12 +42,6 @@ static int setup(void **state) {
     return test_mkmodel(g_small, "--preset small --experts-type q4_K --seed 6");
 }
 
-static void random_tokens(int32_t *t, int64_t n, uint32_t lo, uint32_t span, uint64_t seed) {
-    ms_rng r;
-    ms_rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(lo + ms_rng_u64(&r) % span);
-}
-
 enum { N_PROMPT = 64, N_DECODE = 6, N_ALL = N_PROMPT + N_DECODE };
 
 /* Logits [N_ALL][n_vocab]: the prompt in one whole-call step, then the
@@ -62,23 +56,6 @@ static int prefill_decode(const struct dsv4_model *m, const int32_t *tok, float 
         rc = dsv4_session_eval(s, tok + i, 1, lg + i * V, e);
     dsv4_session_free(s);
     return rc;
-}
-
-static struct ms_stream_source *stream_on(struct dsv4_model *m, uint64_t budget) {
-    struct ms_stream_source *src = NULL;
-    struct ms_stream_params p = {.budget_bytes = budget};
-    ms_err e = {{0}};
-    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
-    m->experts = ms_stream_source_iface(src);
-    return src;
-}
-
-static void assert_same(const float *a, const float *b, size_t n, const char *what) {
-    if (memcmp(a, b, n * sizeof *a)) {
-        size_t i = 0;
-        while (a[i] == b[i]) i++;
-        fail_msg("%s: logit %zu differs: %.9g vs %.9g", what, i, a[i], b[i]);
-    }
 }
 
 struct budget_check {
@@ -106,9 +83,11 @@ static void test_whole_layer_identity(void **state) {
     if (prefill_decode(m, tok, want, &e)) fail_msg("%s", e.msg);
 
     /* room for 2 seeded experts per layer beside one token's experts */
-    uint64_t max_slot = 0;
+    const uint64_t max_slot = ms_stream_max_slot_bytes(m);
+    uint64_t largest = 0; /* the same figure, taken layer by layer */
     for (uint32_t il = 0; il < m->n_layer; il++)
-        if (ms_stream_slot_bytes(m, il) > max_slot) max_slot = ms_stream_slot_bytes(m, il);
+        if (ms_stream_slot_bytes(m, il) > largest) largest = ms_stream_slot_bytes(m, il);
+    assert_int_equal(max_slot, largest);
     const uint64_t budget = 2 * m->n_layer * max_slot > ms_stream_min_budget(m)
                                 ? 2 * m->n_layer * max_slot
                                 : ms_stream_min_budget(m);

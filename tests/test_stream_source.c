@@ -53,29 +53,6 @@ static float *eval(const struct dsv4_model *m, const int32_t *tok, int64_t n, in
     return lg;
 }
 
-static void random_tokens(int32_t *t, int64_t n, uint32_t lo, uint32_t span, uint64_t seed) {
-    ms_rng r;
-    ms_rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(lo + ms_rng_u64(&r) % span);
-}
-
-static struct ms_stream_source *stream_on(struct dsv4_model *m, uint64_t budget) {
-    struct ms_stream_source *src = NULL;
-    struct ms_stream_params p = {.budget_bytes = budget};
-    ms_err e = {{0}};
-    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
-    m->experts = ms_stream_source_iface(src);
-    return src;
-}
-
-static void assert_same(const float *a, const float *b, size_t n, const char *what) {
-    if (memcmp(a, b, n * sizeof *a)) {
-        size_t i = 0;
-        while (a[i] == b[i]) i++;
-        fail_msg("%s: logit %zu differs: %.9g vs %.9g", what, i, a[i], b[i]);
-    }
-}
-
 /* Smallest cache: every decode step replaces most of it. */
 static void check_min_cache(const char *path, bool mixed) {
     struct dsv4_model *m = test_load_model(path);
