@@ -15,22 +15,25 @@
 #include "stream/hotlist.h"
 #include "util/parse.h"
 
+/* Parses an integer option value in [lo, hi] into *v; false (after printing
+ * "moestream <cmd>: <what>" on stderr) when it is malformed. */
+static bool int_arg(const char *cmd, const char *arg, long lo, long hi, const char *what,
+                    long *v) {
+    if (!ms_parse_long(arg, lo, hi, v)) return true;
+    fprintf(stderr, "moestream %s: %s\n", cmd, what);
+    return false;
+}
+
 int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params *p) {
     long v;
     switch (c) {
     case 'm': p->model_path = arg; return 1;
     case 't':
-        if (ms_parse_long(arg, 0, 4096, &v)) {
-            fprintf(stderr, "moestream %s: -t must be an integer in [0, 4096]\n", cmd);
-            return -1;
-        }
+        if (!int_arg(cmd, arg, 0, 4096, "-t must be an integer in [0, 4096]", &v)) return -1;
         p->n_threads = (int)v;
         return 1;
     case 'c':
-        if (ms_parse_long(arg, 1, INT32_MAX, &v)) {
-            fprintf(stderr, "moestream %s: -c must be an integer >= 1\n", cmd);
-            return -1;
-        }
+        if (!int_arg(cmd, arg, 1, INT32_MAX, "-c must be an integer >= 1", &v)) return -1;
         p->n_ctx = v;
         return 1;
     case ENG_OPT_QUALITY: p->quality = true; return 1;
@@ -68,31 +71,23 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_NO_PREFETCH: p->no_prefetch = true; return 1;
     case ENG_OPT_PIN_THREADS: p->pin_threads = true; return 1;
     case ENG_OPT_FULL_LAYERS:
-        if (ms_parse_long(arg, 0, UINT32_MAX, &v)) {
-            fprintf(stderr, "moestream %s: --full-layers must be an integer >= 0\n", cmd);
+        if (!int_arg(cmd, arg, 0, UINT32_MAX, "--full-layers must be an integer >= 0", &v))
             return -1;
-        }
         p->full_layers = (uint32_t)v;
         return 1;
     case ENG_OPT_PREFILL_CHUNK:
-        if (ms_parse_long(arg, 0, INT32_MAX, &v)) {
-            fprintf(stderr, "moestream %s: --prefill-chunk must be an integer >= 0\n", cmd);
+        if (!int_arg(cmd, arg, 0, INT32_MAX, "--prefill-chunk must be an integer >= 0", &v))
             return -1;
-        }
         p->prefill_chunk = v ? v : MS_PREFILL_WHOLE;
         return 1;
     case ENG_OPT_PRELOAD:
-        if (ms_parse_long(arg, 0, UINT32_MAX, &v)) {
-            fprintf(stderr, "moestream %s: --preload-experts must be an integer >= 0\n", cmd);
+        if (!int_arg(cmd, arg, 0, UINT32_MAX, "--preload-experts must be an integer >= 0", &v))
             return -1;
-        }
         p->preload_experts = (uint32_t)v;
         return 1;
     case ENG_OPT_WHOLE_LAYER_MIN:
-        if (ms_parse_long(arg, -1, INT32_MAX, &v)) {
-            fprintf(stderr, "moestream %s: --whole-layer-min must be an integer >= -1\n", cmd);
+        if (!int_arg(cmd, arg, -1, INT32_MAX, "--whole-layer-min must be an integer >= -1", &v))
             return -1;
-        }
         p->whole_layer_min_tokens = v;
         return 1;
     default: return 0;
