@@ -2,8 +2,9 @@
  * moestream.h - the public engine API. Everything that evaluates a model
  * (run, chat, logits, bench, the server) reaches the engine only through
  * this header. Next to it they use three self-contained helpers that hold no
- * engine state: the sampler (sample/sampler.h), the chat template
- * (text/chat_template.h) and the number parsers (util/parse.h). Two
+ * engine state: the sampler (sample/sampler.h), the chat template and the
+ * DSML tool-call parser (text/chat_template.h, text/dsml.h) and the number
+ * parsers (util/parse.h). Two
  * subcommands are file tools rather than engine users and include lower
  * layers on purpose: `inspect` prints a GGUF's metadata and tensor layout
  * without loading the model (gguf/, model/hparams.h, model/layout.h), and
