@@ -39,6 +39,7 @@
 #include "cli/gen.h"
 #include "moestream.h"
 #include "text/chat_template.h"
+#include "util/buf.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -65,27 +66,6 @@ static const char help_text[] =
     "/reset    forget the conversation\n"
     "/quit     leave (also Ctrl-D)\n";
 
-/* A growable string. */
-struct str {
-    char *p;
-    size_t len, cap;
-};
-
-static int str_put(struct str *s, const char *p, size_t n) {
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->len + n + 1) cap *= 2;
-        char *np = realloc(s->p, cap);
-        if (!np) return -1;
-        s->p = np;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->len, p, n);
-    s->len += n;
-    s->p[s->len] = '\0';
-    return 0;
-}
-
 struct chat {
     struct ms_engine *e;
     struct ms_session *s;
@@ -93,11 +73,11 @@ struct chat {
     const struct ms_tokenizer *tok;
     struct ms_chat_msg *msgs; /* contents and reasoning are owned */
     size_t n_msgs, cap_msgs;
-    struct str done;                /* text of the tokens in s */
-    struct str done_kind;           /* per byte of done: KIND_* */
+    struct ms_buf done;                /* text of the tokens in s */
+    struct ms_buf done_kind;           /* per byte of done: KIND_* */
     struct ms_snapshot *snap;       /* s before the last "<think>", or NULL */
-    struct str snap_text;           /* text of the tokens in snap */
-    struct str snap_kind;
+    struct ms_buf snap_text;           /* text of the tokens in snap */
+    struct ms_buf snap_kind;
     bool verbose_prompt;            /* print each turn's new token ids to stderr */
     bool think;
     long n_predict;
@@ -125,7 +105,7 @@ static int push_msg(struct chat *c, const char *role, char *content, char *reaso
 enum { KIND_MARKER = 'M', KIND_CONTENT = 'C', KIND_GENERATED = 'G' };
 
 /* Appends the kinds of rendering bytes [from, to) to k. */
-static int put_kinds(struct str *k, const struct ms_chat_seg *segs, size_t n_segs, size_t from,
+static int put_kinds(struct ms_buf *k, const struct ms_chat_seg *segs, size_t n_segs, size_t from,
                      size_t to) {
     for (size_t i = 0; i < n_segs; i++) {
         size_t a = segs[i].off, b = segs[i].off + segs[i].len;
@@ -133,7 +113,7 @@ static int put_kinds(struct str *k, const struct ms_chat_seg *segs, size_t n_seg
         if (b > to) b = to;
         for (size_t j = a; j < b; j++) {
             const char kc = segs[i].scaffold ? KIND_MARKER : KIND_CONTENT;
-            if (str_put(k, &kc, 1)) return -1;
+            if (ms_buf_put(k, &kc, 1)) return -1;
         }
     }
     return 0;
@@ -223,8 +203,8 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
         if (ms_session_restore(c->s, c->snap, err)) goto undo;
         c->done.len = 0;
         c->done_kind.len = 0;
-        if (str_put(&c->done, c->snap_text.p, c->snap_text.len) ||
-            str_put(&c->done_kind, c->snap_kind.p, c->snap_kind.len))
+        if (ms_buf_put(&c->done, c->snap_text.p, c->snap_text.len) ||
+            ms_buf_put(&c->done_kind, c->snap_kind.p, c->snap_kind.len))
             goto oom;
         from = c->snap_text.len;
     } else {
@@ -256,13 +236,13 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     if (gen_prefill(c->s, ids, n_head, &g_stop, err)) goto broken;
     if (snap_here) {
         if (!(c->snap = ms_session_snapshot(c->s))) goto oom;
-        if (str_put(&c->snap_text, r, rlen - strlen(MS_CHAT_THINK)) ||
+        if (ms_buf_put(&c->snap_text, r, rlen - strlen(MS_CHAT_THINK)) ||
             put_kinds(&c->snap_kind, segs, n_segs, 0, rlen - strlen(MS_CHAT_THINK)))
             goto oom;
         if (ms_session_eval(c->s, ids + n_head, 1, NULL, err)) goto broken;
     }
     const double t_prefill = gen_now() - t0;
-    if (str_put(&c->done, r + from, rlen - from) ||
+    if (ms_buf_put(&c->done, r + from, rlen - from) ||
         put_kinds(&c->done_kind, segs, n_segs, from, rlen))
         goto oom;
 
@@ -273,11 +253,11 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     fflush(stdout);
     if (ms_tokenizer_decode(c->tok, out.tokens, (size_t)out.n_eval, true, &gen_text, &gen_len, err))
         goto broken;
-    if (str_put(&c->done, gen_text, gen_len) || store_answer(c, gen_text, gen_len, c->think))
+    if (ms_buf_put(&c->done, gen_text, gen_len) || store_answer(c, gen_text, gen_len, c->think))
         goto oom;
     for (size_t i = 0; i < gen_len; i++) {
         const char kc = KIND_GENERATED;
-        if (str_put(&c->done_kind, &kc, 1)) goto oom;
+        if (ms_buf_put(&c->done_kind, &kc, 1)) goto oom;
     }
     fprintf(stderr,
             "chat: turn %d: prefilled %zu new tokens (reused %lld), generated %lld tokens; "
@@ -454,10 +434,10 @@ fail:
 done:
     for (size_t i = 0; i < c.n_msgs; i++) msg_free(&c.msgs[i]);
     free(c.msgs);
-    free(c.done.p);
-    free(c.done_kind.p);
-    free(c.snap_text.p);
-    free(c.snap_kind.p);
+    ms_buf_free(&c.done);
+    ms_buf_free(&c.done_kind);
+    ms_buf_free(&c.snap_text);
+    ms_buf_free(&c.snap_kind);
     ms_snapshot_free(c.snap);
     ms_sampler_free(c.smp);
     ms_session_free(c.s);

@@ -23,46 +23,6 @@
 
 /* ---- small helpers ---- */
 
-int buf_put(struct buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-int buf_puts(struct buf *b, const char *s) { return buf_put(b, s, strlen(s)); }
-
-int buf_printf(struct buf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return -1;
-    if ((size_t)n < sizeof tmp) return buf_put(b, tmp, (size_t)n);
-    char *big = malloc((size_t)n + 1);
-    if (!big) return -1;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    const int rc = buf_put(b, big, (size_t)n);
-    free(big);
-    return rc;
-}
-
-void buf_free(struct buf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 int http_fail(struct http_err *e, int status, const char *fmt, ...) {
     e->status = status;
     va_list ap;
@@ -93,22 +53,22 @@ static void rand_id(char *out, size_t cap, const char *prefix) {
 static json_t *jstr(const char *s, size_t n) {
     json_t *j = json_stringn(s ? s : "", s ? n : 0);
     if (j) return j;
-    struct buf b = {0};
+    struct ms_buf b = {0};
     for (size_t i = 0; i < n;) {
         const unsigned char c = (unsigned char)s[i];
         size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
         json_t *t = len && i + len <= n ? json_stringn(s + i, len) : NULL;
         if (t) {
-            buf_put(&b, s + i, len);
+            ms_buf_put(&b, s + i, len);
             json_decref(t);
             i += len;
         } else {
-            buf_put(&b, "\xEF\xBF\xBD", 3);
+            ms_buf_put(&b, "\xEF\xBF\xBD", 3);
             i++;
         }
     }
     j = json_stringn(b.p ? b.p : "", b.len);
-    buf_free(&b);
+    ms_buf_free(&b);
     return j;
 }
 
@@ -182,16 +142,16 @@ static int get_int(const json_t *o, const char *k, int64_t lo, int64_t hi, int64
 
 /* Text of a content value: a string, null, or an array of parts with "text"
  * (types in ok_types, '|'-separated); parts joined by "\n\n". */
-static int content_text(const json_t *c, const char *field, const char *ok_types, struct buf *out,
+static int content_text(const json_t *c, const char *field, const char *ok_types, struct ms_buf *out,
                         struct http_err *e) {
     if (!c || json_is_null(c)) return 0;
-    if (json_is_string(c)) return buf_put(out, json_string_value(c), json_string_length(c));
+    if (json_is_string(c)) return ms_buf_put(out, json_string_value(c), json_string_length(c));
     if (!json_is_array(c)) return http_fail(e, 400, "'%s' must be a string or an array of parts", field);
     for (size_t i = 0; i < json_array_size(c); i++) {
         const json_t *p = json_array_get(c, i);
         if (json_is_string(p)) {
-            if (out->len) buf_puts(out, "\n\n");
-            buf_put(out, json_string_value(p), json_string_length(p));
+            if (out->len) ms_buf_puts(out, "\n\n");
+            ms_buf_put(out, json_string_value(p), json_string_length(p));
             continue;
         }
         const char *type = json_string_value(json_object_get(p, "type"));
@@ -211,8 +171,8 @@ static int content_text(const json_t *c, const char *field, const char *ok_types
             return http_fail(e, 400, "'%s[%zu]': content part type '%s' is not supported", field, i,
                              type);
         if (!json_is_string(t)) return http_fail(e, 400, "'%s[%zu].text' must be a string", field, i);
-        if (out->len) buf_puts(out, "\n\n");
-        buf_put(out, json_string_value(t), json_string_length(t));
+        if (out->len) ms_buf_puts(out, "\n\n");
+        ms_buf_put(out, json_string_value(t), json_string_length(t));
     }
     return 0;
 }
@@ -221,8 +181,8 @@ static int content_text(const json_t *c, const char *field, const char *ok_types
 
 struct conv {
     struct ms_chat_message *m;
-    struct buf *texts; /* owned content per message */
-    struct buf *reasons;
+    struct ms_buf *texts; /* owned content per message */
+    struct ms_buf *reasons;
     json_t **calls;    /* owned tool_calls arrays */
     size_t n, cap;
     json_t *tools;     /* owned, OpenAI chat shape */
@@ -230,8 +190,8 @@ struct conv {
 
 static void conv_free(struct conv *c) {
     for (size_t i = 0; i < c->n; i++) {
-        buf_free(&c->texts[i]);
-        buf_free(&c->reasons[i]);
+        ms_buf_free(&c->texts[i]);
+        ms_buf_free(&c->reasons[i]);
         json_decref(c->calls[i]);
     }
     free(c->m);
@@ -248,9 +208,9 @@ static int conv_add(struct conv *c, const char *role, struct http_err *e) {
         const size_t cap = c->cap ? 2 * c->cap : 16;
         struct ms_chat_message *m = realloc(c->m, cap * sizeof *m);
         if (m) c->m = m;
-        struct buf *t = realloc(c->texts, cap * sizeof *t);
+        struct ms_buf *t = realloc(c->texts, cap * sizeof *t);
         if (t) c->texts = t;
-        struct buf *r = realloc(c->reasons, cap * sizeof *r);
+        struct ms_buf *r = realloc(c->reasons, cap * sizeof *r);
         if (r) c->reasons = r;
         json_t **k = realloc(c->calls, cap * sizeof *k);
         if (k) c->calls = k;
@@ -555,10 +515,10 @@ void job_release(struct job *j) {
     free(j->stop_seq);
     free(j->error);
     free(j->body);
-    buf_free(&j->reasoning);
-    buf_free(&j->content);
-    buf_free(&j->cur);
-    buf_free(&j->out);
+    ms_buf_free(&j->reasoning);
+    ms_buf_free(&j->content);
+    ms_buf_free(&j->cur);
+    ms_buf_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -590,7 +550,7 @@ static int parse_chat_messages(const json_t *msgs, struct conv *c, struct http_e
             const json_t *rc = json_object_get(m, "reasoning_content");
             if (!rc) rc = json_object_get(m, "reasoning");
             if (json_is_string(rc))
-                buf_put(&c->reasons[c->n - 1], json_string_value(rc), json_string_length(rc));
+                ms_buf_put(&c->reasons[c->n - 1], json_string_value(rc), json_string_length(rc));
             else if (rc && !json_is_null(rc))
                 return http_fail(e, 400, "'messages[%zu].reasoning_content' must be a string", i);
             const json_t *tcs = json_object_get(m, "tool_calls");
@@ -674,12 +634,12 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
         http_fail(e, 400, "'prompt' must be a string (or an array of one string)");
         goto bad;
     }
-    struct buf text = {0};
+    struct ms_buf text = {0};
     const char *ps = json_string_value(p);
     if (ms_tokenizer_add_bos(sv->tok) && strncmp(ps, MS_CHAT_BOS, strlen(MS_CHAT_BOS)))
-        buf_puts(&text, MS_CHAT_BOS);
-    buf_put(&text, ps, json_string_length(p));
-    if (!text.p) buf_puts(&text, "");
+        ms_buf_puts(&text, MS_CHAT_BOS);
+    ms_buf_put(&text, ps, json_string_length(p));
+    if (!text.p) ms_buf_puts(&text, "");
     /* raw prompt: special-token text is parsed, as llama.cpp's completion does */
     const struct ms_chat_out r = {.text = text.p, .len = text.len};
     const int rc = tokenize_prompt(sv, j, &r, e);
@@ -733,7 +693,7 @@ static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_
 }
 
 /* Anthropic tool_result content: a string or text blocks. */
-static int tool_result_text(const json_t *c, size_t i, size_t k, struct buf *out, struct http_err *e) {
+static int tool_result_text(const json_t *c, size_t i, size_t k, struct ms_buf *out, struct http_err *e) {
     char field[128];
     snprintf(field, sizeof field, "messages.%zu.content.%zu.content", i, k);
     return content_text(c, field, "text", out, e);
@@ -767,7 +727,7 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
         const bool user = !strcmp(role, "user");
         if (json_is_string(content)) {
             if (conv_add(c, user ? "user" : "assistant", e)) return -1;
-            buf_put(&c->texts[c->n - 1], json_string_value(content), json_string_length(content));
+            ms_buf_put(&c->texts[c->n - 1], json_string_value(content), json_string_length(content));
             continue;
         }
         if (!json_is_array(content))
@@ -784,7 +744,7 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
                 const json_t *t = json_object_get(b, "text");
                 if (!json_is_string(t))
                     return http_fail(e, 400, "messages.%zu.content.%zu.text: must be a string", i, k);
-                struct buf *dst;
+                struct ms_buf *dst;
                 if (user) {
                     if (cur_user < 0) {
                         if (conv_add(c, "user", e)) return -1;
@@ -794,8 +754,8 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
                 } else {
                     dst = &c->texts[asst];
                 }
-                if (dst->len) buf_puts(dst, "\n\n");
-                buf_put(dst, json_string_value(t), json_string_length(t));
+                if (dst->len) ms_buf_puts(dst, "\n\n");
+                ms_buf_put(dst, json_string_value(t), json_string_length(t));
             } else if (!strcmp(type, "tool_result") && user) {
                 const char *id = json_string_value(json_object_get(b, "tool_use_id"));
                 if (!id)
@@ -815,7 +775,7 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
                 const json_t *t = json_object_get(b, "thinking");
                 if (!json_is_string(t))
                     return http_fail(e, 400, "messages.%zu.content.%zu.thinking: must be a string", i, k);
-                buf_put(&c->reasons[asst], json_string_value(t), json_string_length(t));
+                ms_buf_put(&c->reasons[asst], json_string_value(t), json_string_length(t));
             } else if (!strcmp(type, "redacted_thinking")) {
                 continue;
             } else {
@@ -878,23 +838,23 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
     const json_t *ins = json_object_get(req, "instructions");
     if (json_is_string(ins)) {
         if (conv_add(c, "system", e)) return -1;
-        buf_put(&c->texts[c->n - 1], json_string_value(ins), json_string_length(ins));
+        ms_buf_put(&c->texts[c->n - 1], json_string_value(ins), json_string_length(ins));
     } else if (ins && !json_is_null(ins)) {
         return http_fail(e, 400, "'instructions' must be a string");
     }
     const json_t *in = json_object_get(req, "input");
     if (json_is_string(in)) {
         if (conv_add(c, "user", e)) return -1;
-        buf_put(&c->texts[c->n - 1], json_string_value(in), json_string_length(in));
+        ms_buf_put(&c->texts[c->n - 1], json_string_value(in), json_string_length(in));
         return 0;
     }
     if (!json_is_array(in) || json_array_size(in) == 0)
         return http_fail(e, 400, "'input' must be a string or a non-empty array of items");
-    struct buf pending_reasoning = {0};
+    struct ms_buf pending_reasoning = {0};
     for (size_t i = 0; i < json_array_size(in); i++) {
         const json_t *it = json_array_get(in, i);
         if (!json_is_object(it)) {
-            buf_free(&pending_reasoning);
+            ms_buf_free(&pending_reasoning);
             return http_fail(e, 400, "'input[%zu]' must be an object", i);
         }
         const char *type = json_string_value(json_object_get(it, "type"));
@@ -912,7 +872,7 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
                 rc = content_text(json_object_get(it, "content"), field,
                                   "input_text|output_text|text|summary_text", &c->texts[c->n - 1], e);
                 if (!rc && !strcmp(r, "assistant") && pending_reasoning.len) {
-                    buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
+                    ms_buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
                     pending_reasoning.len = 0;
                 }
             }
@@ -928,7 +888,7 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
                 if (!c->n || strcmp(c->m[c->n - 1].role, "assistant")) {
                     rc = conv_add(c, "assistant", e);
                     if (!rc && pending_reasoning.len) {
-                        buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
+                        ms_buf_put(&c->reasons[c->n - 1], pending_reasoning.p, pending_reasoning.len);
                         pending_reasoning.len = 0;
                     }
                 }
@@ -947,17 +907,17 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
             const json_t *parts = json_object_get(it, "content");
             for (size_t k = 0; k < json_array_size(parts); k++) {
                 const json_t *t = json_object_get(json_array_get(parts, k), "text");
-                if (json_is_string(t)) buf_put(&pending_reasoning, json_string_value(t), json_string_length(t));
+                if (json_is_string(t)) ms_buf_put(&pending_reasoning, json_string_value(t), json_string_length(t));
             }
         } else {
             rc = http_fail(e, 400, "'input[%zu]': item type '%s' is not supported", i, type ? type : "(none)");
         }
         if (rc) {
-            buf_free(&pending_reasoning);
+            ms_buf_free(&pending_reasoning);
             return -1;
         }
     }
-    buf_free(&pending_reasoning);
+    ms_buf_free(&pending_reasoning);
     return 0;
 }
 

@@ -13,7 +13,7 @@
 
 void job_emit(struct job *j, const char *s, size_t n) {
     pthread_mutex_lock(&j->mu);
-    buf_put(&j->out, s, n);
+    ms_buf_put(&j->out, s, n);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -28,13 +28,13 @@ static void sse(struct job *j, const char *event, json_t *o) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!s) return;
-    struct buf b = {0};
-    if (event) buf_printf(&b, "event: %s\n", event);
-    buf_puts(&b, "data: ");
-    buf_puts(&b, s);
-    buf_puts(&b, "\n\n");
+    struct ms_buf b = {0};
+    if (event) ms_buf_printf(&b, "event: %s\n", event);
+    ms_buf_puts(&b, "data: ");
+    ms_buf_puts(&b, s);
+    ms_buf_puts(&b, "\n\n");
     job_emit(j, b.p, b.len);
-    buf_free(&b);
+    ms_buf_free(&b);
     free(s);
 }
 
@@ -247,7 +247,7 @@ void fmt_begin(struct server *sv, struct job *j) {
 }
 
 void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n) {
-    buf_put(&j->reasoning, s, n);
+    ms_buf_put(&j->reasoning, s, n);
     switch (j->kind) {
     case API_CHAT:
         if (j->stream) sse(j, NULL, chat_chunk(sv, j, json_pack("{s:o}", "reasoning_content", jstrn(s, n)), NULL));
@@ -263,7 +263,7 @@ void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n) {
         break;
     case API_RESPONSES:
         if (j->item_kind != 1) resp_open_item(j, 1);
-        buf_put(&j->cur, s, n);
+        ms_buf_put(&j->cur, s, n);
         if (j->stream)
             sse(j, "response.reasoning_text.delta",
                 with_seq(j, "response.reasoning_text.delta",
@@ -274,7 +274,7 @@ void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n) {
 }
 
 void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
-    buf_put(&j->content, s, n);
+    ms_buf_put(&j->content, s, n);
     switch (j->kind) {
     case API_CHAT:
         if (j->stream) sse(j, NULL, chat_chunk(sv, j, json_pack("{s:o}", "content", jstrn(s, n)), NULL));
@@ -291,7 +291,7 @@ void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
         break;
     case API_RESPONSES:
         if (j->item_kind != 2) resp_open_item(j, 2);
-        buf_put(&j->cur, s, n);
+        ms_buf_put(&j->cur, s, n);
         if (j->stream)
             sse(j, "response.output_text.delta",
                 with_seq(j, "response.output_text.delta",
@@ -422,11 +422,11 @@ void fmt_end(struct server *sv, struct job *j) {
         snprintf(e.msg, sizeof e.msg, "%s", j->error);
         if (j->stream) {
             char *body = api_error_body(j->kind, &e);
-            struct buf b = {0};
-            if (j->kind == API_MESSAGES) buf_puts(&b, "event: error\n");
-            buf_printf(&b, "data: %s\n\n", body ? body : "{}");
+            struct ms_buf b = {0};
+            if (j->kind == API_MESSAGES) ms_buf_puts(&b, "event: error\n");
+            ms_buf_printf(&b, "data: %s\n\n", body ? body : "{}");
             job_emit(j, b.p, b.len);
-            buf_free(&b);
+            ms_buf_free(&b);
             free(body);
         } else {
             pthread_mutex_lock(&j->mu);
@@ -441,11 +441,11 @@ void fmt_end(struct server *sv, struct job *j) {
         snprintf(e.msg, sizeof e.msg, "%s", j->error);
         if (j->stream) {
             char *body = api_error_body(j->kind, &e);
-            struct buf b = {0};
-            if (j->kind == API_MESSAGES || j->kind == API_RESPONSES) buf_puts(&b, "event: error\n");
-            buf_printf(&b, "data: %s\n\n", body ? body : "{}");
+            struct ms_buf b = {0};
+            if (j->kind == API_MESSAGES || j->kind == API_RESPONSES) ms_buf_puts(&b, "event: error\n");
+            ms_buf_printf(&b, "data: %s\n\n", body ? body : "{}");
             job_emit(j, b.p, b.len);
-            buf_free(&b);
+            ms_buf_free(&b);
             free(body);
             goto done;
         }

@@ -26,7 +26,7 @@ typedef enum MHD_Result MHD_RESULT;
 
 struct conn {
     struct server *sv;
-    struct buf body;
+    struct ms_buf body;
     bool too_large;
     struct job *job;    /* a streaming job this connection drains */
     int fd;
@@ -189,7 +189,7 @@ static char *models_body(struct server *sv) {
 }
 
 static char *metrics_body(struct server *sv) {
-    struct buf b = {0};
+    struct ms_buf b = {0};
     pthread_mutex_lock(&sv->mu);
     const struct metrics m = sv->m;
     const size_t q = sv->q_len;
@@ -197,16 +197,16 @@ static char *metrics_body(struct server *sv) {
     pthread_mutex_unlock(&sv->mu);
     const struct ms_stream_stats ss = ms_engine_stream_stats(sv->e);
     static const char *names[] = {"chat_completions", "completions", "messages", "responses"};
-    buf_puts(&b, "# HELP moestream_requests_total Generation requests accepted, by endpoint.\n"
+    ms_buf_puts(&b, "# HELP moestream_requests_total Generation requests accepted, by endpoint.\n"
                  "# TYPE moestream_requests_total counter\n");
     for (int i = 0; i < 4; i++)
-        buf_printf(&b, "moestream_requests_total{endpoint=\"%s\"} %llu\n", names[i],
+        ms_buf_printf(&b, "moestream_requests_total{endpoint=\"%s\"} %llu\n", names[i],
                    (unsigned long long)m.requests[i]);
 #define COUNTER(name, help, v)                                                                    \
-    buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " counter\nmoestream_" name \
+    ms_buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " counter\nmoestream_" name \
                    " %llu\n", (unsigned long long)(v))
 #define GAUGE(name, help, fmt, v)                                                                 \
-    buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " gauge\nmoestream_" name \
+    ms_buf_printf(&b, "# HELP moestream_" name " " help "\n# TYPE moestream_" name " gauge\nmoestream_" name \
                    " " fmt "\n", v)
     COUNTER("request_errors_total", "Requests answered with an error status.", m.errors);
     COUNTER("requests_rejected_total", "Requests refused because the queue was full (503).", m.rejected);
@@ -403,7 +403,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
     if (!strcmp(method, "POST")) {
         if (*upload_size) {
             if (cn->body.len + *upload_size > sv->o.max_body) cn->too_large = true;
-            else if (buf_put(&cn->body, upload, *upload_size)) cn->too_large = true;
+            else if (ms_buf_put(&cn->body, upload, *upload_size)) cn->too_large = true;
             *upload_size = 0;
             return MHD_YES;
         }
@@ -426,7 +426,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_job(cn->sv, cn->job);
         job_release(cn->job);
     }
-    buf_free(&cn->body);
+    ms_buf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
 }
@@ -517,7 +517,7 @@ out:
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);
-    free(sv->live);
+    ms_buf_free(&sv->live);
     free(sv->queue);
     for (size_t i = 0; i < REPLAY_MAX; i++) {
         free(sv->replay[i].ids);

@@ -24,18 +24,9 @@
 #include "sample/sampler.h"
 #include "server/server.h"
 #include "text/chat_template.h"
+#include "util/buf.h" /* struct ms_buf: the growable byte buffers below */
 
 enum api_kind { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };
-
-/* A growable byte buffer. */
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-int buf_put(struct buf *b, const char *s, size_t n);
-int buf_puts(struct buf *b, const char *s);
-int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void buf_free(struct buf *b);
 
 /* An HTTP error for the client, in its API's shape. */
 struct http_err {
@@ -76,10 +67,10 @@ struct job {
     int64_t n_prompt, n_cached, n_completion, n_reasoning;
     const char *finish; /* "stop", "length", "tool_calls", "stop_sequence", "cancelled", "error" */
     char *stop_seq;     /* the stop string that matched */
-    struct buf reasoning, content;
+    struct ms_buf reasoning, content;
     json_t *calls;      /* array of {id, function: {name, arguments}} emitted */
     json_t *items;      /* Responses: output items closed so far */
-    struct buf cur;     /* Responses: text of the open item */
+    struct ms_buf cur;     /* Responses: text of the open item */
     int n_calls;
     char *error;        /* a failure after the response started */
     double t_queued, t_start, t_first, t_end;
@@ -96,7 +87,7 @@ struct job {
     /* synchronisation and output */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct buf out;     /* SSE bytes not yet sent */
+    struct ms_buf out;     /* SSE bytes not yet sent */
     size_t out_sent;
     bool done;          /* the worker finished with this job */
     int status;         /* HTTP status of a non-streaming reply */
@@ -141,8 +132,7 @@ struct server {
 
     /* worker-only: the live session */
     struct ms_session *s;
-    char *live;             /* text of the evaluated tokens */
-    size_t live_len, live_cap;
+    struct ms_buf live;     /* text of the evaluated tokens */
     struct ms_snapshot *snap;
     char *snap_text;
     size_t snap_len;

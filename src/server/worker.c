@@ -32,17 +32,17 @@ double now_s(void) {
 /* ---- exact replay of sampled tool calls ---- */
 
 static char *join_ids(const json_t *calls) {
-    struct buf b = {0};
+    struct ms_buf b = {0};
     for (size_t i = 0; i < json_array_size(calls); i++) {
         const char *id = json_string_value(json_object_get(json_array_get(calls, i), "id"));
         if (!id) {
-            buf_free(&b);
+            ms_buf_free(&b);
             return NULL;
         }
-        if (i) buf_put(&b, "\n", 1);
-        buf_puts(&b, id);
+        if (i) ms_buf_put(&b, "\n", 1);
+        ms_buf_puts(&b, id);
     }
-    if (!b.p) buf_puts(&b, "");
+    if (!b.p) ms_buf_puts(&b, "");
     return b.p;
 }
 
@@ -101,32 +101,12 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len) {
 /* ---- the live session ---- */
 
 static int live_set(struct server *sv, const char *s, size_t n) {
-    sv->live_len = 0;
-    if (n + 1 > sv->live_cap) {
-        char *p = realloc(sv->live, n + 1);
-        if (!p) return -1;
-        sv->live = p;
-        sv->live_cap = n + 1;
-    }
-    memcpy(sv->live, s, n);
-    sv->live_len = n;
-    sv->live[n] = '\0';
-    return 0;
+    sv->live.len = 0;
+    return ms_buf_put(&sv->live, s, n);
 }
 
 static int live_append(struct server *sv, const char *s, size_t n) {
-    if (sv->live_len + n + 1 > sv->live_cap) {
-        size_t cap = sv->live_cap ? sv->live_cap : 4096;
-        while (cap < sv->live_len + n + 1) cap *= 2;
-        char *p = realloc(sv->live, cap);
-        if (!p) return -1;
-        sv->live = p;
-        sv->live_cap = cap;
-    }
-    memcpy(sv->live + sv->live_len, s, n);
-    sv->live_len += n;
-    sv->live[sv->live_len] = '\0';
-    return 0;
+    return ms_buf_put(&sv->live, s, n);
 }
 
 /* The token index at byte offset off of j's prompt if off is a clean cut,
@@ -149,8 +129,8 @@ static bool extends(const struct job *j, const char *text, size_t len) {
  * number of prompt tokens reused, or -1 with err. */
 static int64_t prepare(struct server *sv, struct job *j, ms_err *err) {
     int64_t from = -1;
-    if (sv->live && ms_session_n_past(sv->s) > 0 && extends(j, sv->live, sv->live_len))
-        from = cut_at(j, sv->live_len);
+    if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len))
+        from = cut_at(j, sv->live.len);
     if (from >= 0) {
         pthread_mutex_lock(&sv->mu);
         sv->m.prefix_hits++;
@@ -164,7 +144,7 @@ static int64_t prepare(struct server *sv, struct job *j, ms_err *err) {
         pthread_mutex_unlock(&sv->mu);
     } else {
         ms_session_reset(sv->s);
-        sv->live_len = 0;
+        sv->live.len = 0;
         from = 0;
         pthread_mutex_lock(&sv->mu);
         sv->m.full_prefills++;
@@ -201,7 +181,7 @@ static int64_t prepare(struct server *sv, struct job *j, ms_err *err) {
     return reused;
 broken:
     ms_session_reset(sv->s);
-    sv->live_len = 0;
+    sv->live.len = 0;
     return -1;
 }
 
@@ -232,9 +212,9 @@ struct gen {
     struct server *sv;
     struct job *j;
     struct ms_dsml parser;
-    struct buf text;    /* content not yet released (stop strings) */
-    struct buf rbuf;    /* reasoning bytes not yet whole UTF-8 */
-    struct buf cbuf;    /* content bytes not yet whole UTF-8 */
+    struct ms_buf text;    /* content not yet released (stop strings) */
+    struct ms_buf rbuf;    /* reasoning bytes not yet whole UTF-8 */
+    struct ms_buf cbuf;    /* content bytes not yet whole UTF-8 */
     bool stopped;       /* a stop string matched or the block closed */
     bool tool_error;
     bool tools_done;
@@ -261,24 +241,24 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     return len;
 }
 
-static void out_text(struct gen *g, struct buf *b, bool reasoning, bool flush) {
+static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush) {
     const size_t n = flush ? b->len : utf8_whole(b->p, b->len);
     if (n == 0) return;
     /* the formatters get valid UTF-8: each bad byte becomes U+FFFD */
-    struct buf clean = {0};
+    struct ms_buf clean = {0};
     for (size_t i = 0; i < n;) {
         const size_t k = utf8_seq((const unsigned char *)b->p + i, n - i);
         if (k) {
-            buf_put(&clean, b->p + i, k);
+            ms_buf_put(&clean, b->p + i, k);
             i += k;
         } else {
-            buf_put(&clean, "\xEF\xBF\xBD", 3);
+            ms_buf_put(&clean, "\xEF\xBF\xBD", 3);
             i++;
         }
     }
     if (reasoning) fmt_reasoning(g->sv, g->j, clean.p, clean.len);
     else fmt_content(g->sv, g->j, clean.p, clean.len);
-    buf_free(&clean);
+    ms_buf_free(&clean);
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
 }
@@ -286,7 +266,7 @@ static void out_text(struct gen *g, struct buf *b, bool reasoning, bool flush) {
 /* Content through the stop strings. */
 static void content_in(struct gen *g, const char *s, size_t n, bool flush) {
     struct job *j = g->j;
-    buf_put(&g->text, s, n);
+    ms_buf_put(&g->text, s, n);
     size_t release = g->text.len;
     for (size_t k = 0; k < json_array_size(j->stop); k++) {
         const char *st = json_string_value(json_array_get(j->stop, k));
@@ -294,7 +274,7 @@ static void content_in(struct gen *g, const char *s, size_t n, bool flush) {
         if (!sn || !g->text.p) continue;
         const char *hit = memmem(g->text.p, g->text.len, st, sn);
         if (hit) {
-            buf_put(&g->cbuf, g->text.p, (size_t)(hit - g->text.p));
+            ms_buf_put(&g->cbuf, g->text.p, (size_t)(hit - g->text.p));
             out_text(g, &g->cbuf, false, true);
             g->text.len = 0;
             g->stopped = true;
@@ -311,7 +291,7 @@ static void content_in(struct gen *g, const char *s, size_t n, bool flush) {
                 }
     }
     if (release) {
-        buf_put(&g->cbuf, g->text.p, release);
+        ms_buf_put(&g->cbuf, g->text.p, release);
         memmove(g->text.p, g->text.p + release, g->text.len - release);
         g->text.len -= release;
     }
@@ -323,7 +303,7 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     if (g->stopped) return;
     switch (ev->type) {
     case MS_DSML_EV_REASONING:
-        buf_put(&g->rbuf, ev->text, ev->len);
+        ms_buf_put(&g->rbuf, ev->text, ev->len);
         out_text(g, &g->rbuf, true, false);
         break;
     case MS_DSML_EV_CONTENT:
@@ -441,7 +421,7 @@ static void run_job(struct server *sv, struct job *j) {
             j->finish = "error";
             j->error = strdup(err.msg);
             ms_session_reset(sv->s);
-            sv->live_len = 0;
+            sv->live.len = 0;
             break;
         }
         live_append(sv, piece, plen);
@@ -462,9 +442,9 @@ static void run_job(struct server *sv, struct job *j) {
     const double t_decode = j->t_end - t1;
     free(script);
     free(masked);
-    buf_free(&g.text);
-    buf_free(&g.rbuf);
-    buf_free(&g.cbuf);
+    ms_buf_free(&g.text);
+    ms_buf_free(&g.rbuf);
+    ms_buf_free(&g.cbuf);
     ms_sampler_free(smp);
     pthread_mutex_lock(&sv->mu);
     sv->m.prompt_tokens += (uint64_t)j->n_prompt;

@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/buf.h"
+
 struct sbuf {
-    char *p;
-    size_t len, cap;
+    struct ms_buf text;
     bool oom;
     struct ms_chat_span *spans;
     size_t n_spans, cap_spans;
@@ -24,20 +25,7 @@ struct sbuf {
 
 static void putn(struct sbuf *b, const char *s, size_t n) {
     if (b->oom || n == 0) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    if (ms_buf_put(&b->text, s, n)) b->oom = true;
 }
 
 static void put(struct sbuf *b, const char *s) { putn(b, s, s ? strlen(s) : 0); }
@@ -46,7 +34,7 @@ static void put(struct sbuf *b, const char *s) { putn(b, s, s ? strlen(s) : 0); 
  * adjacent one). */
 static void put_plain(struct sbuf *b, const char *s, size_t n) {
     if (b->oom || n == 0) return;
-    const size_t off = b->len;
+    const size_t off = b->text.len;
     putn(b, s, n);
     if (b->oom) return;
     if (b->n_spans && b->spans[b->n_spans - 1].off + b->spans[b->n_spans - 1].len == off) {
@@ -212,11 +200,11 @@ char *ms_chat_tojson(const json_t *v) {
     struct sbuf b = {0};
     tojson(&b, v, 0);
     put(&b, "");
-    if (b.oom || !b.p) {
-        free(b.p);
+    if (b.oom || !b.text.p) {
+        free(b.text.p);
         return b.oom ? NULL : strdup("");
     }
-    return b.p;
+    return b.text.p;
 }
 
 /* tojson of v as plain text of the rendering. */
@@ -319,7 +307,7 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
     put(&b, MS_CHAT_BOS);
     if (n > 0 && o->thinking && o->effort_max) put(&b, effort_max_text);
     /* the system prompt: system messages, then tools, then response_format */
-    const size_t sp_start = b.len;
+    const size_t sp_start = b.text.len;
     bool first_sp = true;
     for (size_t i = 0; i < n; i++) {
         if (!is(msgs[i].role, "system")) continue;
@@ -328,7 +316,7 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
         first_sp = false;
     }
     if (has_tools) {
-        if (b.len > sp_start) put(&b, "\n\n");
+        if (b.text.len > sp_start) put(&b, "\n\n");
         put(&b, tools_header);
         for (size_t i = 0; i < json_array_size(o->tools); i++) {
             const json_t *t = json_array_get(o->tools, i);
@@ -342,7 +330,7 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
         put(&b, tools_footer);
     }
     if (o->response_format) {
-        if (b.len > sp_start) put(&b, "\n\n");
+        if (b.text.len > sp_start) put(&b, "\n\n");
         put(&b, response_format_text);
         put_json_plain(&b, o->response_format);
     }
@@ -371,7 +359,7 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
                 if (raw) {
                     putn(&b, raw, rlen);
                 } else if (put_tool_calls(&b, m->tool_calls, i, err)) {
-                    free(b.p);
+                    free(b.text.p);
                     free(b.spans);
                     return -1;
                 }
@@ -384,12 +372,12 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
         put(&b, o->thinking ? MS_CHAT_THINK : MS_CHAT_END_THINK);
     }
     if (b.oom) {
-        free(b.p);
+        free(b.text.p);
         free(b.spans);
         return ms_err_set(err, "chat template: out of memory");
     }
-    out->text = b.p;
-    out->len = b.len;
+    out->text = b.text.p;
+    out->len = b.text.len;
     out->plain = b.spans;
     out->n_plain = b.n_spans;
     return 0;

@@ -1,0 +1,49 @@
+/*
+ * buf.c - growable byte strings (see buf.h).
+ */
+#include "util/buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ms_buf_put(struct ms_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+int ms_buf_puts(struct ms_buf *b, const char *s) { return ms_buf_put(b, s, strlen(s)); }
+
+int ms_buf_printf(struct ms_buf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n < sizeof tmp) return ms_buf_put(b, tmp, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) return -1;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    const int rc = ms_buf_put(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+void ms_buf_free(struct ms_buf *b) {
+    free(b->p);
+    *b = (struct ms_buf){0};
+}
