@@ -73,10 +73,10 @@ struct chat {
     const struct ms_tokenizer *tok;
     struct ms_chat_msg *msgs; /* contents and reasoning are owned */
     size_t n_msgs, cap_msgs;
-    struct ms_buf done;                /* text of the tokens in s */
-    struct ms_buf done_kind;           /* per byte of done: KIND_* */
+    struct ms_buf done;             /* text of the tokens in s */
+    struct ms_buf done_kind;        /* per byte of done: KIND_* */
     struct ms_snapshot *snap;       /* s before the last "<think>", or NULL */
-    struct ms_buf snap_text;           /* text of the tokens in snap */
+    struct ms_buf snap_text;        /* text of the tokens in snap */
     struct ms_buf snap_kind;
     bool verbose_prompt;            /* print each turn's new token ids to stderr */
     bool think;
