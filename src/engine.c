@@ -6,10 +6,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "model/model.h"
-#include "model/session.h"
+#include "engine_internal.h"
 #include "quant/quant.h"
-#include "moestream.h"
 #include "stream/budget.h"
 #include "stream/expert_source.h"
 #include "stream/hotlist.h"
@@ -148,6 +146,11 @@ static int check_model_file(struct ms_engine *e, ms_err *err) {
                       "restart with the new file", path, (long long)e->file_st.st_size,
                       (long long)st.st_size);
 }
+
+const struct dsv4_model *ms_engine_model(const struct ms_engine *e) { return e->model; }
+struct dsv4_session *ms_session_impl(struct ms_session *s) { return s->s; }
+const struct dsv4_session *ms_session_impl_const(const struct ms_session *s) { return s->s; }
+struct ms_engine *ms_session_engine(const struct ms_session *s) { return s->e; }
 
 int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_err *err) {
     struct ms_engine *e = calloc(1, sizeof *e);

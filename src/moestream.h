@@ -150,4 +150,125 @@ struct ms_snapshot *ms_session_snapshot(const struct ms_session *s);
 int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_err *err);
 void ms_snapshot_free(struct ms_snapshot *snap);
 
+/* ---- disk KV cache (src/kvstore/, format in docs/kv-cache.md) -------------
+ *
+ * A directory of checkpoints: each file holds one session's whole state at
+ * some token count plus the rendered text those tokens spell, and is named
+ * by the SHA-1 of that text. A new prompt (its rendered text) restores the
+ * longest checkpoint whose text is a byte prefix of it; the checkpoint's
+ * token ids and state are authoritative and only the remaining text is
+ * tokenized. Saves are atomic (temporary file, fsync, rename, directory
+ * fsync); files are 0600 in a 0700 directory because they hold prompts
+ * verbatim. A budget in bytes is kept by evicting the lowest-scored files
+ * after a save (never on load, never the checkpoint this store restored
+ * last). A store is not thread-safe: one caller at a time, as sessions.
+ * Several processes may share a directory.
+ */
+struct ms_kvstore;
+
+/* Why a checkpoint was written (stored in the file; anchors score higher). */
+enum ms_kv_reason {
+    MS_KV_COLD = 1,      /* a long prompt's stable prefix, before generation */
+    MS_KV_CONTINUED = 2, /* prefill or generation crossed an interval frontier */
+    MS_KV_EVICT = 3,     /* the live session is about to be replaced */
+    MS_KV_SHUTDOWN = 4,  /* the process is exiting */
+    MS_KV_NAMED = 5,     /* an explicit ms_kv_save_named */
+};
+
+struct ms_kv_params {
+    const char *dir;          /* created 0700 if missing (one level) */
+    uint64_t budget_bytes;    /* *.kv bytes kept in dir */
+    int64_t min_tokens;       /* shortest checkpoint saved automatically */
+    int64_t trim_tokens;      /* cold saves drop this many final tokens ... */
+    int64_t align_tokens;     /* ... then round down to a multiple of this (0: none) */
+    int64_t interval_tokens;  /* continued saves at multiples of this (0: none) */
+};
+
+/* Defaults: 4096 MiB, min 512, trim 32, align 2048, interval 8192. */
+struct ms_kv_params ms_kv_params_default(const char *dir);
+
+/* Figures since ms_kv_open (for --stats-json). */
+struct ms_kv_stats {
+    int64_t restored_tokens;  /* tokens brought back by restores */
+    int64_t restored_files;
+    int64_t saved_files;
+    uint64_t saved_bytes;
+    int64_t evicted_files;
+    int64_t skipped_files;    /* unreadable, foreign or corrupt files passed over */
+    double restore_seconds, save_seconds;
+};
+
+/* Opens (creating) a store for engine e's model: the model fingerprint is
+ * the SHA-256 of the GGUF's header, metadata and tensor directory, so no
+ * checkpoint loads into another model or quantisation. Temporary files left
+ * by dead processes are removed. Errors: bad parameters, the directory
+ * cannot be created or opened. e must outlive the store. */
+int ms_kv_open(struct ms_kvstore **out, struct ms_engine *e, const struct ms_kv_params *p,
+               ms_err *err);
+void ms_kv_close(struct ms_kvstore *kv);
+struct ms_kv_stats ms_kv_get_stats(const struct ms_kvstore *kv);
+
+/* What ms_kv_restore_prefix did. */
+struct ms_kv_restored {
+    int64_t n_tokens;   /* tokens now in the session (0: nothing restored) */
+    size_t text_bytes;  /* bytes of the text they spell (a prefix of the query) */
+    bool mismatch;      /* their ids differ from the canonical tokenization */
+};
+
+/*
+ * Restores into s the longest checkpoint whose text is a byte prefix of
+ * text[0..len) (and fits s's context), replacing s's state. canon (may be
+ * NULL) is the canonical tokenization of the text: when the checkpoint's
+ * ids differ from it at some depth the mismatch is recorded in the file,
+ * and a checkpoint recorded mismatching at the same depth before is deleted
+ * and the next candidate tried (so a re-tokenizing tail cannot restore,
+ * mismatch and restore again forever). Unreadable, foreign, truncated or
+ * corrupt files are skipped with a warning on stderr; a file failing half
+ * way is passed over, never half-used. The restored file's hit count and
+ * last-use time are updated. When no file's text matches, s is untouched;
+ * otherwise s ends holding the restored checkpoint, or empty when none of
+ * the matching files could be used (res->n_tokens 0). Returns 0, or -1 with
+ * err on OOM only.
+ */
+int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char *text,
+                         size_t len, const int32_t *canon, int64_t n_canon,
+                         struct ms_kv_restored *res, ms_err *err);
+
+/* Saves s (n_past >= 1) as a checkpoint keyed by the text of its tokens
+ * (detokenized, special tokens as text), then applies the budget. Errors
+ * (the directory keeps its previous files, no partial file is left): an
+ * empty session, OOM, any write error such as a full disk. */
+int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason reason,
+               ms_err *err);
+
+/* The cold-save length of an n-token prompt: n - trim rounded down to the
+ * alignment, or 0 when that is below min_tokens. */
+int64_t ms_kv_cold_len(const struct ms_kvstore *kv, int64_t n);
+
+/* Evaluates tokens[0..n) into s like ms_session_eval, split where a
+ * checkpoint is due: at the cold length of the whole (n_past + n) prompt
+ * when that lies past n_past (reason cold), and at every interval frontier
+ * the evaluation crosses (continued). eval (NULL: ms_session_eval) runs each
+ * piece, e.g. with a progress bar. Save failures only warn. Errors: eval's. */
+typedef int (*ms_kv_eval_fn)(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n,
+                             ms_err *err);
+int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *tokens, int64_t n,
+                  ms_kv_eval_fn eval, void *ctx, ms_err *err);
+
+/* After an eval that took s from n_before tokens: saves a continued
+ * checkpoint when an interval frontier was crossed (landing past it counts,
+ * not only landing on it). Failures only warn. */
+void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before);
+
+/* Explicit named checkpoints (NAME.session in the directory, name of
+ * [A-Za-z0-9._-], at most 64 bytes, not starting with '.'), outside the
+ * prefix lookup and the budget. aux: opaque caller bytes kept with it (chat
+ * keeps its messages there). Load replaces s's state and returns the text
+ * and aux (malloc'd, NUL-terminated; free them). Errors: a bad name, a
+ * missing, foreign or corrupt file (s is then left empty), write errors. */
+int ms_kv_save_named(struct ms_kvstore *kv, struct ms_session *s, const char *name,
+                     const void *aux, size_t aux_len, ms_err *err);
+int ms_kv_load_named(struct ms_kvstore *kv, struct ms_session *s, const char *name, char **text,
+                     size_t *text_len, void **aux, size_t *aux_len, ms_err *err);
+
 #endif

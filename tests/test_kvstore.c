@@ -1,0 +1,734 @@
+/*
+ * test_kvstore.c - the disk KV cache (src/kvstore/, docs/kv-cache.md):
+ *
+ * - restore-then-continue equals the uninterrupted run: the logits at the
+ *   restore point and after 64 greedy tokens bit for bit, the same tokens,
+ *   for restore points on and around every boundary (window 32, ratios 4
+ *   and 128, the 2048 alignment), resident and streaming; a prefill split
+ *   at the 2048 cold point gives the one-call prefill's logits bit for bit;
+ * - the longest byte-prefix checkpoint wins; a shorter prompt never takes a
+ *   longer checkpoint;
+ * - fault injection: truncation at every offset class, flipped bytes, a
+ *   foreign model's file, ENOSPC during the write, kill -9 during the write:
+ *   no crash, the bad file is never used, the previous checkpoint loads;
+ * - the reference engine's failure modes: deep restores are not deleted by
+ *   the budget; a restored unaligned checkpoint prefilled in chunks still
+ *   writes a continued checkpoint; the second conversation's shutdown
+ *   checkpoint is found after a restart; a checkpoint that mismatches the
+ *   canonical tokens at the same depth twice is dropped;
+ * - named checkpoints keep their aux bytes; files are 0600, the directory
+ *   0700.
+ * Models come from `$MS_BIN mkmodel` (tiny preset: window 32, ratios 0, 4,
+ * 128, 4, context 4096).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvstore/kvstore.h"
+#include "moestream.h"
+#include "test_model_util.h"
+#include "test_util.h"
+#include "util/log.h"
+#include "util/rng.h"
+
+static char g_tiny[1200], g_other[1200];
+
+static int setup(void **state) {
+    (void)state;
+    if (test_tmp_setup("kvstore", "/tmp/ms-test")) return -1;
+    snprintf(g_tiny, sizeof g_tiny, "%s", tmp_path("tiny.gguf"));
+    snprintf(g_other, sizeof g_other, "%s", tmp_path("other.gguf"));
+    ms_log_set_level(MS_LOG_ERROR); /* the skipped-file warnings are expected */
+    if (test_mkmodel(g_tiny, "--preset tiny --seed 21")) return -1;
+    return test_mkmodel(g_other, "--preset tiny --seed 22");
+}
+
+static struct ms_engine *load(const char *path, int stream) {
+    struct ms_engine_params ep = ms_engine_params_default(path);
+    ep.n_threads = 1; /* tiny model: hand-offs cost more than they save */
+    ep.stream = stream;
+    ms_err e = {{0}};
+    struct ms_engine *eng = NULL;
+    if (ms_engine_load(&eng, &ep, &e)) fail_msg("%s", e.msg);
+    return eng;
+}
+
+static struct ms_session *new_session(struct ms_engine *eng) {
+    struct ms_session *s = NULL;
+    ms_err e = {{0}};
+    if (ms_session_new(&s, eng, 4096, &e)) fail_msg("%s", e.msg);
+    return s;
+}
+
+/* A fresh, empty store directory dir/<name>. */
+static struct ms_kvstore *open_store(struct ms_engine *eng, const char *name,
+                                     struct ms_kv_params *pp) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_path(name));
+    assert_int_equal(system(cmd), 0);
+    struct ms_kv_params p = pp ? *pp : ms_kv_params_default(NULL);
+    p.dir = tmp_path(name);
+    struct ms_kvstore *kv = NULL;
+    ms_err e = {{0}};
+    if (ms_kv_open(&kv, eng, &p, &e)) fail_msg("%s", e.msg);
+    return kv;
+}
+
+static struct ms_kvstore *reopen(struct ms_engine *eng, const char *name, struct ms_kv_params *pp) {
+    struct ms_kv_params p = pp ? *pp : ms_kv_params_default(NULL);
+    p.dir = tmp_path(name);
+    struct ms_kvstore *kv = NULL;
+    ms_err e = {{0}};
+    if (ms_kv_open(&kv, eng, &p, &e)) fail_msg("%s", e.msg);
+    return kv;
+}
+
+/* n token ids of NORMAL tokens with non-empty text (so every prefix has its
+ * own text and file name). */
+static void text_tokens(struct ms_engine *eng, int32_t *t, int64_t n, uint64_t seed) {
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(eng);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    ms_rng r;
+    ms_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n;) {
+        const int32_t id = (int32_t)(ms_rng_u64(&r) % V);
+        const char *piece;
+        size_t len;
+        ms_tokenizer_piece(tok, id, true, &piece, &len);
+        if (ms_tokenizer_token_type(tok, id) != MS_TOKEN_NORMAL || len == 0) continue;
+        t[i++] = id;
+    }
+}
+
+/* The text of tokens[0..n) (malloc'd). */
+static char *text_of(struct ms_engine *eng, const int32_t *t, int64_t n, size_t *len) {
+    char *s = NULL;
+    ms_err e = {{0}};
+    if (ms_tokenizer_decode(ms_engine_tokenizer(eng), t, (size_t)n, true, &s, len, &e))
+        fail_msg("%s", e.msg);
+    return s;
+}
+
+static void eval(struct ms_session *s, const int32_t *t, int64_t n) {
+    ms_err e = {{0}};
+    if (ms_session_eval(s, t, n, NULL, &e)) fail_msg("%s", e.msg);
+}
+
+static int32_t argmax(const float *x, uint32_t n) {
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+enum { N_GREEDY = 64 };
+
+/* Greedy-decodes N_GREEDY tokens from s into out; copies the final logits. */
+static void greedy(struct ms_session *s, uint32_t V, int32_t *out, float *final) {
+    for (int i = 0; i < N_GREEDY; i++) {
+        out[i] = argmax(ms_session_logits(s), V);
+        eval(s, &out[i], 1);
+    }
+    memcpy(final, ms_session_logits(s), V * sizeof(float));
+}
+
+static int64_t restore(struct ms_kvstore *kv, struct ms_session *s, const char *text, size_t len) {
+    struct ms_kv_restored r;
+    ms_err e = {{0}};
+    if (ms_kv_restore_prefix(kv, s, text, len, NULL, 0, &r, &e)) fail_msg("%s", e.msg);
+    return r.n_tokens;
+}
+
+static void save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason why) {
+    ms_err e = {{0}};
+    if (ms_kv_save(kv, s, why, &e)) fail_msg("%s", e.msg);
+}
+
+/* Restore points on and around every boundary of the tiny model. */
+static const int64_t k_points[] = {3, 4, 5, 31, 32, 33, 127, 128, 129, 2047, 2048, 2049};
+#define N_POINTS (sizeof k_points / sizeof k_points[0])
+#define N_MAX 2049
+
+static void restore_equals_run(int stream) {
+    struct ms_engine *eng = load(g_tiny, stream);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, stream ? "eq_stream" : "eq_resident", NULL);
+    int32_t *tok = malloc(N_MAX * sizeof *tok);
+    text_tokens(eng, tok, N_MAX, 77);
+    struct ms_session *a = new_session(eng), *b = new_session(eng);
+    struct ms_snapshot *snap[N_POINTS];
+    float *lg = malloc((size_t)V * 4 * 2);
+    int32_t ref[N_GREEDY], got[N_GREEDY];
+    /* one prefill in pieces ending at each point: save and snapshot there */
+    int64_t at = 0;
+    for (size_t i = 0; i < N_POINTS; i++) {
+        eval(a, tok + at, k_points[i] - at);
+        at = k_points[i];
+        save(kv, a, MS_KV_COLD);
+        assert_non_null(snap[i] = ms_session_snapshot(a));
+    }
+    for (size_t i = 0; i < N_POINTS; i++) {
+        const int64_t m = k_points[i];
+        ms_err e = {{0}};
+        /* the uninterrupted run: the live state at m, continued */
+        if (ms_session_restore(a, snap[i], &e)) fail_msg("%s", e.msg);
+        memcpy(lg, ms_session_logits(a), V * 4);
+        greedy(a, V, ref, lg + V);
+        /* a fresh session restored from disk by the text of m tokens plus more */
+        size_t len;
+        char *text = text_of(eng, tok, N_MAX, &len);
+        size_t mlen;
+        char *mtext = text_of(eng, tok, m, &mlen);
+        ms_session_reset(b);
+        assert_int_equal(restore(kv, b, text, mlen), m);
+        assert_int_equal(ms_session_n_past(b), m);
+        assert_memory_equal(ms_session_logits(b), lg, V * 4);
+        float fin[4096];
+        assert_true(V <= 4096);
+        greedy(b, V, got, fin);
+        assert_memory_equal(got, ref, sizeof ref);
+        assert_memory_equal(fin, lg + V, V * 4);
+        free(text);
+        free(mtext);
+        ms_snapshot_free(snap[i]);
+    }
+    /* the 2048 cold point: split prefill == one-call prefill, bit for bit */
+    ms_session_reset(a);
+    ms_session_reset(b);
+    eval(a, tok, N_MAX);
+    eval(b, tok, 2048);
+    eval(b, tok + 2048, N_MAX - 2048);
+    assert_memory_equal(ms_session_logits(a), ms_session_logits(b), V * 4);
+    free(lg);
+    free(tok);
+    ms_session_free(a);
+    ms_session_free(b);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+static void test_restore_equals_run_resident(void **state) {
+    (void)state;
+    restore_equals_run(MS_STREAM_OFF);
+}
+
+static void test_restore_equals_run_streaming(void **state) {
+    (void)state;
+    restore_equals_run(MS_STREAM_ON);
+}
+
+/* Longest byte prefix wins; a shorter query never takes a longer file;
+ * files 0600 in a 0700 directory. */
+static void test_longest_prefix(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kvstore *kv = open_store(eng, "longest", NULL);
+    int32_t tok[300];
+    text_tokens(eng, tok, 300, 5);
+    struct ms_session *s = new_session(eng);
+    eval(s, tok, 100);
+    save(kv, s, MS_KV_COLD);
+    eval(s, tok + 100, 100);
+    save(kv, s, MS_KV_CONTINUED);
+    size_t l100, l200, l300;
+    char *t100 = text_of(eng, tok, 100, &l100), *t200 = text_of(eng, tok, 200, &l200);
+    char *t300 = text_of(eng, tok, 300, &l300);
+    struct ms_session *r = new_session(eng);
+    assert_int_equal(restore(kv, r, t300, l300), 200);
+    assert_int_equal(restore(kv, r, t200, l200), 200);
+    assert_int_equal(restore(kv, r, t200, l200 - 1), 100);
+    assert_int_equal(restore(kv, r, t100, l100 - 1), 0);
+    /* another prompt entirely */
+    char other[] = "completely unrelated text";
+    assert_int_equal(restore(kv, r, other, sizeof other - 1), 0);
+    struct stat sb;
+    assert_int_equal(stat(tmp_path("longest"), &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    DIR *d = opendir(tmp_path("longest"));
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", tmp_path("longest"), de->d_name);
+        assert_int_equal(stat(p, &sb), 0);
+        assert_int_equal(sb.st_mode & 0777, 0600);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 2);
+    free(t100);
+    free(t200);
+    free(t300);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* The path of the only *.kv file of text t in dir `name`. */
+static void ckpt_path(struct ms_engine *eng, const char *name, const int32_t *t, int64_t n,
+                      char *out, size_t cap) {
+    DIR *d = opendir(tmp_path(name));
+    struct dirent *de;
+    size_t len;
+    char *text = text_of(eng, t, n, &len);
+    out[0] = 0;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 43) continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", tmp_path(name), de->d_name);
+        FILE *f = fopen(p, "rb");
+        unsigned char h[128];
+        if (f && fread(h, 1, 128, f) == 128) {
+            uint64_t tl = 0;
+            for (int i = 0; i < 8; i++) tl |= (uint64_t)h[40 + i] << (8 * i);
+            if (tl == len) snprintf(out, cap, "%s", p);
+        }
+        if (f) fclose(f);
+    }
+    closedir(d);
+    free(text);
+    assert_true(out[0]);
+}
+
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *p, const unsigned char *b, size_t n) {
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* Truncations and flipped bytes of the longer checkpoint B: never used (the
+ * shorter A restores, with A's logits); a flip in the counters only resets
+ * the counters. A foreign model's file is skipped. */
+static void test_corrupt_files(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, "corrupt", NULL);
+    int32_t tok[200];
+    text_tokens(eng, tok, 200, 9);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 60);
+    save(kv, s, MS_KV_COLD);
+    float *la = malloc(V * 4);
+    memcpy(la, ms_session_logits(s), V * 4);
+    eval(s, tok + 60, 140); /* B: 200 tokens, window and both ratios past */
+    save(kv, s, MS_KV_CONTINUED);
+    char pb[1400];
+    ckpt_path(eng, "corrupt", tok, 200, pb, sizeof pb);
+    size_t nb;
+    unsigned char *good = slurp(pb, &nb);
+    size_t len;
+    char *text = text_of(eng, tok, 200, &len);
+    /* offsets: inside the header, at its end, text, payload header, tokens,
+     * logits, layer rows, the last byte */
+    const size_t payload = 128 + len;
+    const size_t cuts[] = {0,           1,          4,           64,          127,
+                           128,         128 + 1,    payload,     payload + 20, payload + 48 + 64,
+                           payload + 200, payload + 48 + 64 + 800 + 100, nb / 2, nb - 1000, nb - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        spit(pb, good, cuts[i]);
+        ms_session_reset(r);
+        assert_int_equal(restore(kv, r, text, len), 60);
+        assert_memory_equal(ms_session_logits(r), la, V * 4);
+    }
+    /* one byte too many */
+    unsigned char *more = malloc(nb + 1);
+    memcpy(more, good, nb);
+    more[nb] = 0;
+    spit(pb, more, nb + 1);
+    assert_int_equal(restore(kv, r, text, len), 60);
+    free(more);
+    /* flipped bytes anywhere outside the counters (bytes 104..127) */
+    const size_t flips[] = {0, 3, 5, 9, 17, 25, 33, 41, 49, 57, 70, 96, 100,
+                            128, payload - 1, payload, payload + 8, payload + 30, payload + 44,
+                            payload + 60, payload + 300, nb / 3, nb / 2, nb - 1};
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        unsigned char *bad = malloc(nb);
+        memcpy(bad, good, nb);
+        bad[flips[i]] ^= 0x10;
+        spit(pb, bad, nb);
+        free(bad);
+        ms_session_reset(r);
+        assert_int_equal(restore(kv, r, text, len), 60);
+        assert_memory_equal(ms_session_logits(r), la, V * 4);
+    }
+    /* counters: a flip there loads (they reset) */
+    unsigned char *bad = malloc(nb);
+    memcpy(bad, good, nb);
+    bad[112] ^= 0xff;
+    spit(pb, bad, nb);
+    assert_int_equal(restore(kv, r, text, len), 200);
+    /* the pristine file loads */
+    spit(pb, good, nb);
+    assert_int_equal(restore(kv, r, text, len), 200);
+    assert_true(ms_kv_get_stats(kv).skipped_files >= 30);
+    /* another model's store skips both as foreign */
+    struct ms_engine *eng2 = load(g_other, MS_STREAM_OFF);
+    struct ms_kvstore *kv2 = reopen(eng2, "corrupt", NULL);
+    struct ms_session *r2 = new_session(eng2);
+    assert_int_equal(restore(kv2, r2, text, len), 0);
+    assert_int_equal(ms_kv_get_stats(kv2).skipped_files, 2);
+    ms_session_free(r2);
+    ms_kv_close(kv2);
+    ms_engine_free(eng2);
+    free(bad);
+    free(good);
+    free(text);
+    free(la);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+static int count_files(const char *name, const char *prefix) {
+    DIR *d = opendir(tmp_path(name));
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) n++;
+    closedir(d);
+    return n;
+}
+
+/* ENOSPC at several points of a save: a clean error, no temporary file,
+ * the older checkpoint of the same text still loads with its logits. */
+static void test_enospc(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, "enospc", NULL);
+    int32_t tok[150];
+    text_tokens(eng, tok, 150, 11);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 150);
+    save(kv, s, MS_KV_COLD);
+    float *lg = malloc(V * 4);
+    memcpy(lg, ms_session_logits(s), V * 4);
+    size_t len;
+    char *text = text_of(eng, tok, 150, &len);
+    const uint64_t at[] = {1, 100, 128, 1000, 50000, 200000};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        ms_kv_test_faults(kv, at[i], ENOSPC, 0);
+        ms_err e = {{0}};
+        assert_int_equal(ms_kv_save(kv, s, MS_KV_SHUTDOWN, &e), -1);
+        assert_non_null(strstr(e.msg, "No space"));
+        assert_int_equal(count_files("enospc", ".tmp"), 0);
+        assert_int_equal(count_files("enospc", ""), 3); /* ., .., the checkpoint */
+    }
+    ms_kv_test_faults(kv, 0, 0, 0);
+    assert_int_equal(restore(kv, r, text, len), 150);
+    assert_memory_equal(ms_session_logits(r), lg, V * 4);
+    /* a new text's save fails too: nothing of it remains */
+    eval(s, tok, 1);
+    ms_kv_test_faults(kv, 5000, ENOSPC, 0);
+    ms_err e = {{0}};
+    assert_int_equal(ms_kv_save(kv, s, MS_KV_COLD, &e), -1);
+    assert_int_equal(count_files("enospc", ""), 3);
+    free(lg);
+    free(text);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* kill -9 in the middle of a save: the half-written temporary file is never
+ * read, the previous checkpoint loads, the next open removes the leftover. */
+static void test_kill9(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, "kill9", NULL);
+    int32_t tok[150];
+    text_tokens(eng, tok, 150, 13);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 150);
+    save(kv, s, MS_KV_COLD);
+    float *lg = malloc(V * 4);
+    memcpy(lg, ms_session_logits(s), V * 4);
+    size_t len;
+    char *text = text_of(eng, tok, 150, &len);
+    const uint64_t at[] = {10, 129, 40000};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        fflush(NULL);
+        const pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) { /* the writer: same text, killed half way */
+            ms_kv_test_faults(kv, 0, 0, at[i]);
+            ms_err e;
+            ms_kv_save(kv, s, MS_KV_SHUTDOWN, &e);
+            _exit(3); /* not reached */
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        assert_int_equal(count_files("kill9", ".tmp"), 1);
+        ms_session_reset(r);
+        assert_int_equal(restore(kv, r, text, len), 150);
+        assert_memory_equal(ms_session_logits(r), lg, V * 4);
+        struct ms_kvstore *kv2 = reopen(eng, "kill9", NULL); /* cleans the leftover */
+        assert_int_equal(count_files("kill9", ".tmp"), 0);
+        ms_kv_close(kv2);
+    }
+    free(lg);
+    free(text);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* The budget evicts by score after a save, never on load, never the
+ * checkpoint restored last (a deep restore is not single-use). */
+static void test_budget(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kv_params p = ms_kv_params_default(NULL);
+    struct ms_kvstore *kv = open_store(eng, "budget", &p);
+    int32_t tok[400];
+    text_tokens(eng, tok, 400, 17);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 300); /* the deep one */
+    save(kv, s, MS_KV_COLD);
+    ms_session_reset(s);
+    uint64_t one = 0;
+    {
+        char pth[1400];
+        ckpt_path(eng, "budget", tok, 300, pth, sizeof pth);
+        struct stat sb;
+        stat(pth, &sb);
+        one = (uint64_t)sb.st_size;
+    }
+    ms_kv_close(kv);
+    /* budget: about two deep checkpoints */
+    p.budget_bytes = 2 * one + one / 2;
+    kv = reopen(eng, "budget", &p);
+    size_t l300;
+    char *t300 = text_of(eng, tok, 300, &l300);
+    for (int k = 0; k < 3; k++) { /* loading never deletes */
+        assert_int_equal(restore(kv, r, t300, l300), 300);
+        assert_int_equal(count_files("budget", ""), 3);
+    }
+    /* other prompts' checkpoints: the restored one stays */
+    for (int k = 0; k < 4; k++) {
+        int32_t other[300];
+        text_tokens(eng, other, 300, 100 + (uint64_t)k);
+        ms_session_reset(s);
+        eval(s, other, 300);
+        save(kv, s, MS_KV_CONTINUED);
+    }
+    assert_true(count_files("budget", "") - 2 <= 2);
+    assert_true(ms_kv_get_stats(kv).evicted_files >= 3);
+    assert_int_equal(restore(kv, r, t300, l300), 300);
+    free(t300);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* A restored unaligned checkpoint prefilled in chunks writes a continued
+ * checkpoint when a frontier is crossed (ms_kv_after_eval), and
+ * ms_kv_prefill stops on the frontier itself; cold saves trim and align. */
+static void test_frontiers(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kv_params p = ms_kv_params_default(NULL);
+    p.min_tokens = 16;
+    p.interval_tokens = 64;
+    p.align_tokens = 32;
+    struct ms_kvstore *kv = open_store(eng, "frontier", &p);
+    assert_int_equal(ms_kv_cold_len(kv, 300), 256); /* 300 - 32 = 268 -> 256 */
+    assert_int_equal(ms_kv_cold_len(kv, 40), 0);    /* 8 < min 16 */
+    int32_t tok[400];
+    text_tokens(eng, tok, 400, 19);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 97);
+    save(kv, s, MS_KV_COLD);
+    size_t len;
+    char *text = text_of(eng, tok, 400, &len);
+    assert_int_equal(restore(kv, r, text, len), 97);
+    const int64_t saved0 = ms_kv_get_stats(kv).saved_files;
+    /* chunks of 7 from 97: 97 + 5 * 7 = 132 crosses 128 */
+    for (int64_t at = 97; at < 160; at += 7) {
+        eval(r, tok + at, 7);
+        ms_kv_after_eval(kv, r, at);
+    }
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, saved0 + 1);
+    struct ms_session *q = new_session(eng);
+    assert_int_equal(restore(kv, q, text, len), 132);
+    /* ms_kv_prefill from 132 to 400: cold at 400-32=368 -> 352, frontiers
+     * 192, 256, 320, 384 */
+    ms_err e = {{0}};
+    if (ms_kv_prefill(kv, q, tok + 132, 400 - 132, NULL, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, saved0 + 1 + 5);
+    size_t l;
+    char *t;
+    const int64_t depths[] = {192, 256, 320, 352, 384};
+    for (size_t i = 0; i < 5; i++) {
+        t = text_of(eng, tok, depths[i], &l);
+        assert_int_equal(restore(kv, r, t, l), depths[i]);
+        free(t);
+    }
+    free(text);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_session_free(q);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* Two conversations in one process: the second one's shutdown checkpoint
+ * is found after a restart. */
+static void test_two_conversations(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kvstore *kv = open_store(eng, "twoconv", NULL);
+    int32_t a[120], b[140];
+    text_tokens(eng, a, 120, 31);
+    text_tokens(eng, b, 140, 32);
+    struct ms_session *s = new_session(eng);
+    eval(s, a, 100);
+    save(kv, s, MS_KV_EVICT); /* replaced by the second conversation */
+    ms_session_reset(s);
+    eval(s, b, 130);
+    save(kv, s, MS_KV_SHUTDOWN);
+    ms_kv_close(kv);
+    kv = reopen(eng, "twoconv", NULL);
+    struct ms_session *r = new_session(eng);
+    size_t la, lb;
+    char *ta = text_of(eng, a, 120, &la), *tb = text_of(eng, b, 140, &lb);
+    assert_int_equal(restore(kv, r, tb, lb), 130);
+    assert_int_equal(restore(kv, r, ta, la), 100);
+    free(ta);
+    free(tb);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* A checkpoint whose ids differ from the canonical tokenization restores
+ * once (recorded), and is dropped the second time at the same depth. */
+static void test_mismatch_dropped(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kvstore *kv = open_store(eng, "mismatch", NULL);
+    int32_t tok[100], canon[100];
+    text_tokens(eng, tok, 100, 41);
+    memcpy(canon, tok, sizeof tok);
+    canon[70] = tok[70] == 5 ? 6 : 5; /* the canonical ids differ at depth 70 */
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 40);
+    save(kv, s, MS_KV_COLD);
+    eval(s, tok + 40, 60);
+    save(kv, s, MS_KV_COLD);
+    size_t len;
+    char *text = text_of(eng, tok, 100, &len);
+    struct ms_kv_restored res;
+    ms_err e = {{0}};
+    assert_int_equal(ms_kv_restore_prefix(kv, r, text, len, canon, 100, &res, &e), 0);
+    assert_int_equal(res.n_tokens, 100);
+    assert_true(res.mismatch);
+    assert_int_equal(ms_kv_restore_prefix(kv, r, text, len, canon, 100, &res, &e), 0);
+    assert_int_equal(res.n_tokens, 40); /* the 100-token file is gone */
+    assert_false(res.mismatch);
+    assert_int_equal(count_files("mismatch", ""), 3);
+    /* the matching canonical tokens never count as a mismatch */
+    assert_int_equal(ms_kv_restore_prefix(kv, r, text, len, tok, 100, &res, &e), 0);
+    assert_int_equal(ms_kv_restore_prefix(kv, r, text, len, tok, 100, &res, &e), 0);
+    assert_int_equal(res.n_tokens, 40);
+    free(text);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* Named checkpoints: aux bytes and text round-trip; bad names are errors. */
+static void test_named(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, "named", NULL);
+    int32_t tok[50];
+    text_tokens(eng, tok, 50, 51);
+    struct ms_session *s = new_session(eng), *r = new_session(eng);
+    eval(s, tok, 50);
+    ms_err e = {{0}};
+    const char aux[] = "messages\0with a nul";
+    assert_int_equal(ms_kv_save_named(kv, s, "my-chat_1", aux, sizeof aux, &e), 0);
+    assert_int_equal(ms_kv_save_named(kv, s, "../x", aux, sizeof aux, &e), -1);
+    assert_int_equal(ms_kv_save_named(kv, s, ".hidden", NULL, 0, &e), -1);
+    char *text = NULL;
+    void *a = NULL;
+    size_t tl = 0, al = 0;
+    assert_int_equal(ms_kv_load_named(kv, r, "my-chat_1", &text, &tl, &a, &al, &e), 0);
+    assert_int_equal(al, sizeof aux);
+    assert_memory_equal(a, aux, sizeof aux);
+    size_t len;
+    char *want = text_of(eng, tok, 50, &len);
+    assert_int_equal(tl, len);
+    assert_memory_equal(text, want, len);
+    assert_int_equal(ms_session_n_past(r), 50);
+    assert_memory_equal(ms_session_logits(r), ms_session_logits(s), V * 4);
+    assert_int_equal(ms_kv_load_named(kv, r, "missing", &text, &tl, &a, &al, &e), -1);
+    /* named files are outside the prefix lookup */
+    assert_int_equal(restore(kv, r, want, len), 0);
+    free(text);
+    free(a);
+    free(want);
+    ms_session_free(s);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_longest_prefix),
+        cmocka_unit_test(test_corrupt_files),
+        cmocka_unit_test(test_enospc),
+        cmocka_unit_test(test_kill9),
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_frontiers),
+        cmocka_unit_test(test_two_conversations),
+        cmocka_unit_test(test_mismatch_dropped),
+        cmocka_unit_test(test_named),
+        cmocka_unit_test(test_restore_equals_run_resident),
+        cmocka_unit_test(test_restore_equals_run_streaming),
+    };
+    const char *only = getenv("MS_TEST_FILTER"); /* e.g. "test_budget" */
+    if (only) cmocka_set_test_filter(only);
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
