@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/gen.h"
+#include "cli/kv_opts.h"
 #include "moestream.h"
 #include "text/chat_template.h"
 #include "util/parse.h"
@@ -31,12 +32,14 @@ static void usage(FILE *f) {
             "      --stats-json FILE  write that JSON object to FILE\n"
             "      --profile-routing FILE  write the observed routing as an expert hotlist\n"
             GEN_SAMPLING_HELP
+            KV_HELP
             ENGINE_HELP);
 }
 
 /* Everything `run` was asked for (run_parse fills and validates it). */
 struct run_opts {
     struct engine_cli eng;
+    struct ms_kv_params kp;
     struct ms_sampler_params sp;
     bool seeded;
     const char *prompt, *stats_json, *profile;
@@ -66,6 +69,79 @@ static int prompt_tokens(const struct ms_tokenizer *t, const struct run_opts *o,
     return rc;
 }
 
+/* The rendered text of the prompt, the disk KV cache's key: what its
+ * tokens ids[0..n) spell. A chat rendering as is (with its runs in *segs);
+ * a plain prompt with the BOS token's text in front when the tokenizer put
+ * a BOS there that the text does not start with. */
+static int rendered_text(const struct ms_tokenizer *t, const struct run_opts *o, const int32_t *ids,
+                         size_t n, char **text, size_t *len, struct ms_chat_seg **segs,
+                         size_t *n_segs, ms_err *err) {
+    *segs = NULL;
+    *n_segs = 0;
+    if (o->chat) {
+        const struct ms_chat_msg m = {.role = "user", .content = o->prompt};
+        return ms_chat_render_segs(&m, 1, true, o->think, text, len, segs, n_segs, err);
+    }
+    const char *piece = "";
+    size_t plen = 0;
+    const int32_t bos = ms_tokenizer_bos(t);
+    if (n > 0 && bos >= 0 && ids[0] == bos) {
+        ms_tokenizer_piece(t, bos, true, &piece, &plen);
+        if (!o->no_special && !strncmp(o->prompt, piece, plen)) plen = 0; /* the text's own BOS */
+    }
+    const size_t pl = strlen(o->prompt);
+    if (!(*text = malloc(plen + pl + 1))) return ms_err_set(err, "out of memory");
+    memcpy(*text, piece, plen);
+    memcpy(*text + plen, o->prompt, pl + 1);
+    *len = plen + pl;
+    return 0;
+}
+
+/* Appends ids b[0..nb) to *a (*na entries; malloc'd). */
+static int append_ids(int32_t **a, size_t *na, const int32_t *b, size_t nb, ms_err *err) {
+    if (!nb) return 0;
+    int32_t *p = realloc(*a, (*na + nb) * sizeof *p);
+    if (!p) return ms_err_set(err, "out of memory");
+    memcpy(p + *na, b, nb * sizeof *p);
+    *a = p;
+    *na += nb;
+    return 0;
+}
+
+/* The token ids of the rendered text from byte `from` on (where a restored
+ * checkpoint ends), tokenized as prompt_tokens would: chat runs keep their
+ * kind (a checkpoint may end inside a run: its rest is one piece of that
+ * kind), plain prompts with prompt_tokens' special-token flags, no BOS. */
+static int rest_tokens(const struct ms_tokenizer *t, const struct run_opts *o, const char *text,
+                       size_t len, const struct ms_chat_seg *segs, size_t n_segs, size_t from,
+                       int32_t **ids, size_t *n, ms_err *err) {
+    const unsigned special = MS_TOK_SPECIAL | MS_TOK_USER_DEFINED;
+    *ids = NULL;
+    *n = 0;
+    if (!o->chat)
+        return ms_tokenizer_encode_flags(t, text + from, len - from, o->no_special ? 0 : special,
+                                         ids, n, err);
+    size_t k = 0;
+    while (k < n_segs && segs[k].off + segs[k].len <= from) k++;
+    if (k == n_segs) return 0;
+    if (segs[k].off == from) return ms_chat_encode(t, text, segs, n_segs, from, ids, n, err);
+    int32_t *head = NULL, *tail = NULL;
+    size_t nh = 0, nt = 0;
+    const size_t end = segs[k].off + segs[k].len;
+    int rc = ms_tokenizer_encode_flags(t, text + from, end - from, segs[k].scaffold ? special : 0,
+                                       &head, &nh, err);
+    if (!rc && k + 1 < n_segs) rc = ms_chat_encode(t, text, segs, n_segs, end, &tail, &nt, err);
+    if (!rc) rc = append_ids(&head, &nh, tail, nt, err);
+    free(tail);
+    if (rc) {
+        free(head);
+        return -1;
+    }
+    *ids = head;
+    *n = nh;
+    return 0;
+}
+
 /* Parses and validates argv into *o before any work (see cli.h). */
 static int run_parse(int argc, char **argv, struct run_opts *o) {
     enum {
@@ -80,8 +156,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         {"no-special", no_argument, 0, OPT_NO_SPECIAL},
         {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
         {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
-        ENGINE_OPTIONS,                          {0, 0, 0, 0}};
+        KV_OPTIONS,                              ENGINE_OPTIONS,
+        {0, 0, 0, 0}};
     *o = (struct run_opts){.eng = {.ep = ms_engine_params_default(NULL)},
+                           .kp = ms_kv_params_default(NULL),
                            .sp = ms_sampler_defaults(0),
                            .n_predict = 256,
                            .think = true};
@@ -91,6 +169,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("run", c, optarg, &o->sp, &o->seeded);
         if (r == 0) r = engine_cli_opt("run", c, optarg, &o->eng);
+        if (r == 0) r = kv_opt("run", c, optarg, &o->kp);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (c) {
@@ -155,8 +234,12 @@ static int run_run(const struct run_opts *o) {
     struct ms_engine *e = NULL;
     struct ms_session *s = NULL;
     struct ms_sampler *smp = NULL;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
+    struct ms_kvstore *kv = NULL;
+    int32_t *ids = NULL, *rest = NULL;
+    size_t n_ids = 0, n_rest = 0;
+    char *rendered = NULL;
+    size_t rlen = 0, n_segs = 0;
+    struct ms_chat_seg *segs = NULL;
     struct gen_out out = {0};
     int rc = 1;
     if (ms_engine_load(&e, &o->eng.ep, &err)) goto fail;
@@ -184,10 +267,41 @@ static int run_run(const struct run_opts *o) {
         goto fail;
     }
     if (ms_sampler_new(&smp, &o->sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
+    if (kv_open_opt(&kv, e, &o->kp, &err)) goto fail;
+    out.kv = kv;
+
+    /* With a disk KV cache: the longest saved prefix of the rendered prompt,
+     * then only the tokens of the rest of its text. */
+    const int32_t *todo = ids;
+    size_t n_todo = n_ids;
+    if (kv) {
+        struct ms_kv_restored kr;
+        if (rendered_text(tok, o, ids, n_ids, &rendered, &rlen, &segs, &n_segs, &err) ||
+            ms_kv_restore_prefix(kv, s, rendered, rlen, ids, (int64_t)n_ids, &kr, &err))
+            goto fail;
+        if (kr.n_tokens > 0) {
+            if (rest_tokens(tok, o, rendered, rlen, segs, n_segs, kr.text_bytes, &rest, &n_rest,
+                            &err))
+                goto fail;
+            todo = rest;
+            n_todo = n_rest;
+            if (kr.n_tokens + (int64_t)n_rest > ms_session_n_ctx(s)) {
+                ms_err_set(&err, "the prompt is %lld tokens, longer than the context (%lld); "
+                           "raise -c", (long long)(kr.n_tokens + (int64_t)n_rest),
+                           (long long)ms_session_n_ctx(s));
+                goto fail;
+            }
+            fprintf(stderr, "run: restored %lld tokens from %s in %.3f s%s\n",
+                    (long long)kr.n_tokens, o->kp.dir, ms_kv_get_stats(kv).restore_seconds,
+                    kr.mismatch ? " (its token ids differ from this prompt's tokenization)" : "");
+        }
+    }
 
     const struct ms_stream_stats st0 = ms_engine_stream_stats(e);
     const double t0 = gen_now();
-    if (gen_prefill(s, ids, (int64_t)n_ids, NULL, &err)) goto fail;
+    if (kv ? ms_kv_prefill(kv, s, todo, (int64_t)n_todo, gen_prefill_fn, NULL, &err)
+           : gen_prefill(s, todo, (int64_t)n_todo, NULL, &err))
+        goto fail;
     const double t_prefill = gen_now() - t0;
     const struct ms_stream_stats st1 = ms_engine_stream_stats(e);
     double t_decode = 0.0;
@@ -198,11 +312,11 @@ static int run_run(const struct run_opts *o) {
     }
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
                     "(%.2f tok/s); stop: %s; seed %llu\n",
-            n_ids, t_prefill, t_prefill > 0 ? (double)n_ids / t_prefill : 0.0, (long long)out.n,
+            n_todo, t_prefill, t_prefill > 0 ? (double)n_todo / t_prefill : 0.0, (long long)out.n,
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
             (unsigned long long)o->sp.seed);
-    const struct run_stats rs = {.prefill_tokens = (int64_t)n_ids, .decode_tokens = out.n,
+    const struct run_stats rs = {.prefill_tokens = (int64_t)n_todo, .decode_tokens = out.n, .kv = kv,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
                                  .prefill_bytes_read = st1.bytes_read - st0.bytes_read,
                                  .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds};
@@ -227,6 +341,10 @@ fail:
 done:
     gen_out_free(&out);
     free(ids);
+    free(rest);
+    free(rendered);
+    free(segs);
+    ms_kv_close(kv);
     ms_sampler_free(smp);
     ms_session_free(s);
     ms_engine_free(e);

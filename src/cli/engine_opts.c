@@ -253,6 +253,11 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
                                                         : 0.0));
     json_object_set_new(o, "peak_layer_buffer_bytes",
                         json_integer((json_int_t)ss.peak_layer_buffer_bytes));
+    const struct ms_kv_stats kvs = rs->kv ? ms_kv_get_stats(rs->kv) : (struct ms_kv_stats){0};
+    json_object_set_new(o, "kv_restored_tokens", json_integer(kvs.restored_tokens));
+    json_object_set_new(o, "kv_saved_files", json_integer(kvs.saved_files));
+    json_object_set_new(o, "kv_restore_seconds", json_real(kvs.restore_seconds));
+    json_object_set_new(o, "kv_save_seconds", json_real(kvs.save_seconds));
     char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!text) return -1;

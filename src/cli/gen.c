@@ -103,6 +103,10 @@ int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
     return rc;
 }
 
+int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err) {
+    return gen_prefill(s, tokens, n, ctx, err);
+}
+
 static int push(struct gen_out *o, int32_t tok) {
     if (o->n == o->cap) {
         const int64_t cap = o->cap ? 2 * o->cap : 64;
@@ -116,8 +120,10 @@ static int push(struct gen_out *o, int32_t tok) {
 }
 
 void gen_out_free(struct gen_out *o) {
+    struct ms_kvstore *kv = o->kv;
     free(o->tokens);
     memset(o, 0, sizeof *o);
+    o->kv = kv;
 }
 
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
@@ -173,8 +179,10 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
             out->ctx_full = true;
             break;
         }
+        const int64_t n_before = ms_session_n_past(s);
         if ((rc = ms_session_eval(s, &tok, 1, NULL, err))) break;
         out->n_eval++;
+        if (out->kv) ms_kv_after_eval(out->kv, s, n_before);
     }
     *t_decode = gen_now() - t0;
     return rc;

@@ -52,8 +52,12 @@ double gen_now(void);
 int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err);
 
+/* gen_prefill as an ms_kv_eval_fn (ctx: the stop flag or NULL). */
+int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err);
+
 /* The tokens a decode produced (not counting a final end-of-sentence). */
 struct gen_out {
+    struct ms_kvstore *kv; /* input: NULL, or the store that gets continued checkpoints */
     int32_t *tokens; /* malloc'd [n] */
     int64_t n, cap;
     int64_t n_eval;  /* how many of them were evaluated into the session */
@@ -69,7 +73,9 @@ struct gen_out {
  * evaluated; the last too when eval_last (so the session holds every
  * produced token, as chat needs). Stops early at the tokenizer's EOS (not
  * evaluated, not stored), when *stop becomes non-zero, or when the context is
- * full. *t_decode receives the seconds spent. Errors: an eval failure, OOM,
+ * full. With out->kv set, a continued checkpoint is saved whenever an eval
+ * crosses the store's interval. *t_decode receives the seconds spent.
+ * Errors: an eval failure, OOM,
  * non-finite logits (NaN or infinity anywhere in the distribution to sample:
  * corrupt weights; nothing is sampled from them).
  */

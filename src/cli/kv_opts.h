@@ -1,0 +1,48 @@
+/*
+ * kv_opts.h - the disk KV cache options of run, chat and bench (--kv-dir
+ * and its policy knobs), parsed into struct ms_kv_params.
+ */
+#ifndef MS_CLI_KV_OPTS_H
+#define MS_CLI_KV_OPTS_H
+
+#include <getopt.h>
+
+#include "moestream.h"
+
+enum {
+    KV_OPT_DIR = 4000,
+    KV_OPT_BUDGET,
+    KV_OPT_MIN,
+    KV_OPT_TRIM,
+    KV_OPT_ALIGN,
+    KV_OPT_INTERVAL,
+};
+
+#define KV_OPTIONS                                                                                \
+    {"kv-dir", required_argument, 0, KV_OPT_DIR},                                                 \
+        {"kv-budget-mb", required_argument, 0, KV_OPT_BUDGET},                                    \
+        {"kv-min-tokens", required_argument, 0, KV_OPT_MIN},                                      \
+        {"kv-trim", required_argument, 0, KV_OPT_TRIM},                                           \
+        {"kv-align", required_argument, 0, KV_OPT_ALIGN},                                         \
+        {"kv-interval", required_argument, 0, KV_OPT_INTERVAL}
+
+#define KV_HELP                                                                                   \
+    "      --kv-dir DIR     disk KV cache: restore the longest saved prefix of the prompt, save\n" \
+    "                       checkpoints (files hold prompts verbatim; docs/kv-cache.md)\n"       \
+    "      --kv-budget-mb N  size of the cache directory (default 4096)\n"                       \
+    "      --kv-min-tokens N  shortest checkpoint saved (default 512)\n"                         \
+    "      --kv-trim N      cold saves drop the prompt's last N tokens (default 32)\n"          \
+    "      --kv-align N     ... and round down to a multiple of N (default 2048; 0: none)\n"     \
+    "      --kv-interval N  save when prefill or generation crosses a multiple of N\n"           \
+    "                       (default 8192; 0: never)\n"
+
+/* Handles one KV option c with argument arg into *p (which starts as
+ * ms_kv_params_default(NULL)). 1 when c was one, 0 when not, -1 after
+ * printing "moestream <cmd>: ..." when its value is malformed. */
+int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p);
+
+/* Opens the store when p->dir is set (*kv NULL otherwise). */
+int kv_open_opt(struct ms_kvstore **kv, struct ms_engine *e, const struct ms_kv_params *p,
+                ms_err *err);
+
+#endif
