@@ -52,4 +52,27 @@ check "another model skips the checkpoints with a warning" \
 run -p "$P" -n 2 --kv-dir "$KV" --kv-trim -1 >/dev/null 2>"$TMP/e5"
 rc=$?
 check "bad --kv-trim exits 2 naming the flag" '[ $rc -eq 2 ] && grep -q "kv-trim" "$TMP/e5"'
+# chat: /save and /load; a restart continues from the shutdown checkpoint
+chat() { "$BIN" chat -m "$M" -t 1 -n 6 --seed 5 --kv-dir "$TMP/kvc" --kv-min-tokens 4 "$@"; }
+stat() { sed -n "$3"p "$1" | sed -n "s/^chat: turn [0-9]*: prefilled \([0-9]*\) new tokens (reused \([0-9]*\)), generated \([0-9]*\) tokens.*/\\$2/p"; }
+rm -rf "$TMP/kvc"
+printf '/nothink\nHello there\n/save s1\n/quit\n' | chat >"$TMP/c1" 2>"$TMP/ce1" || fail "chat 1 exit $?"
+check "/save names the conversation" 'grep -q "chat: saved s1" "$TMP/ce1"'
+grep '^chat: turn' "$TMP/ce1" >"$TMP/t1"
+p1=$(stat "$TMP/t1" 1 1) g1=$(stat "$TMP/t1" 3 1)
+printf '/load s1\nHow are you?\n/quit\n' | chat >"$TMP/c2" 2>"$TMP/ce2" || fail "chat 2 exit $?"
+grep '^chat: turn' "$TMP/ce2" >"$TMP/t2"
+check "/load restores the conversation" 'grep -q "chat: loaded s1" "$TMP/ce2"'
+check "the turn after /load reuses the loaded state ($p1 + $g1 tokens)" \
+    '[ "$(stat "$TMP/t2" 2 1)" = $((p1 + g1)) ]'
+printf '/load nosuch\n/load ../x\n/quit\n' | chat >/dev/null 2>"$TMP/ce3" || fail "chat 3 exit $?"
+check "/load of a missing or bad name fails cleanly" '[ "$(grep -c "/load failed" "$TMP/ce3")" = 2 ]'
+rm -rf "$TMP/kvc"
+printf 'Hello there\n/quit\n' | chat >/dev/null 2>"$TMP/ce4" || fail "chat 4 exit $?"
+grep '^chat: turn' "$TMP/ce4" >"$TMP/t4"
+q1=$(stat "$TMP/t4" 1 1)
+printf 'Hello there\n/quit\n' | chat >/dev/null 2>"$TMP/ce5" || fail "chat 5 exit $?"
+grep '^chat: turn' "$TMP/ce5" >"$TMP/t5"
+check "a restarted chat continues from the shutdown checkpoint (reused $((q1 - 1)))" \
+    '[ "$(stat "$TMP/t5" 2 1)" = $((q1 - 1)) ] && [ "$(stat "$TMP/t5" 1 1)" = 1 ]'
 finish cli_kv

@@ -37,15 +37,23 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/gen.h"
+#include "cli/kv_opts.h"
 #include "moestream.h"
 #include "text/chat_template.h"
 #include "util/buf.h"
 
-static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_stop, g_term;
 
 static void on_sigint(int sig) {
     (void)sig;
     g_stop = 1;
+}
+
+/* SIGTERM: stop the answer and leave (with a shutdown checkpoint). */
+static void on_sigterm(int sig) {
+    (void)sig;
+    g_stop = 1;
+    g_term = 1;
 }
 
 static void usage(FILE *f) {
@@ -55,6 +63,7 @@ static void usage(FILE *f) {
             "      --system TEXT    system prompt\n"
             "      --nothink        start in non-thinking mode (/think switches back)\n"
             "      --verbose-prompt print each turn's new prompt token ids to stderr\n" GEN_SAMPLING_HELP
+            KV_HELP
             ENGINE_HELP
             "Lines starting with / are commands (/help lists them); Ctrl-C stops an answer.\n");
 }
@@ -64,6 +73,8 @@ static const char help_text[] =
     "/think    thinking mode: the model reasons inside <think>...</think> first\n"
     "/nothink  non-thinking mode: the model answers directly\n"
     "/reset    forget the conversation\n"
+    "/save NAME  keep the conversation and its state as NAME (needs --kv-dir)\n"
+    "/load NAME  continue the conversation saved as NAME\n"
     "/quit     leave (also Ctrl-D)\n";
 
 struct chat {
@@ -82,6 +93,8 @@ struct chat {
     bool think;
     long n_predict;
     int turn;
+    struct ms_kvstore *kv;          /* disk KV cache, or NULL */
+    struct ms_kv_params kp;
 };
 
 static void msg_free(struct ms_chat_msg *m) {
@@ -124,6 +137,14 @@ static void drop_snapshot(struct chat *c) {
     c->snap = NULL;
     c->snap_text.len = 0;
     c->snap_kind.len = 0;
+}
+
+/* Saves the live session to the disk KV cache (evict: it is about to be
+ * replaced; shutdown: chat is leaving). Failures only warn. */
+static void kv_save_live(struct chat *c, enum ms_kv_reason why) {
+    if (!c->kv || ms_session_n_past(c->s) < c->kp.min_tokens) return;
+    ms_err e;
+    if (ms_kv_save(c->kv, c->s, why, &e)) fprintf(stderr, "chat: checkpoint not saved: %s\n", e.msg);
 }
 
 /* Forgets the evaluated state (not the messages). */
@@ -208,10 +229,32 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
             goto oom;
         from = c->snap_text.len;
     } else {
+        kv_save_live(c, MS_KV_EVICT);
         reset_state(c);
+        if (c->kv) { /* the longest saved prefix of the rendering */
+            int32_t *canon = NULL;
+            size_t n_canon = 0;
+            struct ms_kv_restored kr;
+            if (ms_chat_encode(c->tok, r, segs, n_segs, 0, &canon, &n_canon, err) ||
+                ms_kv_restore_prefix(c->kv, c->s, r, rlen, canon, (int64_t)n_canon, &kr, err)) {
+                free(canon);
+                goto undo;
+            }
+            free(canon);
+            if (kr.n_tokens > 0 && kr.text_bytes < rlen) {
+                /* the checkpoint's tokens are authoritative: their bytes
+                 * match any kind when the next turn checks reuse */
+                if (ms_buf_put(&c->done, r, kr.text_bytes)) goto oom;
+                for (size_t b = 0; b < kr.text_bytes; b++)
+                    if (ms_buf_put(&c->done_kind, &(char){KIND_GENERATED}, 1)) goto oom;
+                from = kr.text_bytes;
+            } else {
+                ms_session_reset(c->s);
+            }
+        }
     }
     const int64_t reused = ms_session_n_past(c->s);
-    if (ms_chat_encode(c->tok, r, segs, n_segs, from, &ids, &n_ids, err)) goto undo;
+    if (gen_chat_encode_at(c->tok, r, segs, n_segs, from, &ids, &n_ids, err)) goto undo;
     if (c->verbose_prompt) {
         fprintf(stderr, "chat: turn %d: new prompt tokens (%zu):", c->turn, n_ids);
         for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
@@ -233,7 +276,9 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     if (snap_here) n_head--;
     g_stop = 0;
     const double t0 = gen_now();
-    if (gen_prefill(c->s, ids, n_head, &g_stop, err)) goto broken;
+    if (c->kv ? ms_kv_prefill(c->kv, c->s, ids, n_head, gen_prefill_fn, (void *)&g_stop, err)
+              : gen_prefill(c->s, ids, n_head, &g_stop, err))
+        goto broken;
     if (snap_here) {
         if (!(c->snap = ms_session_snapshot(c->s))) goto oom;
         if (ms_buf_put(&c->snap_text, r, rlen - strlen(MS_CHAT_THINK)) ||
@@ -247,6 +292,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
         goto oom;
 
     double t_decode = 0.0;
+    out.kv = c->kv;
     if (gen_decode(c->s, c->smp, c->tok, c->n_predict, true, &g_stop, stdout, &out, &t_decode, err))
         goto broken;
     printf("\n");
@@ -305,6 +351,149 @@ static char *read_line(bool tty) {
     return l;
 }
 
+/* The messages and mode as the aux bytes of a named checkpoint (the model's
+ * text need not be valid UTF-8, so not JSON): "MSCHAT1\n", think (u8), turn
+ * (u32), message count (u32), then per message the role (u8: 0 system, 1
+ * user, 2 assistant), whether it has reasoning (u8), and the content and
+ * reasoning as u64 length + bytes; integers little-endian. */
+static const char *const k_roles[] = {"system", "user", "assistant"};
+
+static int put_bytes(struct ms_buf *b, const void *p, size_t n) { return ms_buf_put(b, p, n); }
+static int put_uint(struct ms_buf *b, uint64_t v, int bytes) {
+    uint8_t x[8];
+    for (int i = 0; i < bytes; i++) x[i] = (uint8_t)(v >> (8 * i));
+    return put_bytes(b, x, (size_t)bytes);
+}
+
+static int messages_aux(const struct chat *c, struct ms_buf *b) {
+    int rc = put_bytes(b, "MSCHAT1\n", 8) | put_uint(b, c->think, 1) |
+             put_uint(b, (uint64_t)c->turn, 4) | put_uint(b, c->n_msgs, 4);
+    for (size_t i = 0; i < c->n_msgs && !rc; i++) {
+        const struct ms_chat_msg *m = &c->msgs[i];
+        uint64_t role = 0;
+        for (uint64_t k = 0; k < 3; k++)
+            if (!strcmp(m->role, k_roles[k])) role = k;
+        const size_t cl = strlen(m->content), rl = m->reasoning ? strlen(m->reasoning) : 0;
+        rc |= put_uint(b, role, 1) | put_uint(b, m->reasoning != NULL, 1) | put_uint(b, cl, 8) |
+              put_bytes(b, m->content, cl) | put_uint(b, rl, 8) |
+              (rl ? put_bytes(b, m->reasoning, rl) : 0);
+    }
+    return rc ? -1 : 0;
+}
+
+/* Bounds-checked reader over aux bytes. */
+struct rd {
+    const uint8_t *p;
+    size_t n, off;
+    bool bad;
+};
+static uint64_t get_uint(struct rd *r, int bytes) {
+    uint64_t v = 0;
+    if (r->n - r->off < (size_t)bytes) {
+        r->bad = true;
+        return 0;
+    }
+    for (int i = 0; i < bytes; i++) v |= (uint64_t)r->p[r->off + (size_t)i] << (8 * i);
+    r->off += (size_t)bytes;
+    return v;
+}
+static char *get_str(struct rd *r) {
+    const uint64_t len = get_uint(r, 8);
+    if (r->bad || len > r->n - r->off) {
+        r->bad = true;
+        return NULL;
+    }
+    char *s = strndup((const char *)r->p + r->off, (size_t)len);
+    r->off += (size_t)len;
+    if (!s) r->bad = true;
+    return s;
+}
+
+/* Replaces the messages with those of a named checkpoint's aux bytes. */
+static int load_messages(struct chat *c, const void *aux, size_t len) {
+    struct rd r = {aux, len, 0, false};
+    if (len < 8 || memcmp(aux, "MSCHAT1\n", 8)) return -1;
+    r.off = 8;
+    const bool think = get_uint(&r, 1) != 0;
+    const int turn_no = (int)get_uint(&r, 4);
+    const uint64_t n = get_uint(&r, 4);
+    if (r.bad || n > len) return -1;
+    for (size_t i = 0; i < c->n_msgs; i++) msg_free(&c->msgs[i]);
+    c->n_msgs = 0;
+    for (uint64_t i = 0; i < n && !r.bad; i++) {
+        const uint64_t role = get_uint(&r, 1), has_reasoning = get_uint(&r, 1);
+        char *content = get_str(&r), *reasoning = get_str(&r);
+        if (!has_reasoning) {
+            free(reasoning);
+            reasoning = NULL;
+        }
+        if (r.bad || role > 2 || push_msg(c, k_roles[role], content, reasoning)) {
+            free(content);
+            free(reasoning);
+            r.bad = true;
+        }
+    }
+    if (r.bad) return -1;
+    c->think = think;
+    c->turn = turn_no;
+    return 0;
+}
+
+static void cmd_save(struct chat *c, const char *name) {
+    ms_err e;
+    if (!c->kv) {
+        fprintf(stderr, "chat: /save needs --kv-dir\n");
+        return;
+    }
+    if (ms_session_n_past(c->s) == 0) {
+        fprintf(stderr, "chat: nothing to save yet\n");
+        return;
+    }
+    struct ms_buf aux = {0};
+    if (messages_aux(c, &aux)) {
+        free(aux.p);
+        fprintf(stderr, "chat: out of memory\n");
+        return;
+    }
+    if (ms_kv_save_named(c->kv, c->s, name, aux.p, aux.len, &e))
+        fprintf(stderr, "chat: /save failed: %s\n", e.msg);
+    else
+        fprintf(stderr, "chat: saved %s (%lld tokens)\n", name, (long long)ms_session_n_past(c->s));
+    free(aux.p);
+}
+
+static void cmd_load(struct chat *c, const char *name) {
+    ms_err e;
+    if (!c->kv) {
+        fprintf(stderr, "chat: /load needs --kv-dir\n");
+        return;
+    }
+    char *text = NULL;
+    void *aux = NULL;
+    size_t tl = 0, al = 0;
+    drop_snapshot(c);
+    c->done.len = 0;
+    c->done_kind.len = 0;
+    if (ms_kv_load_named(c->kv, c->s, name, &text, &tl, &aux, &al, &e)) {
+        ms_session_reset(c->s);
+        fprintf(stderr, "chat: /load failed: %s (the conversation is kept and will be "
+                        "prefilled again)\n", e.msg);
+        return;
+    }
+    bool ok = !load_messages(c, aux, al) && !ms_buf_put(&c->done, text, tl);
+    for (size_t b = 0; ok && b < tl; b++) /* authoritative tokens: any kind matches */
+        ok = !ms_buf_put(&c->done_kind, &(char){KIND_GENERATED}, 1);
+    if (!ok) {
+        reset_state(c);
+        fprintf(stderr, "chat: /load failed: %s has no valid conversation\n", name);
+    } else {
+        fprintf(stderr, "chat: loaded %s (%lld tokens, %zu messages)\n", name,
+                (long long)ms_session_n_past(c->s), c->n_msgs);
+    }
+    free(text);
+    free(aux);
+}
+
 /* Handles a /command. Returns 1 to quit, 0 otherwise. */
 static int command(struct chat *c, const char *line) {
     if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return 1;
@@ -316,7 +505,12 @@ static int command(struct chat *c, const char *line) {
     } else if (!strcmp(line, "/nothink")) {
         c->think = false;
         fprintf(stderr, "chat: non-thinking mode\n");
+    } else if (!strncmp(line, "/save ", 6)) {
+        cmd_save(c, line + 6);
+    } else if (!strncmp(line, "/load ", 6)) {
+        cmd_load(c, line + 6);
     } else if (!strcmp(line, "/reset")) {
+        kv_save_live(c, MS_KV_EVICT);
         reset_state(c);
         while (c->n_msgs > 0 && strcmp(c->msgs[c->n_msgs - 1].role, "system"))
             msg_free(&c->msgs[--c->n_msgs]);
@@ -334,11 +528,12 @@ int cmd_chat(int argc, char **argv) {
         {"n-predict", required_argument, 0, 'n'}, {"nothink", no_argument, 0, OPT_NOTHINK},
         {"system", required_argument, 0, OPT_SYSTEM}, {"help", no_argument, 0, 'h'},
         {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
-        GEN_SAMPLING_OPTIONS, ENGINE_OPTIONS,     {0, 0, 0, 0}};
+        GEN_SAMPLING_OPTIONS, KV_OPTIONS,         ENGINE_OPTIONS,
+        {0, 0, 0, 0}};
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
     const char *system = NULL;
     bool seeded = false;
-    struct chat c = {.think = true, .n_predict = 1024};
+    struct chat c = {.think = true, .n_predict = 1024, .kp = ms_kv_params_default(NULL)};
     struct ms_sampler_params sp = ms_sampler_defaults(0);
     int opt;
     optind = 1;
@@ -346,6 +541,7 @@ int cmd_chat(int argc, char **argv) {
     while ((opt = getopt_long(argc, argv, "m:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("chat", opt, optarg, &sp, &seeded);
         if (r == 0) r = engine_cli_opt("chat", opt, optarg, &eng);
+        if (r == 0) r = kv_opt("chat", opt, optarg, &c.kp);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (opt) {
@@ -389,6 +585,7 @@ int cmd_chat(int argc, char **argv) {
     }
     if (ms_session_new(&c.s, c.e, 0, &err)) goto fail;
     if (ms_sampler_new(&c.smp, &sp, (int32_t)ms_engine_info(c.e).n_vocab, &err)) goto fail;
+    if (kv_open_opt(&c.kv, c.e, &c.kp, &err)) goto fail;
     if (system && *system) {
         char *sys = strdup(system);
         if (!sys || push_msg(&c, "system", sys, NULL)) {
@@ -403,12 +600,15 @@ int cmd_chat(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, NULL);
     if (tty) fprintf(stderr, "moestream chat: %s mode; /help for commands\n",
                      c.think ? "thinking" : "non-thinking");
     for (;;) {
         g_stop = 0;
-        char *line = read_line(tty);
+        char *line = g_term ? NULL : read_line(tty);
         if (!line) {
+            if (g_term) break;
             if (g_stop && tty) { /* Ctrl-C at the prompt: a fresh prompt */
                 fprintf(stderr, "\n");
                 continue;
@@ -425,8 +625,13 @@ int cmd_chat(int argc, char **argv) {
             }
         }
         free(line);
-        if (quit) break;
+        if (quit || g_term) break;
     }
+    kv_save_live(&c, MS_KV_SHUTDOWN);
+    /* in thinking mode the next rendering of this conversation drops the
+     * reasoning, so the state before the last "<think>" is the one a later
+     * process can continue from: keep it too */
+    if (c.kv && c.snap && !ms_session_restore(c.s, c.snap, &err)) kv_save_live(&c, MS_KV_SHUTDOWN);
     rc = 0;
     goto done;
 fail:
@@ -440,6 +645,7 @@ done:
     ms_buf_free(&c.snap_kind);
     ms_snapshot_free(c.snap);
     ms_sampler_free(c.smp);
+    ms_kv_close(c.kv);
     ms_session_free(c.s);
     ms_engine_free(c.e);
     return rc;

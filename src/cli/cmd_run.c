@@ -97,17 +97,6 @@ static int rendered_text(const struct ms_tokenizer *t, const struct run_opts *o,
     return 0;
 }
 
-/* Appends ids b[0..nb) to *a (*na entries; malloc'd). */
-static int append_ids(int32_t **a, size_t *na, const int32_t *b, size_t nb, ms_err *err) {
-    if (!nb) return 0;
-    int32_t *p = realloc(*a, (*na + nb) * sizeof *p);
-    if (!p) return ms_err_set(err, "out of memory");
-    memcpy(p + *na, b, nb * sizeof *p);
-    *a = p;
-    *na += nb;
-    return 0;
-}
-
 /* The token ids of the rendered text from byte `from` on (where a restored
  * checkpoint ends), tokenized as prompt_tokens would: chat runs keep their
  * kind (a checkpoint may end inside a run: its rest is one piece of that
@@ -121,25 +110,7 @@ static int rest_tokens(const struct ms_tokenizer *t, const struct run_opts *o, c
     if (!o->chat)
         return ms_tokenizer_encode_flags(t, text + from, len - from, o->no_special ? 0 : special,
                                          ids, n, err);
-    size_t k = 0;
-    while (k < n_segs && segs[k].off + segs[k].len <= from) k++;
-    if (k == n_segs) return 0;
-    if (segs[k].off == from) return ms_chat_encode(t, text, segs, n_segs, from, ids, n, err);
-    int32_t *head = NULL, *tail = NULL;
-    size_t nh = 0, nt = 0;
-    const size_t end = segs[k].off + segs[k].len;
-    int rc = ms_tokenizer_encode_flags(t, text + from, end - from, segs[k].scaffold ? special : 0,
-                                       &head, &nh, err);
-    if (!rc && k + 1 < n_segs) rc = ms_chat_encode(t, text, segs, n_segs, end, &tail, &nt, err);
-    if (!rc) rc = append_ids(&head, &nh, tail, nt, err);
-    free(tail);
-    if (rc) {
-        free(head);
-        return -1;
-    }
-    *ids = head;
-    *n = nh;
-    return 0;
+    return gen_chat_encode_at(t, text, segs, n_segs, from, ids, n, err);
 }
 
 /* Parses and validates argv into *o before any work (see cli.h). */

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "text/chat_template.h"
+
 double gen_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -101,6 +103,41 @@ int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
     fprintf(stderr, "\r%*s\r", BAR_WIDTH + 48, "");
     fflush(stderr);
     return rc;
+}
+
+int gen_chat_encode_at(const struct ms_tokenizer *t, const char *text,
+                       const struct ms_chat_seg *segs, size_t n_segs, size_t from, int32_t **ids,
+                       size_t *n, ms_err *err) {
+    *ids = NULL;
+    *n = 0;
+    size_t k = 0;
+    while (k < n_segs && segs[k].off + segs[k].len <= from) k++;
+    if (k == n_segs) return 0;
+    if (segs[k].off == from) return ms_chat_encode(t, text, segs, n_segs, from, ids, n, err);
+    int32_t *head = NULL, *tail = NULL;
+    size_t nh = 0, nt = 0;
+    const size_t end = segs[k].off + segs[k].len;
+    int rc = ms_tokenizer_encode_flags(t, text + from, end - from,
+                                       segs[k].scaffold ? MS_TOK_SPECIAL | MS_TOK_USER_DEFINED : 0,
+                                       &head, &nh, err);
+    if (!rc && k + 1 < n_segs) rc = ms_chat_encode(t, text, segs, n_segs, end, &tail, &nt, err);
+    if (!rc && nt) {
+        int32_t *p = realloc(head, (nh + nt) * sizeof *p);
+        if (!p) rc = ms_err_set(err, "out of memory");
+        else {
+            memcpy(p + nh, tail, nt * sizeof *p);
+            head = p;
+            nh += nt;
+        }
+    }
+    free(tail);
+    if (rc) {
+        free(head);
+        return -1;
+    }
+    *ids = head;
+    *n = nh;
+    return 0;
 }
 
 int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err) {

@@ -52,6 +52,15 @@ double gen_now(void);
 int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err);
 
+struct ms_chat_seg;
+/* ms_chat_encode from any byte `from` of a rendering (where a restored disk
+ * checkpoint ends, possibly inside a run): the rest of that run as one
+ * piece of its kind (markers with special tokens, content as plain text),
+ * then the following runs as ms_chat_encode gives them. */
+int gen_chat_encode_at(const struct ms_tokenizer *t, const char *text,
+                       const struct ms_chat_seg *segs, size_t n_segs, size_t from, int32_t **ids,
+                       size_t *n, ms_err *err);
+
 /* gen_prefill as an ms_kv_eval_fn (ctx: the stop flag or NULL). */
 int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err);
 
