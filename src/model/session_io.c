@@ -13,9 +13,14 @@
 #define LAYER_BYTES 16u
 
 /* Frontier floats per buffer (fa, fb / ia, ib) of a layer of ratio r: the
- * compressor keeps S = 8 (ratio 4, two d-wide halves) or 128 positions. */
-static size_t front_floats(uint32_t r, size_t d) { return r == 4 ? 8 * 2 * d : r ? 128 * d : 0; }
-static size_t ifront_floats(uint32_t r, size_t dI) { return r == 4 ? 8 * 2 * dI : 0; }
+ * compressor keeps dsv4_comp_slots(r) positions of coff * width floats, as
+ * dsv4_session_new allocates them. */
+static size_t front_floats(uint32_t r, size_t d) {
+    return r ? (size_t)dsv4_comp_slots(r) * dsv4_coff(r) * d : 0;
+}
+static size_t ifront_floats(uint32_t r, size_t dI) {
+    return r == 4 ? (size_t)dsv4_comp_slots(4) * dsv4_coff(4) * dI : 0;
+}
 
 static int64_t live_raw_rows(const struct dsv4_session *s) {
     const int64_t w = s->m->hp.n_swa;
