@@ -260,6 +260,11 @@ int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *to
  * not only landing on it). Failures only warn. */
 void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before);
 
+/* Drops the page cache of every checkpoint file in the directory
+ * (posix_fadvise DONTNEED on the synced files), so the next restore reads
+ * from the device: for benchmarks. */
+void ms_kv_drop_page_cache(struct ms_kvstore *kv);
+
 /* Explicit named checkpoints (NAME.session in the directory, name of
  * [A-Za-z0-9._-], at most 64 bytes, not starting with '.'), outside the
  * prefix lookup and the budget. aux: opaque caller bytes kept with it (chat

@@ -11,7 +11,7 @@ tiny_model "$M" --experts-type q8_0 --seed 5
 TEXT=$SRC/bench/pride-and-prejudice-ch1-19.txt
 check "shipped text exists" "[ -s '$TEXT' ]"
 
-COLS="context,interval_tokens,prefill_seconds,prefill_tok_s,decode_tokens,decode_seconds,decode_tok_s,prefill_bytes_read,decode_bytes_read,prefill_passes,prefill_hit_rate,decode_hit_rate,io_wait_seconds,kv_bytes,peak_rss_bytes,streaming"
+COLS="context,interval_tokens,prefill_seconds,prefill_tok_s,decode_tokens,decode_seconds,decode_tok_s,prefill_bytes_read,decode_bytes_read,prefill_passes,prefill_hit_rate,decode_hit_rate,io_wait_seconds,kv_bytes,peak_rss_bytes,streaming,kv_save_seconds,kv_restore_seconds,kv_file_bytes"
 
 # Validates a bench CSV: header, row count, increasing contexts, intervals
 # summing to the context, positive speeds, decode token count, KV growing.

@@ -75,4 +75,11 @@ printf 'Hello there\n/quit\n' | chat >/dev/null 2>"$TMP/ce5" || fail "chat 5 exi
 grep '^chat: turn' "$TMP/ce5" >"$TMP/t5"
 check "a restarted chat continues from the shutdown checkpoint (reused $((q1 - 1)))" \
     '[ "$(stat "$TMP/t5" 2 1)" = $((q1 - 1)) ] && [ "$(stat "$TMP/t5" 1 1)" = 1 ]'
+# bench --kv-dir: each frontier saved, its page cache dropped, restored with
+# the same logits (bench fails otherwise); CSV columns filled
+"$BIN" bench -m "$M" -t 1 --fresh --frontiers 40,90 --gen-tokens 0 --kv-dir "$TMP/kvb" \
+    --csv "$TMP/b.csv" >"$TMP/b.out" 2>"$TMP/b.err" || fail "bench --kv-dir exit $?: $(cat "$TMP/b.err")"
+check "bench --kv-dir reports save and restore per frontier" \
+    '[ "$(grep -c " kv: save .* restore .* bytes/token" "$TMP/b.out")" = 2 ] &&
+     [ "$(awk -F, "NR > 1 && \$19 > 0" "$TMP/b.csv" | wc -l)" = 2 ]'
 finish cli_kv

@@ -19,6 +19,12 @@
  * state the context occupies (ms_engine_kv_bytes; the session allocates its
  * full n_ctx capacity up front). Peak RSS is the process's high-water
  * mark so far (getrusage).
+ *
+ * With --kv-dir, each frontier's session is also saved to the disk KV cache
+ * (timed), the files' page cache is dropped, and the checkpoint is restored
+ * into a second session (timed) whose logits must equal the live ones bit
+ * for bit: with --fresh, a row then compares re-prefilling c tokens with
+ * restoring them (file bytes, bytes per token, restore bandwidth).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -33,6 +39,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/gen.h"
+#include "cli/kv_opts.h"
 #include "moestream.h"
 
 /* The text `bench` walks when --prompt-file is not given: looked up in the
@@ -43,7 +50,8 @@
 static const char *const CSV_HEADER =
     "context,interval_tokens,prefill_seconds,prefill_tok_s,decode_tokens,decode_seconds,"
     "decode_tok_s,prefill_bytes_read,decode_bytes_read,prefill_passes,prefill_hit_rate,"
-    "decode_hit_rate,io_wait_seconds,kv_bytes,peak_rss_bytes,streaming";
+    "decode_hit_rate,io_wait_seconds,kv_bytes,peak_rss_bytes,streaming,kv_save_seconds,"
+    "kv_restore_seconds,kv_file_bytes";
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -58,6 +66,7 @@ static void usage(FILE *f) {
             "  --csv FILE           write one CSV row per frontier to FILE\n"
             "  --fresh              prefill each frontier from an empty session (a row then\n"
             "                       measures a prompt of that length; bench/compare uses it)\n"
+            KV_HELP
             ENGINE_HELP
             "The context size (-c) defaults to ctx-max + gen-tokens.\n");
 }
@@ -79,6 +88,8 @@ struct row {
     uint64_t prefill_bytes, decode_bytes;
     uint64_t prefill_hits, prefill_lookups, decode_hits, decode_lookups;
     uint64_t kv_bytes, peak_rss;
+    double kv_save_s, kv_restore_s; /* --kv-dir: checkpoint save and restore */
+    uint64_t kv_file_bytes;
 };
 
 static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
@@ -212,13 +223,14 @@ static int csv_row(FILE *f, const struct row *r, uint64_t routed, bool streaming
     fmt_hit(ph, sizeof ph, r->prefill_hits, r->prefill_lookups);
     fmt_hit(dh, sizeof dh, r->decode_hits, r->decode_lookups);
     const int rc = fprintf(
-        f, "%lld,%lld,%.6f,%.3f,%lld,%.6f,%.3f,%llu,%llu,%.4f,%s,%s,%.6f,%llu,%llu,%d\n",
+        f, "%lld,%lld,%.6f,%.3f,%lld,%.6f,%.3f,%llu,%llu,%.4f,%s,%s,%.6f,%llu,%llu,%d,%.6f,%.6f,%llu\n",
         (long long)r->context, (long long)r->interval, r->prefill_s,
         rate((double)r->interval, r->prefill_s), (long long)r->decode_tokens, r->decode_s,
         rate((double)r->decode_tokens, r->decode_s), (unsigned long long)r->prefill_bytes,
         (unsigned long long)r->decode_bytes,
         routed ? (double)r->prefill_bytes / (double)routed : 0.0, ph, dh, r->io_wait_s,
-        (unsigned long long)r->kv_bytes, (unsigned long long)r->peak_rss, streaming ? 1 : 0);
+        (unsigned long long)r->kv_bytes, (unsigned long long)r->peak_rss, streaming ? 1 : 0,
+        r->kv_save_s, r->kv_restore_s, (unsigned long long)r->kv_file_bytes);
     return rc < 0 || fflush(f) ? -1 : 0;
 }
 
@@ -257,6 +269,36 @@ static int run_frontier(struct ms_engine *e, struct ms_session *s, const int32_t
     return 0;
 }
 
+/* --kv-dir: saves s (at c tokens) to the store, drops the files' page
+ * cache, restores the checkpoint into s2 by the text of the c tokens, and
+ * checks the restored logits against the live ones. */
+static int kv_round_trip(struct ms_kvstore *kv, const struct ms_tokenizer *tok, struct ms_session *s,
+                         struct ms_session *s2, const int32_t *tokens, int64_t c, uint32_t n_vocab,
+                         struct row *r, ms_err *err) {
+    const struct ms_kv_stats k0 = ms_kv_get_stats(kv);
+    double t0 = gen_now();
+    if (ms_kv_save(kv, s, MS_KV_COLD, err)) return -1;
+    r->kv_save_s = gen_now() - t0;
+    r->kv_file_bytes = ms_kv_get_stats(kv).saved_bytes - k0.saved_bytes;
+    ms_kv_drop_page_cache(kv);
+    char *text = NULL;
+    size_t len = 0;
+    if (ms_tokenizer_decode(tok, tokens, (size_t)c, true, &text, &len, err)) return -1;
+    struct ms_kv_restored kr;
+    ms_session_reset(s2);
+    t0 = gen_now();
+    const int rc = ms_kv_restore_prefix(kv, s2, text, len, NULL, 0, &kr, err);
+    r->kv_restore_s = gen_now() - t0;
+    free(text);
+    if (rc) return -1;
+    if (kr.n_tokens != c)
+        return ms_err_set(err, "the checkpoint at %lld tokens restored %lld tokens", (long long)c,
+                          (long long)kr.n_tokens);
+    if (memcmp(ms_session_logits(s), ms_session_logits(s2), (size_t)n_vocab * sizeof(float)))
+        return ms_err_set(err, "the checkpoint at %lld tokens restored other logits", (long long)c);
+    return 0;
+}
+
 /* The token sequence: the text's tokens (BOS first when the model wants
  * it), the text's tokens repeated after them until n are there. */
 static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t len, int64_t n,
@@ -290,6 +332,7 @@ static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t l
 /* Everything `bench` was asked for (bench_parse fills and validates it). */
 struct bench_opts {
     struct engine_cli eng;
+    struct ms_kv_params kp;
     const char *text_path, *csv_path;
     long ctx_max, gen;
     bool fresh;
@@ -315,10 +358,12 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o) {
         {"fresh", no_argument, 0, OPT_FRESH},
         {"frontiers", required_argument, 0, OPT_FRONTIERS},
         {"help", no_argument, 0, 'h'},
+        KV_OPTIONS,
         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->eng.ep = ms_engine_params_default(NULL);
+    o->kp = ms_kv_params_default(NULL);
     const char *frontier_list = NULL;
     long ctx_start = 512, incr = 0;
     o->ctx_max = 4096;
@@ -329,7 +374,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o) {
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
-        const int r = engine_cli_opt("bench", c, optarg, &o->eng);
+        int r = engine_cli_opt("bench", c, optarg, &o->eng);
+        if (r == 0) r = kv_opt("bench", c, optarg, &o->kp);
         if (r < 0) return 2;
         if (r > 0) {
             if (c == 'c') ctx_given = true;
@@ -445,7 +491,8 @@ static int bench_run(const struct bench_opts *o) {
     size_t text_len = 0;
     int32_t *tokens = NULL;
     struct ms_engine *e = NULL;
-    struct ms_session *s = NULL;
+    struct ms_session *s = NULL, *s2 = NULL;
+    struct ms_kvstore *kv = NULL;
     FILE *csv = NULL;
     int rc = 1;
     if (read_text(text_path, &text, &text_len, &err)) goto fail;
@@ -463,6 +510,8 @@ static int bench_run(const struct bench_opts *o) {
         fprintf(stderr, "bench: %s is shorter than %ld tokens; its text is repeated %d more "
                         "time(s)\n", text_path, ctx_max, repeats);
     if (ms_session_new(&s, e, ep->n_ctx, &err)) goto fail;
+    if (kv_open_opt(&kv, e, &o->kp, &err)) goto fail;
+    if (kv && ms_session_new(&s2, e, ep->n_ctx, &err)) goto fail;
     if (csv_path) {
         csv = fopen(csv_path, "w");
         if (!csv || fprintf(csv, "%s\n", CSV_HEADER) < 0) {
@@ -480,7 +529,16 @@ static int bench_run(const struct bench_opts *o) {
         struct row r;
         if (o->fresh) ms_session_reset(s);
         if (run_frontier(e, s, tokens, o->frontiers[i], gen, &r, &err)) goto fail;
+        if (kv && kv_round_trip(kv, tok, s, s2, tokens, o->frontiers[i], ms_engine_info(e).n_vocab,
+                                &r, &err))
+            goto fail;
         print_row(stdout, &r);
+        if (kv)
+            printf("%8s kv: save %.3f s, restore %.3f s (%.0f MB/s), %llu bytes (%.0f bytes/token)\n",
+                   "", r.kv_save_s, r.kv_restore_s,
+                   r.kv_restore_s > 0 ? (double)r.kv_file_bytes / r.kv_restore_s / 1e6 : 0.0,
+                   (unsigned long long)r.kv_file_bytes,
+                   (double)r.kv_file_bytes / (double)o->frontiers[i]);
         if (csv && csv_row(csv, &r, info.routed_bytes, streaming)) {
             ms_err_errno(&err, errno, "cannot write %s", csv_path);
             goto fail;
@@ -506,6 +564,8 @@ done:
     if (csv) fclose(csv);
     free(tokens);
     free(text);
+    ms_kv_close(kv);
+    ms_session_free(s2);
     ms_session_free(s);
     ms_engine_free(e);
     return rc;

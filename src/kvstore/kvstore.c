@@ -856,6 +856,21 @@ int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *to
     return 0;
 }
 
+void ms_kv_drop_page_cache(struct ms_kvstore *kv) {
+    DIR *d = opendir(kv->dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        const int fd = openat(kv->dir_fd, de->d_name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED))
+            ms_log_debug("kv: cannot drop the page cache of %s", de->d_name);
+        close(fd);
+    }
+    closedir(d);
+}
+
 /* ---- named checkpoints ------------------------------------------------------ */
 
 static int named_file(const char *name, char out[NAME_MAX_LEN + 16], ms_err *err) {
