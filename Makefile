@@ -6,7 +6,7 @@ DEMO_MODEL  ?= models/demo.gguf
 FUZZ_SECONDS ?= 600
 ORACLE_DIR  ?= $(HOME)/.cache/moestream/oracle
 
-.PHONY: all deps build demo test test-asan test-clang fuzz fuzz-smoke oracle clean
+.PHONY: all deps build demo test test-asan test-clang fuzz fuzz-server fuzz-smoke oracle clean
 
 all: build
 
@@ -51,6 +51,15 @@ build-fuzz/fuzz_gguf: deps
 # Long fuzzing run of the GGUF reader: make fuzz FUZZ_SECONDS=3600
 fuzz: build-fuzz/fuzz_gguf
 	scripts/fuzz.sh build-fuzz/fuzz_gguf $(FUZZ_SECONDS)
+
+build-fuzz/fuzz_server: deps
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_server
+
+# libFuzzer on the server's request parsers and the DSML parser:
+# make fuzz-server FUZZ_SECONDS=600
+fuzz-server: build-fuzz/fuzz_server
+	FUZZ_CORPUS=tests/fuzz/corpus_server scripts/fuzz.sh build-fuzz/fuzz_server $(FUZZ_SECONDS)
 
 # Bounded run used by CI.
 fuzz-smoke: build-fuzz/fuzz_gguf

@@ -17,7 +17,8 @@ fi
 bin=$(realpath "$1")
 secs=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
-seeds=$root/tests/fuzz/corpus
+seeds=${FUZZ_CORPUS:+$root/$FUZZ_CORPUS}
+seeds=${seeds:-$root/tests/fuzz/corpus}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ms-fuzz.XXXXXX")
 mkdir -p "$work/corpus" "$work/artifacts"

@@ -128,7 +128,7 @@ bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"reasoning_effo
 bad_req 400 POST $C '{"model":5,"messages":[{"role":"user","content":"x"}]}'
 bad_req 400 POST $C "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG\"}]}" "prompt longer than the context"
 bad_req 400 POST /v1/messages '{"model":"x","messages":[{"role":"user","content":"x"}]}' "messages without max_tokens"
-bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"messages":[{"role":"system","content":"x"}]}'
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}'
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}'
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"messages":[{"role":"user","content":[{"type":"video"}]}]}'
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":-3,"messages":[{"role":"user","content":"x"}]}'

@@ -169,6 +169,9 @@ static void test_malformed(void **state) {
                      "parameter name=\"a\" string=\"maybe\">1</" D "parameter></" D "invoke>",
                      false, "[ERR]");
     check_all_splits("<" D "tool_calls><" D "invoke name=\"\"></" D "invoke>", false, "[ERR]");
+    /* a short tag that is no prefix of any DSML tag (found by fuzz_server:
+     * it was compared past the end of the buffer) */
+    check_all_splits("<" D "tool_calls>\n<calls>", false, "[ERR]");
     /* a nested invoke without its close */
     check_all_splits("<" D "tool_calls><" D "invoke name=\"f\"><" D "invoke name=\"g\"></" D "invoke>",
                      false, "[ERR]");

@@ -721,9 +721,21 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         const json_t *m = json_array_get(msgs, i);
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return http_fail(e, 400, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+        if (!json_is_object(m) || !role ||
+            (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+            return http_fail(e, 400, "messages.%zu.role: must be \"user\", \"assistant\" or \"system\"", i);
         const json_t *content = json_object_get(m, "content");
+        if (!strcmp(role, "system")) {
+            /* a system message inside the conversation (Claude Code sends
+             * them) stays where it is, as the template's developer role (in
+             * the user block): moving it to the top would change the prompt's
+             * start every turn and defeat prefix reuse */
+            char field[128];
+            snprintf(field, sizeof field, "messages.%zu.content", i);
+            if (conv_add(c, "developer", e) || content_text(content, field, "text", &c->texts[c->n - 1], e))
+                return -1;
+            continue;
+        }
         const bool user = !strcmp(role, "user");
         if (json_is_string(content)) {
             if (conv_add(c, user ? "user" : "assistant", e)) return -1;

@@ -484,6 +484,11 @@ void *worker_main(void *arg) {
         if (stopping || atomic_load(&j->cancel)) {
             if (!j->finish) j->finish = "cancelled";
             if (stopping && !j->error) j->error = strdup("server shutting down");
+            pthread_mutex_lock(&sv->mu);
+            sv->m.cancelled++;
+            pthread_mutex_unlock(&sv->mu);
+            fprintf(stderr, "serve: %s: %s before it ran\n", j->id,
+                    stopping ? "refused at shutdown" : "cancelled (client gone)");
             fmt_end(sv, j); /* nothing was sent: the reply is an error */
         } else {
             run_job(sv, j);

@@ -218,7 +218,9 @@ static void scan_block(struct ms_dsml *p) {
         const size_t kc = n < strlen(cc) ? n : strlen(cc);
         if (n == 0 || (n < strlen(io) && !memcmp(s, io, k)) || (n < strlen(cc) && !memcmp(s, cc, kc)))
             return; /* wait for more */
-        if (memcmp(s, io, strlen(io)) || (n > strlen(io) && !is_ws(s[strlen(io)]))) {
+        /* not a prefix of either tag (else we waited above): must be an invoke */
+        const size_t lio = strlen(io);
+        if (n < lio || memcmp(s, io, lio) || (n > lio && !is_ws(s[lio]))) {
             fail(p, "tool call: unexpected text in the tool-call block");
             return;
         }
@@ -234,7 +236,9 @@ static void scan_block(struct ms_dsml *p) {
         const size_t inv_len = (size_t)(close - s) + strlen(MS_DSML_INVOKE_CLOSE);
         char *name = NULL, *args = NULL;
         const char *why = NULL;
-        if (find(s + 1, inv_len - 1, MS_DSML_INVOKE_OPEN)) {
+        /* the same test as while waiting for the close, so the verdict does
+         * not depend on how the bytes were split */
+        if (find(s + 1, inv_len - 1, MS_DSML_INVOKE_OPEN) || find(s, inv_len, MS_DSML_CALLS_CLOSE)) {
             fail(p, "tool call: invoke not closed");
             return;
         }
