@@ -21,7 +21,7 @@ check "health" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'
 check "models lists the alias" '[ "$(curl -s -m 5 $U/v1/models | jq -r ".data[0].id")" = tiny-test ]'
 
 # ---- chat completions
-R=$(post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"seed":1}')
+R=$(post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"seed":1,"ignore_eos":true}')
 check "chat: object and finish" '[ "$(jq -r .object <<<"$R")" = chat.completion ] && [ "$(jq -r ".choices[0].finish_reason" <<<"$R")" != null ]'
 check "chat: usage" '[ "$(jq -r .usage.prompt_tokens <<<"$R")" -gt 5 ] && [ "$(jq -r .usage.completion_tokens <<<"$R")" -ge 1 ] && jq -e ".usage.prompt_tokens_details.cached_tokens >= 0" <<<"$R" >/dev/null'
 check "chat: thinking on by default gives reasoning_content, never markup" \
@@ -32,7 +32,7 @@ check "chat: reasoning_effort none: no reasoning" 'jq -e ".choices[0].message.re
 A=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Seeded"}],"max_tokens":8,"seed":7,"temperature":1}' | jq -c .choices[0].message)
 B=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Seeded"}],"max_tokens":8,"seed":7,"temperature":1}' | jq -c .choices[0].message)
 check "chat: a seed repeats" '[ "$A" = "$B" ]'
-S=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6,"stream":true,"stream_options":{"include_usage":true},"seed":2}')
+S=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6,"stream":true,"stream_options":{"include_usage":true},"seed":2,"ignore_eos":true}')
 check "chat stream: role chunk, [DONE], usage chunk" \
     'grep -q "\"role\":\"assistant\"" <<<"$S" && [ "$(grep . <<<"$S" | tail -n 1)" = "data: [DONE]" ] && grep "^data: {" <<<"$S" | tail -n 1 | sed "s/^data: //" | jq -e ".usage.total_tokens > 0 and (.choices | length) == 0" >/dev/null'
 check "chat stream: one finish_reason" '[ "$(grep -c "\"finish_reason\":\"length\"" <<<"$S")" = 1 ]'
@@ -49,26 +49,26 @@ R2=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"
 check "prefix reuse: cached tokens >= first prompt - 1 ($P1)" '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R2")" -ge $((P1 - 1)) ]'
 
 # ---- completions
-R=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"seed":1}')
+R=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"seed":1,"ignore_eos":true}')
 check "completions" '[ "$(jq -r .object <<<"$R")" = text_completion ] && [ "$(jq .usage.completion_tokens <<<"$R")" -ge 1 ]'
-S=$(post /v1/completions '{"prompt":"Once","max_tokens":3,"stream":true}')
+S=$(post /v1/completions '{"prompt":"Once","max_tokens":3,"stream":true,"ignore_eos":true}')
 check "completions stream" 'grep -q "text_completion" <<<"$S" && grep -q "data: \[DONE\]" <<<"$S"'
 
 # ---- Anthropic messages
-R=$(post /v1/messages '{"model":"x","max_tokens":6,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}]}')
+R=$(post /v1/messages '{"model":"x","max_tokens":6,"ignore_eos":true,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}]}')
 check "messages" '[ "$(jq -r .type <<<"$R")" = message ] && [ "$(jq -r .stop_reason <<<"$R")" = max_tokens ] && jq -e ".usage.input_tokens > 0" <<<"$R" >/dev/null'
-R=$(post /v1/messages '{"model":"x","max_tokens":6,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}')
+R=$(post /v1/messages '{"model":"x","max_tokens":6,"ignore_eos":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}')
 check "messages: thinking block first" '[ "$(jq -r ".content[0].type" <<<"$R")" = thinking ]'
-S=$(post /v1/messages '{"model":"x","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"Hi"}]}')
+S=$(post /v1/messages '{"model":"x","max_tokens":5,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"Hi"}]}')
 check "messages stream: event order" \
     '[ "$(grep "^event:" <<<"$S" | head -n 1)" = "event: message_start" ] && [ "$(grep "^event:" <<<"$S" | tail -n 1)" = "event: message_stop" ] && grep -q "event: message_delta" <<<"$S" && grep -q "content_block_start" <<<"$S"'
 R=$(post /v1/messages/count_tokens '{"model":"x","messages":[{"role":"user","content":"Hi there"}]}')
 check "count_tokens" '[ "$(jq .input_tokens <<<"$R")" -gt 2 ]'
 
 # ---- Responses
-R=$(post /v1/responses '{"model":"x","instructions":"Be brief.","input":"Hi","max_output_tokens":6}')
+R=$(post /v1/responses '{"model":"x","instructions":"Be brief.","input":"Hi","max_output_tokens":6,"ignore_eos":true}')
 check "responses" '[ "$(jq -r .object <<<"$R")" = response ] && [ "$(jq -r .status <<<"$R")" = incomplete ] && jq -e ".usage.output_tokens == 6" <<<"$R" >/dev/null'
-S=$(post /v1/responses '{"model":"x","input":[{"role":"user","content":[{"type":"input_text","text":"Hi"}]}],"max_output_tokens":4,"stream":true,"reasoning":{"effort":"none"}}')
+S=$(post /v1/responses '{"model":"x","input":[{"role":"user","content":[{"type":"input_text","text":"Hi"}]}],"max_output_tokens":4,"ignore_eos":true,"stream":true,"reasoning":{"effort":"none"}}')
 check "responses stream: lifecycle" \
     '[ "$(grep "^event:" <<<"$S" | head -n 1)" = "event: response.created" ] && grep -q "event: response.output_text.delta" <<<"$S" && [ "$(grep "^event:" <<<"$S" | tail -n 1)" = "event: response.incomplete" ]'
 
@@ -175,7 +175,7 @@ wait_health() {
 curl -s -m 60 "${K[@]}" $U/v1/chat/completions -d "$LONGREQ" -o "$TMP/q1.json" &
 q1=$!
 wait_health 0 || fail "the first request never ran"
-curl -s -m 60 -N "${K[@]}" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":3,"stream":true}' -o "$TMP/q2.sse" &
+curl -s -m 60 -N "${K[@]}" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":3,"stream":true,"ignore_eos":true}' -o "$TMP/q2.sse" &
 q2=$!
 wait_health 1 || fail "the second request never queued"
 code=$(curl -s -m 30 -D "$TMP/q3.h" -o "$TMP/q3.json" -w '%{http_code}' "${K[@]}" $U/v1/chat/completions -d "$LONGREQ")

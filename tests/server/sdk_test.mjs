@@ -32,7 +32,7 @@ await step("openai models", async () => {
 });
 
 await step("openai chat", async () => {
-  const r = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 8, seed: 1 });
+  const r = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 8, seed: 1, ignore_eos: true });
   check("chat: message and usage", typeof r.choices[0].message.content === "string" && r.usage.prompt_tokens > 0 &&
         typeof r.usage.prompt_tokens_details.cached_tokens === "number", r);
   check("chat: thinking on gives reasoning_content", typeof r.choices[0].message.reasoning_content === "string", r.choices[0].message);
@@ -41,7 +41,7 @@ await step("openai chat", async () => {
 });
 
 await step("openai chat stream", async () => {
-  const s = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Stream" }], max_tokens: 8, stream: true, stream_options: { include_usage: true } });
+  const s = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Stream" }], max_tokens: 8, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
   let n = 0, reasoning = "", usage = null, finish = null;
   for await (const c of s) {
     n++;
@@ -55,14 +55,14 @@ await step("openai chat stream", async () => {
 });
 
 await step("openai completions", async () => {
-  const r = await oa.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 5 });
+  const r = await oa.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 5, ignore_eos: true });
   check("completions", typeof r.choices[0].text === "string" && r.usage.completion_tokens >= 1, r);
 });
 
 await step("openai responses", async () => {
-  const r = await oa.responses.create({ model: "tiny", instructions: "Be brief.", input: "Hi", max_output_tokens: 6 });
+  const r = await oa.responses.create({ model: "tiny", instructions: "Be brief.", input: "Hi", max_output_tokens: 6, ignore_eos: true });
   check("responses: object, output_text, usage", r.object === "response" && typeof r.output_text === "string" && r.usage.output_tokens === 6, r);
-  const s = await oa.responses.create({ model: "tiny", input: [{ role: "user", content: [{ type: "input_text", text: "Hi" }] }], max_output_tokens: 5, stream: true, reasoning: { effort: "none" } });
+  const s = await oa.responses.create({ model: "tiny", input: [{ role: "user", content: [{ type: "input_text", text: "Hi" }] }], max_output_tokens: 5, ignore_eos: true, stream: true, reasoning: { effort: "none" } });
   const types = [];
   for await (const ev of s) types.push(ev.type);
   check("responses stream: created ... output_text.delta ... incomplete",
@@ -70,11 +70,11 @@ await step("openai responses", async () => {
 });
 
 await step("anthropic messages", async () => {
-  const m = await an.messages.create({ model: "tiny", max_tokens: 6, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });
+  const m = await an.messages.create({ model: "tiny", max_tokens: 6, ignore_eos: true, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });
   check("messages: text block, stop_reason, usage", m.type === "message" && m.stop_reason === "max_tokens" && m.usage.input_tokens > 0, m);
-  const t = await an.messages.create({ model: "tiny", max_tokens: 6, thinking: { type: "enabled", budget_tokens: 1024 }, messages: [{ role: "user", content: "Hi" }] });
+  const t = await an.messages.create({ model: "tiny", max_tokens: 6, ignore_eos: true, thinking: { type: "enabled", budget_tokens: 1024 }, messages: [{ role: "user", content: "Hi" }] });
   check("messages: thinking enabled gives a thinking block", t.content[0]?.type === "thinking", t.content);
-  const stream = an.messages.stream({ model: "tiny", max_tokens: 6, messages: [{ role: "user", content: "Stream" }] });
+  const stream = an.messages.stream({ model: "tiny", max_tokens: 6, ignore_eos: true, messages: [{ role: "user", content: "Stream" }] });
   const events = [];
   stream.on("streamEvent", (e) => events.push(e.type));
   const fin = await stream.finalMessage();
@@ -99,7 +99,7 @@ await step("errors", async () => {
 
 await step("concurrent", async () => {
   const rs = await Promise.all([0, 1, 2, 3].map((i) =>
-    oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: `Request ${i}` }], max_tokens: 6 })));
+    oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: `Request ${i}` }], max_tokens: 6, ignore_eos: true })));
   check("4 concurrent requests all answered in order of the queue", rs.every((r) => r.usage.completion_tokens === 6), rs.map((r) => r.usage));
 });
 
@@ -109,7 +109,7 @@ await step("abort", async () => {
   let n = 0;
   try { for await (const _ of s) { if (++n === 3) ac.abort(); } } catch (e) { /* aborted */ }
   const t0 = Date.now();
-  const r = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "after" }], max_tokens: 3 });
+  const r = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "after" }], max_tokens: 3, ignore_eos: true });
   check("an aborted stream stops the generation (the next request runs at once)", r.usage.completion_tokens === 3 && Date.now() - t0 < 10000, Date.now() - t0);
 });
 
