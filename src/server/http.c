@@ -398,6 +398,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         cn->sv = sv;
         cn->fd = conn_fd(c);
         *con_cls = cn;
+        atomic_fetch_add(&sv->active, 1);
         return MHD_YES;
     }
     if (!strcmp(method, "POST")) {
@@ -427,6 +428,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         job_release(cn->job);
     }
     ms_buf_free(&cn->body);
+    atomic_fetch_sub(&cn->sv->active, 1);
     free(cn);
     *con_cls = NULL;
 }
@@ -513,6 +515,9 @@ out:
         pthread_mutex_unlock(&sv->mu);
         pthread_join(worker, NULL);
     }
+    /* every job is answered now; let the connections send their replies
+     * (bounded) before the daemon shuts their sockets */
+    for (int i = 0; d && i < 100 && atomic_load(&sv->active) > 0; i++) usleep(30 * 1000);
     if (d) MHD_stop_daemon(d);
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);

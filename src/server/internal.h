@@ -125,6 +125,7 @@ struct server {
     size_t q_head, q_len, q_cap;
     struct job *running;
     bool stopping;
+    atomic_int active;      /* requests between their first callback and completion */
     struct metrics m;
     uint64_t n_generations; /* worker-only: picks the scripted output */
     struct replay_entry replay[REPLAY_MAX];
