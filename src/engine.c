@@ -23,7 +23,7 @@ struct ms_engine {
     struct ms_stream_source *stream; /* NULL when resident */
     bool quality;
     int64_t n_ctx;
-    int64_t n_ubatch;                /* session n_ubatch (DSV4_UBATCH_WHOLE or > 0) */
+    int64_t n_batch;                 /* session n_batch (DSV4_BATCH_WHOLE or > 0) */
     uint64_t *route_hits;            /* [n_layer][n_expert] with profile_routing */
     double *route_weight;            /* likewise: summed router weights */
     /* The model file as loaded: evaluation stops with an error once it
@@ -33,16 +33,18 @@ struct ms_engine {
     struct stat file_st;
     int map_guard;                   /* mapguard slot of the mapping, -1 none */
     bool file_broken;                /* the file changed: every eval fails */
-    char plan_line[256];
+    struct ms_plan plan;
+    char plan_line[512];
 };
 
 /* The public marker is the session's. */
-_Static_assert(MS_PREFILL_WHOLE == DSV4_UBATCH_WHOLE, "one marker for a whole-call ubatch");
+_Static_assert(MS_PREFILL_WHOLE == DSV4_BATCH_WHOLE, "one marker for a whole-call pass");
 
-/* The session n_ubatch for a prefill chunk option (0 = default by mode). */
-static int64_t ubatch_of(int64_t chunk, bool streaming) {
+/* The session n_batch (tokens per layer-major pass) for a prefill chunk
+ * option (0 = default by mode). */
+static int64_t batch_of(int64_t chunk, bool streaming) {
     if (chunk != 0) return chunk;
-    return streaming ? DSV4_UBATCH_WHOLE : DSV4_UBATCH_DEFAULT;
+    return streaming ? DSV4_BATCH_WHOLE : DSV4_UBATCH_DEFAULT;
 }
 
 /* Routing observer of profile_routing sessions (dsv4_route_fn). */
@@ -70,37 +72,134 @@ static int64_t default_n_ctx(const struct dsv4_model *m, int64_t n_ctx) {
     return n_ctx <= 0 || n_ctx > DEFAULT_N_CTX ? DEFAULT_N_CTX : n_ctx;
 }
 
-/* Decides residency from the memory plan and, when streaming, swaps the
- * model's expert source for the SSD expert store. */
-static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p, ms_err *err) {
-    struct dsv4_model *m = e->model;
+/* ---- the memory plan ----------------------------------------------------- */
+
+/* The memory plan of model m under the options p at context n_ctx with
+ * limit bytes of memory: fills in (the plan's inputs), mem (the session's
+ * parts) and plan. -1 with err when it does not fit. The sessions are sized
+ * for the streaming prefill pass when the mode may stream (the larger one
+ * when the chunk is left to the mode). */
+static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t n_ctx,
+                   uint64_t limit, struct ms_mem_plan_in *in, struct dsv4_session_mem *mem,
+                   struct ms_mem_plan *plan, ms_err *err) {
     const uint64_t max_slot = ms_stream_max_slot_bytes(m);
     const uint64_t max_layer = max_slot * m->hp.n_expert;
+    const struct dsv4_session_params sp = {
+        .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, p->stream != MS_STREAM_OFF)};
+    *mem = dsv4_session_mem(m, &sp);
+    const bool stream = p->stream != MS_STREAM_OFF;
+    *in = (struct ms_mem_plan_in){
+        .limit_bytes = limit,
+        .pct = p->cache_pct,
+        .file_bytes = m->gguf->file_size,
+        .routed_bytes = dsv4_model_routed_bytes(m),
+        .max_layer_routed = max_layer,
+        .session_bytes = mem->total,
+        .min_cache_bytes = stream ? ms_stream_min_budget(m) : 0,
+        .stream = p->stream,
+        .cache_bytes = p->cache_experts ? p->cache_experts * max_slot : p->cache_bytes,
+        /* layers held whole are resident, like dense weights */
+        .full_bytes = stream ? ms_stream_full_layer_bytes(m, p->full_layers) : 0};
+    return ms_mem_plan(in, plan, err);
+}
+
+/* When the plan does not fit: appends to err the knobs that would make it
+ * fit and the values that would (the largest -c, the largest prefill
+ * chunk, the smallest --cache-pct), found by bisection over the plan. */
+static void plan_advice(const struct dsv4_model *m, const struct ms_engine_params *p,
+                        int64_t n_ctx, uint64_t limit, ms_err *err) {
+    struct ms_mem_plan_in in;
+    struct dsv4_session_mem mem;
+    struct ms_mem_plan plan;
+    ms_err e2;
+    char advice[256] = "";
+    size_t len = 0;
+    /* -c: the largest context that fits */
+    int64_t lo = 0, hi = n_ctx; /* lo fits (0: none known), hi does not */
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (plan_at(m, p, mid, limit, &in, &mem, &plan, &e2)) hi = mid;
+        else lo = mid;
+    }
+    if (lo > 0)
+        len += (size_t)snprintf(advice + len, sizeof advice - len, "-c %lld fits", (long long)lo);
+    /* the prefill chunk: the largest that fits at this context */
+    if (p->stream != MS_STREAM_OFF && len < sizeof advice) {
+        struct ms_engine_params q = *p;
+        int64_t clo = 0, chi = p->prefill_chunk > 0 ? p->prefill_chunk : n_ctx;
+        while (chi - clo > 1) {
+            q.prefill_chunk = clo + (chi - clo) / 2;
+            if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) chi = q.prefill_chunk;
+            else clo = q.prefill_chunk;
+        }
+        if (clo > 0)
+            len += (size_t)snprintf(advice + len, sizeof advice - len, "%s--prefill-chunk %lld fits",
+                                    len ? ", or " : "", (long long)clo);
+    }
+    /* --cache-pct: the smallest share that fits, if any */
+    const double pct = p->cache_pct > 0 && p->cache_pct <= 100 ? p->cache_pct : 80;
+    if (pct < 100 && len < sizeof advice) {
+        struct ms_engine_params q = *p;
+        q.cache_pct = 100;
+        if (!plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) {
+            int plo = (int)pct, phi = 100; /* plo does not fit, phi does */
+            while (phi - plo > 1) {
+                q.cache_pct = (plo + phi) / 2;
+                if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) plo = (int)q.cache_pct;
+                else phi = (int)q.cache_pct;
+            }
+            len += (size_t)snprintf(advice + len, sizeof advice - len, "%s--cache-pct %d fits",
+                                    len ? ", or " : "", phi);
+        }
+    }
+    if (len == 0) snprintf(advice, sizeof advice, "no -c, --prefill-chunk or --cache-pct fits");
+    char base[sizeof err->msg];
+    snprintf(base, sizeof base, "%s", err->msg);
+    ms_err_set(err, "%s (at -c %lld: %s)", base, (long long)n_ctx, advice);
+}
+
+/* Decides residency from the memory plan (e->plan, e->plan_line) and, when
+ * streaming and open_source, swaps the model's expert source for the SSD
+ * expert store. */
+static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, bool open_source,
+                      ms_err *err) {
+    struct dsv4_model *m = e->model;
     uint64_t limit;
     const char *source;
-    if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) return -1;
-    /* sessions sized for the streaming prefill step (the larger one when the
-     * chunk is left to the mode) */
-    const struct dsv4_session_params sp = {.n_ctx = e->n_ctx,
-                                           .n_ubatch = ubatch_of(p->prefill_chunk, true)};
-    struct ms_mem_plan_in in = {.limit_bytes = limit,
-                                .pct = p->cache_pct,
-                                .file_bytes = m->gguf->file_size,
-                                .routed_bytes = dsv4_model_routed_bytes(m),
-                                .max_layer_routed = max_layer,
-                                .session_bytes = dsv4_session_bytes(m, &sp),
-                                .min_cache_bytes = ms_stream_min_budget(m),
-                                .stream = p->stream,
-                                .cache_bytes = p->cache_experts ? p->cache_experts * max_slot
-                                                                : p->cache_bytes,
-                                /* layers held whole are resident, like dense weights */
-                                .full_bytes = ms_stream_full_layer_bytes(m, p->full_layers)};
+    if (p->mem_bytes) {
+        limit = p->mem_bytes;
+        source = "--mem";
+    } else if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) {
+        return -1;
+    }
+    struct ms_mem_plan_in in;
+    struct dsv4_session_mem mem;
     struct ms_mem_plan plan;
-    if (ms_mem_plan(&in, &plan, err)) return -1;
+    if (plan_at(m, p, e->n_ctx, limit, &in, &mem, &plan, err)) {
+        plan_advice(m, p, e->n_ctx, limit, err);
+        return -1;
+    }
+    e->plan = (struct ms_plan){.stream = plan.stream,
+                               .limit_bytes = limit,
+                               .usable_bytes = plan.usable_bytes,
+                               .file_bytes = in.file_bytes,
+                               .routed_bytes = in.routed_bytes,
+                               .dense_bytes = plan.dense_bytes,
+                               .full_layer_bytes = in.full_bytes,
+                               .kv_bytes = mem.kv,
+                               .resid_bytes = mem.resid,
+                               .scratch_bytes = mem.scratch + mem.other,
+                               .layer_buffer_bytes = plan.headroom_bytes,
+                               .cache_bytes = plan.cache_bytes,
+                               .n_ctx = e->n_ctx};
+    snprintf(e->plan.limit_source, sizeof e->plan.limit_source, "%s", source);
     if (!plan.stream) {
         snprintf(e->plan_line, sizeof e->plan_line,
-                 "resident: %.2f GiB of weights + %.2f GiB of sessions, %.2f GiB usable (%s)",
-                 GiB(in.file_bytes), GiB(in.session_bytes), GiB(plan.usable_bytes), source);
+                 "resident%s: %.2f GiB of weights (mapped) + %.2f GiB of sessions (KV %.2f, "
+                 "residual %.2f, scratch %.2f), %.2f GiB usable (%s)",
+                 p->stream == MS_STREAM_OFF ? " (--no-stream)" : "", GiB(in.file_bytes),
+                 GiB(in.session_bytes), GiB(mem.kv), GiB(mem.resid),
+                 GiB(mem.scratch + mem.other), GiB(plan.usable_bytes), source);
         return 0;
     }
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
@@ -108,19 +207,43 @@ static int setup_streaming(struct ms_engine *e, const struct ms_engine_params *p
                                           .hotlist_path = p->hotlist,
                                           .whole_layer_min_tokens = p->whole_layer_min_tokens,
                                           .preload_experts = p->preload_experts,
-                                          .no_prefetch = p->no_prefetch};
-    if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
-    m->experts = ms_stream_source_iface(e->stream);
+                                          .no_prefetch = p->no_prefetch,
+                                          .headroom_bytes = plan.headroom_bytes};
+    if (open_source) {
+        if (ms_stream_source_new(&e->stream, m, &spar, err)) return -1;
+        m->experts = ms_stream_source_iface(e->stream);
+    }
     /* under --stream the resident plan may well fit: say which it was */
     const bool fits = plan.resident_need <= plan.usable_bytes;
     snprintf(e->plan_line, sizeof e->plan_line,
-             "streaming experts: %.2f GiB resident need %s %.2f GiB usable (%s)%s; expert cache "
-             "%.2f GiB (%.1f%% of %.2f GiB routed)",
+             "streaming experts: %.2f GiB resident need %s %.2f GiB usable (%s)%s; dense %.2f + "
+             "KV %.2f + residual %.2f + scratch %.2f + layer buffers %.2f (decode: expert cache) "
+             "+ expert cache %.2f GiB (%.1f%% of %.2f GiB routed)",
              GiB(plan.resident_need), fits ? "<=" : ">", GiB(plan.usable_bytes), source,
-             p->stream == MS_STREAM_ON ? ", --stream" : "", GiB(plan.cache_bytes),
+             p->stream == MS_STREAM_ON ? ", --stream" : "", GiB(plan.dense_bytes + in.full_bytes),
+             GiB(mem.kv), GiB(mem.resid), GiB(mem.scratch + mem.other),
+             GiB(plan.headroom_bytes), GiB(plan.cache_bytes),
              100.0 * (double)plan.cache_bytes / (double)(in.routed_bytes ? in.routed_bytes : 1),
              GiB(in.routed_bytes));
     return 0;
+}
+
+int ms_engine_plan(const struct ms_engine_params *p, struct ms_plan *out, char *line,
+                   size_t line_len, ms_err *err) {
+    struct ms_engine *e = calloc(1, sizeof *e);
+    if (!e) return ms_err_set(err, "out of memory");
+    e->map_guard = -1;
+    int rc = dsv4_model_load(&e->model, p->model_path, err);
+    if (!rc) {
+        e->n_ctx = default_n_ctx(e->model, p->n_ctx);
+        rc = setup_plan(e, p, false, err);
+    }
+    if (!rc) {
+        *out = e->plan;
+        if (line) snprintf(line, line_len, "%s", e->plan_line);
+    }
+    ms_engine_free(e);
+    return rc;
 }
 
 struct ms_session {
@@ -186,7 +309,7 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         return -1;
     }
     e->n_ctx = default_n_ctx(e->model, p->n_ctx);
-    if (p->stream != MS_STREAM_OFF && setup_streaming(e, p, err)) {
+    if (setup_plan(e, p, true, err)) {
         ms_engine_free(e);
         return -1;
     }
@@ -195,7 +318,7 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
-    e->n_ubatch = ubatch_of(p->prefill_chunk, e->stream != NULL);
+    e->n_batch = batch_of(p->prefill_chunk, e->stream != NULL);
     if (p->profile_routing) {
         const size_t n = (size_t)e->model->n_layer * e->model->hp.n_expert;
         e->route_hits = calloc(n ? n : 1, sizeof *e->route_hits);
@@ -205,8 +328,6 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
             return ms_err_set(err, "out of memory");
         }
     }
-    if (p->stream == MS_STREAM_OFF)
-        snprintf(e->plan_line, sizeof e->plan_line, "resident (--no-stream)");
     if (gguf_find_kv(e->model->gguf, "tokenizer.ggml.model") &&
         ms_tokenizer_load(&e->tok, e->model->gguf, err)) {
         ms_err_prefix(err, "%s: tokenizer", p->model_path);
@@ -258,10 +379,10 @@ uint64_t ms_engine_kv_bytes(const struct ms_engine *e, int64_t n_pos) {
 int ms_engine_n_threads(const struct ms_engine *e) { return ms_pool_n_threads(e->pool); }
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e) { return e->tok; }
 const char *ms_engine_plan_line(const struct ms_engine *e) { return e->plan_line; }
+const struct ms_plan *ms_engine_plan_info(const struct ms_engine *e) { return &e->plan; }
 
 struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
-    struct ms_stream_stats st = {.prefill_chunk = e->n_ubatch > 0 ? e->n_ubatch
-                                                                   : MS_PREFILL_WHOLE};
+    struct ms_stream_stats st = {.prefill_chunk = e->n_batch};
     if (!e->stream) return st;
     const struct ms_cache_stats *cs = ms_expert_cache_stats(ms_stream_source_cache(e->stream));
     st.streaming = true;
@@ -295,7 +416,7 @@ int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, 
     if (n_ctx <= 0) n_ctx = e->n_ctx;
     struct ms_session *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, "out of memory");
-    const struct dsv4_session_params sp = {.n_ctx = n_ctx, .n_ubatch = e->n_ubatch,
+    const struct dsv4_session_params sp = {.n_ctx = n_ctx, .n_batch = e->n_batch,
                                            .quality = e->quality, .pool = e->pool,
                                            .on_route = e->route_hits ? observe_route : NULL,
                                            .route_ctx = e};

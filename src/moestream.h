@@ -19,6 +19,7 @@
 #define MOESTREAM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "text/tokenizer.h"
@@ -66,6 +67,8 @@ struct ms_engine_params {
     bool no_prefetch;       /* streaming: no decode prefetch of the next layer's experts */
     uint32_t full_layers;   /* streaming: hold the first N layers' experts whole (resident
                                in the memory plan, beside the dense weights) */
+    uint64_t mem_bytes;     /* plan for this much memory instead of the cgroup limit /
+                               MemAvailable (inspect --plan --mem); 0 = measure */
 };
 
 #define MS_PREFILL_WHOLE (-1)
@@ -123,8 +126,33 @@ int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path,
  * first use; MS_ISA=scalar|avx2|avx512 in the environment caps it). */
 const char *ms_kernels_isa(void);
 
+/* The memory plan (bytes): what the engine decided at load. */
+struct ms_plan {
+    bool stream;                /* routed experts streamed from disk */
+    char limit_source[32];      /* "cgroup v1", "cgroup v2", "MemAvailable", "--mem" */
+    uint64_t limit_bytes;       /* the memory limit */
+    uint64_t usable_bytes;      /* limit x --cache-pct */
+    uint64_t file_bytes, routed_bytes;
+    uint64_t dense_bytes;       /* resident non-routed weights */
+    uint64_t full_layer_bytes;  /* --full-layers experts, resident */
+    uint64_t kv_bytes;          /* attention state of n_ctx positions */
+    uint64_t resid_bytes;       /* residual stream of the longest prefill pass */
+    uint64_t scratch_bytes;     /* per-ubatch activations, tokens, logits */
+    uint64_t layer_buffer_bytes;/* two whole-layer read buffers (streaming prefill) */
+    uint64_t cache_bytes;       /* decode expert cache budget (streaming) */
+    int64_t n_ctx;
+};
+
 /* One line describing the memory plan (resident or streaming, budgets). */
 const char *ms_engine_plan_line(const struct ms_engine *e);
+const struct ms_plan *ms_engine_plan_info(const struct ms_engine *e);
+/* The plan ms_engine_load would make for p, without loading the weights
+ * (the file's metadata is read and the file mapped, nothing else): into
+ * *out and, if line is not NULL, its one-line summary. Errors: those of
+ * loading, or the plan does not fit (the message names the knobs and the
+ * values that would fit). */
+int ms_engine_plan(const struct ms_engine_params *p, struct ms_plan *out, char *line,
+                   size_t line_len, ms_err *err);
 /* The model's tokenizer (text/tokenizer.h), or NULL when the file carries no
  * tokenizer.ggml.* vocabulary. Owned by the engine. */
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e);

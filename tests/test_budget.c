@@ -144,6 +144,18 @@ static void test_plan(void **state) {
     in.stream = -1;
     assert_int_equal(ms_mem_plan(&in, &p, &err), -1);
     assert_non_null(strstr(err.msg, "not enough memory to stream"));
+    /* a requested cache does not skip the check */
+    in.cache_bytes = GiB;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), -1);
+    assert_non_null(strstr(err.msg, "not enough memory to stream"));
+    /* resident by force: the sessions must fit (the weights are mapped) */
+    in.cache_bytes = 0;
+    in.stream = 0;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_false(p.stream);
+    in.session_bytes = 2 * GiB;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), -1);
+    assert_non_null(strstr(err.msg, "not enough memory for the sessions"));
 }
 
 static void test_parse_size(void **state) {

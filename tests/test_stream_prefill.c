@@ -1,7 +1,8 @@
 /*
  * test_stream_prefill.c - the one-pass layer-major streaming prefill: a
  * whole-prompt ubatch reads every layer whole, once (passes <= 1.05, one
- * layer read per layer), gives the resident logits bit for bit (prefill and
+ * layer read per layer), also in ubatches smaller than the prompt (two-level
+ * prefill), gives the resident logits bit for bit (prefill and
  * the decode steps after it), seeds the decode cache from the layer buffers
  * without ever exceeding the budget, turns an injected EIO in a layer read
  * into an error for that request only, and the routing profiler writes a
@@ -48,7 +49,7 @@ enum { N_PROMPT = 64, N_DECODE = 6, N_ALL = N_PROMPT + N_DECODE };
  * decode tokens one by one. 0, or -1 with err when an eval failed. */
 static int prefill_decode(const struct dsv4_model *m, const int32_t *tok, float *lg, ms_err *e) {
     struct dsv4_session *s = NULL;
-    struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = DSV4_UBATCH_WHOLE};
+    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE};
     if (dsv4_session_new(&s, m, &p, e)) fail_msg("%s", e->msg);
     const int64_t V = m->hp.n_vocab;
     int rc = dsv4_session_eval(s, tok, N_PROMPT, lg, e);
@@ -129,11 +130,11 @@ static void test_one_pass(void **state) {
     const double routed = (double)dsv4_model_routed_bytes(m);
     int32_t tok[N_PROMPT];
     random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 33);
-    const int64_t chunks[] = {DSV4_UBATCH_WHOLE, 16};
+    const int64_t chunks[] = {DSV4_BATCH_WHOLE, 16};
     for (size_t i = 0; i < 2; i++) {
         struct ms_stream_source *src = stream_on(m, ms_stream_min_budget(m));
         struct dsv4_session *s = NULL;
-        struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = chunks[i]};
+        struct dsv4_session_params p = {.n_ctx = 128, .n_batch = chunks[i]};
         ms_err e = {{0}};
         if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
         if (dsv4_session_eval(s, tok, N_PROMPT, NULL, &e)) fail_msg("%s", e.msg);
@@ -142,7 +143,7 @@ static void test_one_pass(void **state) {
         print_message("small, ubatch %lld: passes %.4f (%llu of %.0f bytes), io wait %.4f s\n",
                       (long long)chunks[i], passes, (unsigned long long)cs->bytes_read, routed,
                       cs->io_wait_seconds);
-        if (chunks[i] == DSV4_UBATCH_WHOLE) {
+        if (chunks[i] == DSV4_BATCH_WHOLE) {
             assert_true(passes >= 1.0 && passes <= 1.05);
             assert_int_equal(ms_stream_source_counters(src)->layer_reads, m->n_layer);
         } else {
@@ -152,6 +153,120 @@ static void test_one_pass(void **state) {
         m->experts = resident;
         ms_stream_source_free(src);
     }
+    dsv4_model_free(m);
+}
+
+/* Two-level prefill: logits [N_PROMPT][n_vocab] of the prompt evaluated with
+ * passes of n_batch tokens and ubatches of n_ubatch inside each layer. */
+static void eval_batches(const struct dsv4_model *m, const int32_t *tok, int64_t n_batch,
+                         int64_t n_ubatch, float *lg) {
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = n_batch, .n_ubatch = n_ubatch};
+    ms_err e = {{0}};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    if (dsv4_session_eval(s, tok, N_PROMPT, lg, &e)) fail_msg("%s", e.msg);
+    dsv4_session_free(s);
+}
+
+/* A whole-prompt pass in ubatches of 10 (not a multiple of the compression
+ * ratio 4, so compressed blocks straddle ubatches) gives the logits of a
+ * one-ubatch pass and of 10-token chunks bit for bit, resident and
+ * streamed, and streamed it still reads the routed weights once. */
+static void test_two_level(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    const struct dsv4_expert_source resident = m->experts;
+    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 35);
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 10, got);
+    assert_same(want, got, nl, "resident, whole pass in ubatches of 10");
+    eval_batches(m, tok, 10, 0, got);
+    assert_same(want, got, nl, "resident, chunks of 10");
+    struct ms_stream_source *src = stream_on(m, ms_stream_min_budget(m));
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 10, got);
+    assert_same(want, got, nl, "streamed, whole pass in ubatches of 10");
+    const double passes = (double)ms_expert_cache_stats(ms_stream_source_cache(src))->bytes_read /
+                          (double)dsv4_model_routed_bytes(m);
+    print_message("small, whole pass in ubatches of 10: passes %.4f\n", passes);
+    assert_true(passes >= 1.0 && passes <= 1.05);
+    assert_int_equal(ms_stream_source_counters(src)->layer_reads, m->n_layer);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
+/* Headroom returned to the decode cache: prefills and decode steps of
+ * random lengths; at every cache install and after every eval, cache
+ * buffers + layer buffers <= budget + headroom; decode steps run with the
+ * larger budget and use it. */
+struct headroom_check {
+    struct ms_stream_source *src;
+    uint64_t total, max_decode;
+    bool decoding;
+};
+static void on_install_headroom(void *ctx, uint64_t resident, uint64_t budget) {
+    struct headroom_check *h = ctx;
+    const uint64_t held = resident + ms_stream_source_layer_buffer_bytes(h->src);
+    if (held > h->total)
+        fail_msg("cache %llu + layer buffers %llu > %llu (budget %llu)",
+                 (unsigned long long)resident,
+                 (unsigned long long)ms_stream_source_layer_buffer_bytes(h->src),
+                 (unsigned long long)h->total, (unsigned long long)budget);
+    if (h->decoding && resident > h->max_decode) h->max_decode = resident;
+}
+
+static void test_headroom(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    const struct dsv4_expert_source resident = m->experts;
+    uint64_t max_layer = 0;
+    for (uint32_t il = 0; il < m->n_layer; il++)
+        if (ms_stream_slot_bytes(m, il) * m->hp.n_expert > max_layer)
+            max_layer = ms_stream_slot_bytes(m, il) * m->hp.n_expert;
+    const uint64_t base = ms_stream_min_budget(m), headroom = 2 * max_layer;
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params sp = {.budget_bytes = base, .headroom_bytes = headroom};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    struct ms_expert_cache *c = ms_stream_source_cache(src);
+    struct headroom_check h = {.src = src, .total = base + headroom};
+    ms_expert_cache_set_install_hook(c, on_install_headroom, &h);
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 1024, .n_batch = DSV4_BATCH_WHOLE};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    ms_rng r;
+    ms_rng_seed(&r, 77);
+    int32_t tok[80];
+    for (int round = 0; round < 4; round++) {
+        const int64_t n_prompt = 30 + (int64_t)(ms_rng_u64(&r) % 50);
+        const int n_decode = 4 + (int)(ms_rng_u64(&r) % 12);
+        random_tokens(tok, n_prompt, 3, (uint32_t)m->hp.n_vocab - 3, 100 + (uint64_t)round);
+        h.decoding = false;
+        if (dsv4_session_eval(s, tok, n_prompt, NULL, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(ms_expert_cache_stats(c)->budget_bytes, base);
+        h.decoding = true;
+        for (int i = 0; i < n_decode; i++) {
+            if (dsv4_session_eval(s, tok + i, 1, NULL, &e)) fail_msg("%s", e.msg);
+            assert_int_equal(ms_stream_source_layer_buffer_bytes(src), 0);
+            assert_int_equal(ms_expert_cache_stats(c)->budget_bytes, base + headroom);
+            assert_true(ms_expert_cache_stats(c)->resident_bytes <= base + headroom);
+        }
+    }
+    print_message("headroom: base %llu + %llu, decode cache peak %llu\n",
+                  (unsigned long long)base, (unsigned long long)headroom,
+                  (unsigned long long)h.max_decode);
+    assert_true(h.max_decode > base); /* decode used the headroom */
+    dsv4_session_free(s);
+    m->experts = resident;
+    ms_stream_source_free(src);
     dsv4_model_free(m);
 }
 
@@ -254,7 +369,7 @@ static void test_preload(void **state) {
     random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 66);
     const size_t nl = (size_t)N * m->hp.n_vocab;
     float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
-    struct dsv4_session_params sp = {.n_ctx = 64, .n_ubatch = 1};
+    struct dsv4_session_params sp = {.n_ctx = 64, .n_batch = 1};
     struct dsv4_session *s = NULL;
     ms_err e = {{0}};
     if (dsv4_session_new(&s, m, &sp, &e) || dsv4_session_eval(s, tok, N, want, &e))
@@ -305,6 +420,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_layer_identity),
         cmocka_unit_test(test_one_pass),
+        cmocka_unit_test(test_two_level),
+        cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_layer_read_eio),
         cmocka_unit_test(test_routing_profile),
         cmocka_unit_test(test_preload),

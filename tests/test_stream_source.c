@@ -44,7 +44,7 @@ static int setup(void **state) {
  * whatever expert source m has now. */
 static float *eval(const struct dsv4_model *m, const int32_t *tok, int64_t n, int64_t n_ubatch) {
     struct dsv4_session *s = NULL;
-    struct dsv4_session_params p = {.n_ctx = 128, .n_ubatch = n_ubatch};
+    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = n_ubatch};
     ms_err e = {{0}};
     if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
     float *lg = malloc((size_t)n * m->hp.n_vocab * sizeof *lg);
@@ -169,7 +169,7 @@ static void test_read_error(void **state) {
     uint64_t nth = 7;
     ms_io_set_fault_hook(ms_stream_source_io(src), fail_nth, &nth);
     struct dsv4_session *s = NULL;
-    struct dsv4_session_params p = {.n_ctx = 64, .n_ubatch = 1};
+    struct dsv4_session_params p = {.n_ctx = 64, .n_batch = 1};
     ms_err e = {{0}};
     if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
     assert_int_equal(dsv4_session_eval(s, tok, N, NULL, &e), -1);

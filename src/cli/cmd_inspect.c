@@ -18,6 +18,8 @@
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "model/layout.h"
+#include "moestream.h"
+#include "util/parse.h"
 
 #define N_ARRAY_HEAD 8    /* array elements shown */
 #define STR_SHOWN 64      /* string bytes shown in text mode */
@@ -510,18 +512,70 @@ oom:
 struct inspect_opts {
     const char *path;
     bool json, tensors;
+    bool plan;                 /* --plan: the memory plan instead of the file report */
+    struct ms_engine_params ep; /* the plan's options (--ctx, --mem, ...) */
 };
 
-#define INSPECT_USAGE "usage: moestream inspect [-m] M.gguf [--tensors] [--json]\n"
+#define INSPECT_USAGE                                                                      \
+    "usage: moestream inspect [-m] M.gguf [--tensors] [--json]\n"                           \
+    "       moestream inspect [-m] M.gguf --plan [--ctx N] [--mem SIZE] [--stream|--no-stream]\n" \
+    "                 [--prefill-chunk N] [--cache-pct P] [--json]\n"
+
+/* Parses the value of a --plan option a at argv[*i + 1] into o->ep; 2 on a
+ * bad or missing value (message printed). */
+static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!v) {
+        fprintf(stderr, "moestream inspect: %s needs a value\n", a);
+        return 2;
+    }
+    (*i)++;
+    long n;
+    if (!strcmp(a, "--mem")) {
+        if (ms_parse_size(v, &o->ep.mem_bytes) || !o->ep.mem_bytes) {
+            fprintf(stderr, "moestream inspect: --mem takes a size such as 24GiB, got '%s'\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--cache-pct")) {
+        if (ms_parse_long(v, 1, 100, &n)) {
+            fprintf(stderr, "moestream inspect: --cache-pct takes 1..100, got '%s'\n", v);
+            return 2;
+        }
+        o->ep.cache_pct = (double)n;
+    } else if (!strcmp(a, "--prefill-chunk")) {
+        if (ms_parse_long(v, 0, 1L << 40, &n)) {
+            fprintf(stderr, "moestream inspect: --prefill-chunk takes an integer >= 0, got "
+                            "'%s'\n", v);
+            return 2;
+        }
+        o->ep.prefill_chunk = n ? n : MS_PREFILL_WHOLE;
+    } else { /* --ctx, -c */
+        if (ms_parse_long(v, 1, 1L << 40, &n)) {
+            fprintf(stderr, "moestream inspect: %s takes an integer >= 1, got '%s'\n", a, v);
+            return 2;
+        }
+        o->ep.n_ctx = n;
+    }
+    return CLI_CONTINUE;
+}
 
 /* Parses and validates argv into *o (see cli.h). */
 static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
     memset(o, 0, sizeof *o);
+    o->ep = ms_engine_params_default(NULL);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *file = NULL;
         if (!strcmp(a, "--tensors")) o->tensors = true;
         else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--plan")) o->plan = true;
+        else if (!strcmp(a, "--stream")) o->ep.stream = MS_STREAM_ON;
+        else if (!strcmp(a, "--no-stream")) o->ep.stream = MS_STREAM_OFF;
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--mem") ||
+                 !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk")) {
+            const int rc = plan_opt(argc, argv, &i, o);
+            if (rc != CLI_CONTINUE) return rc;
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf(INSPECT_USAGE);
             return 0;
@@ -553,7 +607,61 @@ static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
     return CLI_CONTINUE;
 }
 
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* `inspect --plan`: the memory plan the engine would make (ms_engine_plan),
+ * without loading the weights. */
+static int print_plan(const struct inspect_opts *o) {
+    struct ms_engine_params p = o->ep;
+    p.model_path = o->path;
+    struct ms_plan pl;
+    char line[512];
+    ms_err err;
+    if (ms_engine_plan(&p, &pl, line, sizeof line, &err)) {
+        fprintf(stderr, "moestream inspect: %s\n", err.msg);
+        return 1;
+    }
+    if (o->json) {
+        json_t *j = json_pack(
+            "{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream",
+            pl.stream, "limit_source", pl.limit_source, "limit_bytes", (json_int_t)pl.limit_bytes,
+            "usable_bytes", (json_int_t)pl.usable_bytes, "n_ctx", (json_int_t)pl.n_ctx,
+            "dense_bytes", (json_int_t)pl.dense_bytes, "full_layer_bytes",
+            (json_int_t)pl.full_layer_bytes, "kv_bytes", (json_int_t)pl.kv_bytes, "resid_bytes",
+            (json_int_t)pl.resid_bytes, "scratch_bytes", (json_int_t)pl.scratch_bytes,
+            "layer_buffer_bytes", (json_int_t)pl.layer_buffer_bytes, "cache_bytes",
+            (json_int_t)pl.cache_bytes, "routed_bytes", (json_int_t)pl.routed_bytes);
+        char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+        json_decref(j);
+        if (!text) {
+            fprintf(stderr, "moestream inspect: out of memory\n");
+            return 1;
+        }
+        puts(text);
+        free(text);
+        return 0;
+    }
+    printf("%s\n", line);
+    printf("  context          %" PRId64 " positions\n", pl.n_ctx);
+    printf("  memory limit     %.2f GiB (%s), usable %.2f GiB\n", gib(pl.limit_bytes),
+           pl.limit_source, gib(pl.usable_bytes));
+    printf("  dense weights    %.2f GiB%s\n", gib(pl.dense_bytes + pl.full_layer_bytes),
+           pl.stream ? "" : " (+ routed experts: the whole file is mapped)");
+    printf("  KV state         %.2f GiB\n", gib(pl.kv_bytes));
+    printf("  residual stream  %.2f GiB (longest prefill pass)\n", gib(pl.resid_bytes));
+    printf("  scratch          %.2f GiB (per ubatch)\n", gib(pl.scratch_bytes));
+    if (pl.stream) {
+        printf("  layer buffers    %.2f GiB (two whole layers, prefill; decode: expert cache)\n",
+               gib(pl.layer_buffer_bytes));
+        printf("  expert cache     %.2f GiB (%.1f%% of %.2f GiB routed)\n", gib(pl.cache_bytes),
+               100.0 * (double)pl.cache_bytes / (double)(pl.routed_bytes ? pl.routed_bytes : 1),
+               gib(pl.routed_bytes));
+    }
+    return 0;
+}
+
 static int inspect_run(const struct inspect_opts *o) {
+    if (o->plan) return print_plan(o);
     struct report r;
     memset(&r, 0, sizeof r);
     r.json = o->json;

@@ -16,9 +16,12 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: moestream mkmodel --preset tiny|small|bench [options] -o OUT.gguf\n"
+        "usage: moestream mkmodel --preset tiny|small|bench|flash [options] -o OUT.gguf\n"
         "\n"
-        "  --preset P              tiny (few MB, unit tests), small (tens of MB), bench (--size)\n"
+        "  --preset P              tiny (few MB, unit tests), small (tens of MB), bench (--size),\n"
+        "                          flash (DeepSeek V4 Flash's shape and q2 mix, random codes)\n"
+        "  --layers N              the layer count (same as --n-layer)\n"
+        "  --sparse                leave the matrices' data as holes (a sparse file)\n"
         "  --size BYTES            bench: target tensor data size (suffixes K, M, G)\n"
         "  --seed N                RNG seed (default 1); same options + seed = same bytes\n"
         "  --experts-type T        routed experts: f32 f16 bf16 q8_0 q4_K q2_K iq2_xxs mxfp4\n"
@@ -231,7 +234,7 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
     }
     if (!preset) {
         usage(stderr);
-        FAIL_USAGE("--preset is required (tiny, small or bench)");
+        FAIL_USAGE("--preset is required (tiny, small, bench or flash)");
     }
     struct mkmodel_opts *o = &c->o;
     ms_err err;
@@ -246,7 +249,8 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag = !strcmp(a, "--ds4-mix") || !strcmp(a, "--f32-twin") || !strcmp(a, "--force");
+        bool flag = !strcmp(a, "--ds4-mix") || !strcmp(a, "--f32-twin") || !strcmp(a, "--force") ||
+                    !strcmp(a, "--sparse");
         if (!flag && !v) FAIL_USAGE("option %s needs a value", a);
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!*v) FAIL_USAGE("%s: the path is empty", a);
@@ -270,6 +274,11 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
             o->f32_twin = true;
             continue;
         }
+        if (!strcmp(a, "--sparse")) {
+            o->sparse = true;
+            continue;
+        }
+        if (!strcmp(a, "--layers")) a = "--n-layer";
         i++;
         if (!strcmp(a, "--preset")) continue;
         if (!strcmp(a, "--seed")) {
@@ -354,7 +363,7 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
         o->hp.n_block = n_ratios;
         memcpy(o->hp.compress_ratio, ratios, n_ratios * sizeof ratios[0]);
     } else if (have_layers) {
-        dsv4_default_ratios(o->hp.compress_ratio, o->hp.n_block);
+        mkmodel_preset_ratios(o);
     }
     for (uint32_t il = 0; il < DSV4_MAX_LAYERS; il++) {
         if (clamp >= 0) o->hp.swiglu_clamp_exp[il] = clamp;

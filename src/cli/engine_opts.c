@@ -258,6 +258,23 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
     json_object_set_new(o, "kv_saved_files", json_integer(kvs.saved_files));
     json_object_set_new(o, "kv_restore_seconds", json_real(kvs.restore_seconds));
     json_object_set_new(o, "kv_save_seconds", json_real(kvs.save_seconds));
+    /* the memory plan (ms_plan) */
+    const struct ms_plan *pl = ms_engine_plan_info(e);
+    json_t *plan = json_object();
+    json_object_set_new(plan, "stream", json_boolean(pl->stream));
+    json_object_set_new(plan, "limit_source", json_string(pl->limit_source));
+    json_object_set_new(plan, "limit_bytes", json_integer((json_int_t)pl->limit_bytes));
+    json_object_set_new(plan, "usable_bytes", json_integer((json_int_t)pl->usable_bytes));
+    json_object_set_new(plan, "dense_bytes", json_integer((json_int_t)pl->dense_bytes));
+    json_object_set_new(plan, "full_layer_bytes", json_integer((json_int_t)pl->full_layer_bytes));
+    json_object_set_new(plan, "kv_bytes", json_integer((json_int_t)pl->kv_bytes));
+    json_object_set_new(plan, "resid_bytes", json_integer((json_int_t)pl->resid_bytes));
+    json_object_set_new(plan, "scratch_bytes", json_integer((json_int_t)pl->scratch_bytes));
+    json_object_set_new(plan, "layer_buffer_bytes",
+                        json_integer((json_int_t)pl->layer_buffer_bytes));
+    json_object_set_new(plan, "cache_bytes", json_integer((json_int_t)pl->cache_bytes));
+    json_object_set_new(plan, "n_ctx", json_integer((json_int_t)pl->n_ctx));
+    json_object_set_new(o, "plan", plan);
     char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!text) return -1;

@@ -228,6 +228,10 @@ int gguf_writer_begin(struct gguf_writer *w, const char *path, ms_err *err);
  * inserted automatically when one tensor is complete. Writing more than the
  * declared total is an error. */
 int gguf_writer_write(struct gguf_writer *w, const void *data, size_t n, ms_err *err);
+/* Ends the current tensor with n bytes of zeros left as a hole (sparse
+ * file): n must be exactly what the tensor still needs. Nothing may be
+ * buffered for a later tensor. */
+int gguf_writer_skip(struct gguf_writer *w, uint64_t n, ms_err *err);
 /* Checks that every declared byte was written, flushes, closes and moves the
  * file to its path. A failed write (e.g. ENOSPC) removes the partial file
  * and reports the error. */

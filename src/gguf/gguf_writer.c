@@ -510,6 +510,24 @@ int gguf_writer_write(struct gguf_writer *w, const void *data, size_t n, ms_err 
     return 0;
 }
 
+int gguf_writer_skip(struct gguf_writer *w, uint64_t n, ms_err *err) {
+    if (w->failed) return fail(w, err);
+    if (!w->begun || w->finished) return ms_err_set(err, "gguf writer: skip outside begin/finish");
+    if (w->cur >= w->n_t || n != w->t[w->cur].size - w->cur_done)
+        return ms_err_set(err, "gguf writer: skip must end the current tensor");
+    if (flush(w, err)) return -1;
+    const struct wtensor *t = &w->t[w->cur];
+    const uint64_t end = ms_align_up(t->offset + t->size, w->alignment);
+    /* past the data: a hole; the file's length is set at the end */
+    if (lseek(w->fd, (off_t)(end - t->offset - w->cur_done), SEEK_CUR) < 0) {
+        ms_err_errno(err, errno, "%s: seek", w->path);
+        return fail(w, err);
+    }
+    w->cur++;
+    w->cur_done = 0;
+    return 0;
+}
+
 int gguf_writer_finish(struct gguf_writer *w, ms_err *err) {
     if (w->failed) return fail(w, err);
     if (!w->begun || w->finished) return ms_err_set(err, "gguf writer: finish without begin");
@@ -519,6 +537,11 @@ int gguf_writer_finish(struct gguf_writer *w, ms_err *err) {
         return fail(w, err);
     }
     if (flush(w, err)) return -1;
+    const off_t end = lseek(w->fd, 0, SEEK_CUR);
+    if (end < 0 || ftruncate(w->fd, end) != 0) { /* a trailing hole needs the length set */
+        ms_err_errno(err, errno, "%s: set length", w->path);
+        return fail(w, err);
+    }
     int fd = w->fd;
     w->fd = -1;
     int rc = close(fd) != 0 ? ms_err_errno(err, errno, "%s: close", w->path) : 0;

@@ -12,6 +12,15 @@
  * ms_rng_fill_normal_fast, a float Box-Muller about 20x faster than the
  * double one; tiny and small keep ms_rng_fill_normal, so their bytes (and
  * the test vectors recorded from them) do not change.
+ *
+ * The flash preset (DeepSeek V4 Flash's real dimensions, tens of GB) does
+ * not quantize at all: a quantized block is filled with random codes and
+ * its scale fields are set so the values have about the spread the float
+ * path would give (quantizing random floats to IQ2_XXS runs at ~16 MB/s;
+ * random codes at the speed of the RNG). The file records this in
+ * moestream.mkmodel.data. With sparse, the matrices' data is left as holes
+ * (zeros; a sparse file of the full layout for memory-plan and streaming
+ * tests), only the 1-D tensors and tid2eid get values.
  */
 #include "mkmodel/mkmodel.h"
 
@@ -23,6 +32,7 @@
 
 #include "gguf/gguf.h"
 #include "mkmodel/vocab_build.h"
+#include "quant/blocks.h"
 #include "mkmodel/vocab_import.h"
 #include "util/mem.h"
 #include "util/rng.h"
@@ -134,12 +144,50 @@ int mkmodel_preset(struct mkmodel_opts *o, const char *name, ms_err *err) {
         hp->n_ff_exp = 512;
         hp->n_hash_layer = 2;
         set_clamp(hp, 10.0f);
+    } else if (!strcmp(name, "flash")) {
+        /* DeepSeek V4 Flash's published shape, ds4's q2 quant mix */
+        hp->n_ctx_train = 1048576;
+        hp->rope_n_ctx_orig = 65536;
+        hp->n_embd = 4096;
+        hp->n_block = 43;
+        hp->n_vocab = 129280;
+        hp->n_head = 64;
+        hp->n_embd_head = hp->n_embd_head_v = 512;
+        hp->q_lora_rank = 1024;
+        hp->o_lora_rank = 1024;
+        hp->n_out_group = 8;
+        hp->n_swa = 128;
+        hp->n_indexer_head = 64;
+        hp->indexer_head_size = 128;
+        hp->indexer_top_k = 512;
+        hp->n_expert = 256;
+        hp->n_expert_used = 6;
+        hp->n_ff_exp = 2048;
+        hp->n_hash_layer = 3;
+        set_clamp(hp, 10.0f);
+        o->ds4_mix = true;
+        o->random_codes = true;
+        o->n_threads = 2;
     } else {
-        return ms_err_set(err, "unknown preset '%s' (expected tiny, small or bench)", name);
+        return ms_err_set(err, "unknown preset '%s' (expected tiny, small, bench or flash)",
+                          name);
     }
     snprintf(o->preset, sizeof o->preset, "%s", name);
-    dsv4_default_ratios(hp->compress_ratio, hp->n_block);
+    mkmodel_preset_ratios(o);
     return 0;
+}
+
+void mkmodel_preset_ratios(struct mkmodel_opts *o) {
+    struct dsv4_hparams *hp = &o->hp;
+    if (strcmp(o->preset, "flash")) {
+        dsv4_default_ratios(hp->compress_ratio, hp->n_block);
+        return;
+    }
+    /* V4 Flash: layers 0 and 1 uncompressed, then ratio 4 on even and 128
+     * on odd layers */
+    for (uint32_t il = 0; il < hp->n_block; il++)
+        hp->compress_ratio[il] = il < 2 ? 0 : il % 2 ? 128 : 4;
+    if (hp->n_hash_layer > hp->n_block) hp->n_hash_layer = hp->n_block;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -298,6 +346,7 @@ struct block_job {
     enum ms_type qtype;    /* the type chosen by mkmodel_tensor_type */
     bool twin;
     bool fast_normal;      /* ms_rng_fill_normal_fast (bench preset) */
+    bool random_codes;     /* quantized blocks: random codes, fitted scales */
     float *f;              /* MK scratch: n_rows * ne0 floats */
     void *q;               /* quantized scratch */
     const void *out;       /* result pointer (f or q) */
@@ -325,6 +374,48 @@ static void gen_tid2eid(struct block_job *j, ms_rng *r) {
     j->out_bytes = (size_t)(j->n_rows * k) * sizeof(int32_t);
 }
 
+/* Random codes for a quantized type: every byte random, then each block's
+ * scale fields set so the values' standard deviation is about stddev
+ * (the code distributions' spreads: int8 uniform ~74, Q4_K sc*q ~145,
+ * Q2_K sc*q ~8.4, IQ2_XXS scale*grid ~50, FP4 ~3). false for a type it
+ * does not know (the caller quantizes floats instead). */
+static bool fill_random_codes(enum ms_type type, ms_rng *r, void *dst, size_t bytes,
+                              float stddev) {
+    size_t bsize, d_off, dmin_off = SIZE_MAX;
+    float spread, dmin_ratio = 0.0f;
+    switch (type) {
+    case MS_TYPE_Q8_0: bsize = sizeof(block_q8_0); d_off = offsetof(block_q8_0, d); spread = 74; break;
+    case MS_TYPE_Q4_K:
+        bsize = sizeof(block_q4_K), d_off = offsetof(block_q4_K, d);
+        dmin_off = offsetof(block_q4_K, dmin), spread = 145, dmin_ratio = 7.5f;
+        break;
+    case MS_TYPE_Q2_K:
+        bsize = sizeof(block_q2_K), d_off = offsetof(block_q2_K, d);
+        dmin_off = offsetof(block_q2_K, dmin), spread = 8.4f, dmin_ratio = 1.5f;
+        break;
+    case MS_TYPE_IQ2_XXS:
+        bsize = sizeof(block_iq2_xxs), d_off = offsetof(block_iq2_xxs, d), spread = 50;
+        break;
+    case MS_TYPE_MXFP4: bsize = sizeof(block_mxfp4); d_off = SIZE_MAX; spread = 3; break;
+    default: return false;
+    }
+    uint8_t *p = dst;
+    for (size_t i = 0; i < bytes; i += 8) {
+        const uint64_t v = ms_rng_u64(r);
+        memcpy(p + i, &v, bytes - i < 8 ? bytes - i : 8);
+    }
+    const float d = stddev / spread;
+    const uint16_t dh = ms_fp32_to_fp16(d), dminh = ms_fp32_to_fp16(d * dmin_ratio);
+    /* MXFP4: a shared E8M0 exponent, 2^(e - 127) */
+    const uint8_t e8 = (uint8_t)(127 + (int)lrintf(log2f(d > 1e-30f ? d : 1e-30f)));
+    for (size_t b = 0; b + bsize <= bytes; b += bsize) {
+        if (d_off != SIZE_MAX) memcpy(p + b + d_off, &dh, 2);
+        else p[b] = e8;
+        if (dmin_off != SIZE_MAX) memcpy(p + b + dmin_off, &dminh, 2);
+    }
+    return true;
+}
+
 static void *run_block(void *arg) {
     struct block_job *j = arg;
     ms_rng r;
@@ -336,6 +427,14 @@ static void *run_block(void *arg) {
     if (kind == GEN_TID2EID) {
         gen_tid2eid(j, &r);
         return NULL;
+    }
+    if (j->random_codes && kind == GEN_NORMAL && !j->twin) {
+        const size_t bytes = ms_row_size(j->qtype, ne0) * (size_t)j->n_rows;
+        if (fill_random_codes(j->qtype, &r, j->q, bytes, b)) {
+            j->out = j->q;
+            j->out_bytes = bytes;
+            return NULL;
+        }
     }
     if (kind == GEN_UNIFORM) {
         for (int64_t i = 0; i < n; i++) j->f[i] = ms_rng_uniform_f(&r, a, b);
@@ -373,6 +472,8 @@ static int write_tensor(const struct mkmodel_opts *o, const struct dsv4_tensor_i
                         enum ms_type qtype, struct gguf_writer *w, struct block_job *jobs,
                         int n_threads, ms_err *err) {
     const int64_t ne0 = t->ne[0], n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+    if (o->sparse && t->n_dims > 1 && t->cls != DSV4_C_TID2EID) /* a hole */
+        return gguf_writer_skip(w, tensor_bytes(t, o->f32_twin ? MS_TYPE_F32 : qtype), err);
     int64_t rows_per_block = MK_BLOCK_ELEMS / ne0;
     if (rows_per_block < 1) rows_per_block = 1;
     const int64_t n_blocks = (n_rows + rows_per_block - 1) / rows_per_block;
@@ -391,7 +492,8 @@ static int write_tensor(const struct mkmodel_opts *o, const struct dsv4_tensor_i
             j->n_rows = n_rows - j->row0 < rows_per_block ? n_rows - j->row0 : rows_per_block;
             j->qtype = qtype;
             j->twin = o->f32_twin;
-            j->fast_normal = !strcmp(o->preset, "bench");
+            j->fast_normal = !strcmp(o->preset, "bench") || o->random_codes;
+            j->random_codes = o->random_codes;
             if (i > 0 && pthread_create(&tid[i], NULL, run_block, j) == 0) started[i] = true;
         }
         run_block(&jobs[0]);
@@ -447,6 +549,15 @@ static int write_metadata(const struct mkmodel_opts *o, struct gguf_writer *w, m
         gguf_writer_set_u32(w, "general.quantization_version", 2))
         return ms_err_set(err, "out of memory writing metadata");
     if (o->provenance && gguf_writer_set_str(w, "moestream.mkmodel.options", o->provenance))
+        return ms_err_set(err, "out of memory writing metadata");
+    /* only generators other than the float path say how the data was made
+     * (older files, and the test vectors recorded from them, keep their bytes) */
+    const char *data = o->sparse         ? "holes: matrices all zero, only 1-D tensors and tid2eid "
+                                           "hold values"
+                       : o->random_codes ? "random codes: quantized blocks hold random codes with "
+                                           "fitted scales, not quantized random floats"
+                                         : NULL;
+    if (data && gguf_writer_set_str(w, "moestream.mkmodel.data", data))
         return ms_err_set(err, "out of memory writing metadata");
     if (dsv4_hparams_write(&o->hp, w, err)) return -1;
     return write_vocab(o, w, err);

@@ -28,7 +28,7 @@
 #include "util/err.h"
 
 struct mkmodel_opts {
-    char preset[16];          /* "tiny", "small", "bench" (provenance only) */
+    char preset[16];          /* "tiny", "small", "bench", "flash" */
     struct dsv4_hparams hp;
     uint64_t seed;
     enum ms_type experts_type; /* routed experts (gate, up, down) */
@@ -44,6 +44,9 @@ struct mkmodel_opts {
                                   built-in vocabulary (padded to hp.n_vocab), or NULL */
     bool no_overwrite;         /* refuse to replace an existing output file (the file is
                                   always written to a temporary name and renamed) */
+    bool random_codes;         /* quantized tensors: random valid codes and fitted scales
+                                  instead of quantized random floats (flash preset) */
+    bool sparse;               /* leave every matrix's data as a hole (zeros) */
 };
 
 /*
@@ -53,10 +56,17 @@ struct mkmodel_opts {
  *           the fine details of the architecture change the output
  *   small - n_embd 512, 6 layers, 32 experts, vocab 1024: tens of MB (demo)
  *   bench - n_embd 1024, 256-wide experts sized by mkmodel_fit_size
+ *   flash - DeepSeek V4 Flash's dimensions (n_embd 4096, 43 layers, 256
+ *           experts of 2048, vocab 129280, its compress ratios), ds4's q2
+ *           mix, random codes (about 80 GB; sparse or fewer layers for tests)
  * Every preset dimension that is a row length is a multiple of 256, so any
  * supported type fits. -1 for an unknown preset name.
  */
 int mkmodel_preset(struct mkmodel_opts *o, const char *name, ms_err *err);
+/* Sets the compress ratios of o->hp.n_block layers as the preset lays them
+ * out (flash: 0, 0, then 4 and 128 alternating; others
+ * dsv4_default_ratios). */
+void mkmodel_preset_ratios(struct mkmodel_opts *o);
 
 /*
  * The type a tensor is stored in (before the twin rewrite): 1-D -> F32,

@@ -87,29 +87,44 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
                  ms_err *err) {
     const struct dsv4_model *m = s->m;
     const struct dsv4_hparams *hp = &m->hp;
-    const int64_t D = hp->n_embd, nh = hp->n_hc, V = hp->n_vocab;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, V = hp->n_vocab, w = nh * D;
+    const int64_t ub = s->p.n_ubatch, pos = s->n_past;
     const struct dsv4_tensor *emb = &m->glob[DSV4_TOKEN_EMBD];
     const struct ms_type_traits *et = ms_type_traits(emb->mat.type);
-    s->pos0 = s->n_past;
-    /* residual [n][n_hc][D]: every stream starts as the token's embedding */
+    /* residual [n][n_hc][D] for the whole pass: every stream starts as the
+     * token's embedding */
     for (int64_t t = 0; t < n; t++) {
-        float *X = s->sc.resid + t * nh * D;
+        float *X = s->resid + t * w;
         et->to_float((const char *)emb->mat.data + (size_t)tokens[t] * emb->mat.row_stride, X, D);
         for (int64_t k = 1; k < nh; k++) memcpy(X + k * D, X, (size_t)D * sizeof(float));
     }
     for (uint32_t il = 0; il < m->n_layer; il++) {
-        /* the expert source starts this layer's reads (and the next's) now,
-         * so they overlap this layer's attention */
+        /* the expert source decides from the pass's length how to serve the
+         * layer and starts its reads (and the next layer's) now, so they
+         * overlap this layer's attention */
         if (m->experts.prepare && m->experts.prepare(m->experts.ctx, il, tokens, n, err))
             return ms_err_prefix(err, "layer %u", il);
-        if (layer_forward(s, il, tokens, n, err)) return ms_err_prefix(err, "layer %u", il);
+        /* the layer's ubatches in position order: each attends to the state
+         * the earlier ones left, as a chunked evaluation would */
+        for (int64_t u0 = 0; u0 < n; u0 += ub) {
+            const int64_t nu = n - u0 < ub ? n - u0 : ub;
+            s->pos0 = pos + u0;
+            s->sc.resid = s->resid + u0 * w;
+            s->pass_tail = u0 + nu == n;
+            if (layer_forward(s, il, tokens + u0, nu, err))
+                return ms_err_prefix(err, "layer %u", il);
+        }
     }
-    if (logits) {
-        if (output_head(s, 0, n, logits, err)) return -1;
-        memcpy(s->logits, logits + (n - 1) * V, (size_t)V * sizeof(float));
-    } else if (output_head(s, n - 1, n, s->logits, err)) {
-        return -1;
+    for (int64_t u0 = logits ? 0 : (n - 1) / ub * ub; u0 < n; u0 += ub) {
+        const int64_t nu = n - u0 < ub ? n - u0 : ub;
+        s->sc.resid = s->resid + u0 * w;
+        if (logits) {
+            if (output_head(s, 0, nu, logits + u0 * V, err)) return -1;
+        } else if (output_head(s, nu - 1, nu, s->logits, err)) {
+            return -1;
+        }
     }
+    if (logits) memcpy(s->logits, logits + (n - 1) * V, (size_t)V * sizeof(float));
     return 0;
 }
 
@@ -409,8 +424,8 @@ static int moe_group_by_expert(struct dsv4_session *s, int64_t n) {
     return n_used;
 }
 
-/* Tells the expert source the distinct experts of the ubatch's last
- * DSV4_TAIL_TOKENS tokens, last token first (it may seed its decode cache
+/* Tells the expert source the distinct experts of the pass's last
+ * DSV4_TAIL_TOKENS tokens (those of the last ubatch), last token first (it may seed its decode cache
  * with them). */
 static int tail_routed(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -462,7 +477,7 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
                               int64_t n, int n_used, ms_err *err) {
     const struct dsv4_model *m = s->m;
     struct dsv4_scratch *sc = &s->sc;
-    if (m->experts.tail_routed && tail_routed(s, il, n, err)) return -1;
+    if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
     const int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
     for (int g0 = 0; g0 < n_used; g0 += group) {
         const int ng = n_used - g0 < group ? n_used - g0 : group;

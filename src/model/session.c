@@ -96,7 +96,6 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
         off += ((count) * sizeof *sc->field + MS_ALIGN - 1) / MS_ALIGN * MS_ALIGN;            \
     } while (0)
     /*  buffer           elements */
-    BUF(resid,           n * nh * D);
     BUF(hc_flat,         n * nh * D);
     BUF(hc_mix,          n * (2 + nh) * nh);
     BUF(hc_wpre,         n * nh);
@@ -156,6 +155,7 @@ void dsv4_session_free(struct dsv4_session *s) {
         for (uint32_t il = 0; il < s->m->n_layer; il++) free_state(&s->ls[il]);
     free(s->ls);
     free_scratch(&s->sc);
+    ms_free(s->resid);
     ms_matmul_ctx_free(&s->mm);
     if (s->mm_thread)
         for (int i = 0; i < ms_pool_n_threads(s->p.pool); i++) ms_matmul_ctx_free(&s->mm_thread[i]);
@@ -163,6 +163,23 @@ void dsv4_session_free(struct dsv4_session *s) {
     ms_free(s->tokens);
     ms_free(s->logits);
     free(s);
+}
+
+/* Residual-stream floats per token: [n_hc][n_embd]. */
+static size_t resid_floats(const struct dsv4_model *m) {
+    return (size_t)m->hp.n_hc * m->hp.n_embd;
+}
+
+/* (Re)allocates the residual stream for passes of up to n tokens (the old
+ * contents are not kept); on OOM the old one is kept and false returned. */
+static bool alloc_resid(struct dsv4_session *s, int64_t n) {
+    bool ok = true;
+    float *r = zalloc((size_t)n * resid_floats(s->m), sizeof(float), &ok);
+    if (!ok) return false;
+    ms_free(s->resid);
+    s->resid = r;
+    s->resid_cap = n;
+    return true;
 }
 
 /* (Re)allocates the scratch for ubatches of up to n tokens; on OOM the old
@@ -182,28 +199,42 @@ static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
     return true;
 }
 
+/* Tokens per pass and per ubatch of a session with these parameters
+ * (n_batch: DSV4_BATCH_WHOLE stays). */
+static void batch_sizes(const struct dsv4_session_params *p, int64_t *n_batch,
+                        int64_t *n_ubatch) {
+    int64_t b = p->n_batch ? p->n_batch : DSV4_UBATCH_DEFAULT;
+    if (b > p->n_ctx) b = p->n_ctx;
+    int64_t u = p->n_ubatch > 0 ? p->n_ubatch : DSV4_UBATCH_DEFAULT;
+    if (b > 0 && u > b) u = b;
+    if (u > p->n_ctx) u = p->n_ctx;
+    *n_batch = b;
+    *n_ubatch = u;
+}
+
 int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
                      const struct dsv4_session_params *p, ms_err *err) {
     if (p->n_ctx <= 0) return ms_err_set(err, "context size must be positive (got %lld)",
                                          (long long)p->n_ctx);
-    if (p->n_ubatch < 0 && p->n_ubatch != DSV4_UBATCH_WHOLE)
-        return ms_err_set(err, "ubatch size must be positive, 0 or DSV4_UBATCH_WHOLE (got %lld)",
+    if (p->n_batch < 0 && p->n_batch != DSV4_BATCH_WHOLE)
+        return ms_err_set(err, "batch size must be positive, 0 or DSV4_BATCH_WHOLE (got %lld)",
+                          (long long)p->n_batch);
+    if (p->n_ubatch < 0)
+        return ms_err_set(err, "ubatch size must be positive or 0 (got %lld)",
                           (long long)p->n_ubatch);
     struct dsv4_session *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, "out of memory");
     s->m = m;
     s->p = *p;
-    if (s->p.n_ubatch == 0) s->p.n_ubatch = DSV4_UBATCH_DEFAULT;
-    if (s->p.n_ubatch > s->p.n_ctx) s->p.n_ubatch = s->p.n_ctx;
+    batch_sizes(p, &s->p.n_batch, &s->p.n_ubatch);
     s->mm.pool = p->pool;
     /* pool NULL: each runs on the worker that owns it */
     s->mm_thread = calloc((size_t)ms_pool_n_threads(p->pool), sizeof *s->mm_thread);
     s->comp_cap = s->p.n_ctx / 4 + 1;
 
-    /* Whole-call sessions start with a default-sized scratch and grow it. */
-    const int64_t cap = s->p.n_ubatch > 0 ? s->p.n_ubatch
-                        : s->p.n_ctx < DSV4_UBATCH_DEFAULT ? s->p.n_ctx : DSV4_UBATCH_DEFAULT;
-    bool ok = alloc_scratch(s, cap);
+    bool ok = alloc_scratch(s, s->p.n_ubatch);
+    /* whole-call sessions start with a ubatch-sized residual and grow it */
+    if (ok) ok = alloc_resid(s, s->p.n_batch > 0 ? s->p.n_batch : s->p.n_ubatch);
     const size_t V = m->hp.n_vocab;
     s->tokens = zalloc((size_t)s->p.n_ctx, 4, &ok);
     s->logits = zalloc(V, 4, &ok);
@@ -234,18 +265,26 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     return 0;
 }
 
-uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p) {
-    const uint64_t n_ctx = p->n_ctx > 0 ? (uint64_t)p->n_ctx : 1;
-    /* a whole-call session may grow its scratch to the whole context */
-    uint64_t n = p->n_ubatch > 0                    ? (uint64_t)p->n_ubatch
-                 : p->n_ubatch == DSV4_UBATCH_WHOLE ? n_ctx
-                                                    : DSV4_UBATCH_DEFAULT;
-    if (n > n_ctx) n = n_ctx;
+struct dsv4_session_mem dsv4_session_mem(const struct dsv4_model *m,
+                                         const struct dsv4_session_params *p) {
+    struct dsv4_session_params q = *p;
+    if (q.n_ctx <= 0) q.n_ctx = 1;
+    int64_t nb, nu;
+    batch_sizes(&q, &nb, &nu);
+    if (nb < 0) nb = q.n_ctx; /* a whole-call pass may grow to the whole context */
     struct dsv4_scratch sc;
-    const uint64_t scratch = scratch_layout(&sc, NULL, m, n, (size_t)ms_pool_n_threads(p->pool),
-                                            n_ctx / 4 + 1);
-    return dsv4_kv_bytes(m, (int64_t)n_ctx, false) + scratch +
-           (m->hp.n_vocab + n_ctx) * sizeof(float); /* logits, tokens */
+    struct dsv4_session_mem mem = {
+        .kv = dsv4_kv_bytes(m, q.n_ctx, false),
+        .resid = (uint64_t)nb * resid_floats(m) * sizeof(float),
+        .scratch = scratch_layout(&sc, NULL, m, (size_t)nu, (size_t)ms_pool_n_threads(q.pool),
+                                  (size_t)(q.n_ctx / 4 + 1)),
+        .other = ((uint64_t)m->hp.n_vocab + (uint64_t)q.n_ctx) * sizeof(float)};
+    mem.total = mem.kv + mem.resid + mem.scratch + mem.other;
+    return mem;
+}
+
+uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p) {
+    return dsv4_session_mem(m, p).total;
 }
 
 void dsv4_session_reset(struct dsv4_session *s) {
@@ -266,10 +305,11 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         if (tokens[i] < 0 || tokens[i] >= V)
             return ms_err_set(err, "token id %d at index %lld is outside the vocabulary "
                               "[0, %lld)", tokens[i], (long long)i, (long long)V);
-    const int64_t step = s->p.n_ubatch > 0 ? s->p.n_ubatch : n;
-    if (step > s->sc_cap && !alloc_scratch(s, step))
-        return ms_err_set(err, "out of memory for the activations of a %lld-token step",
-                          (long long)step);
+    const int64_t step = s->p.n_batch > 0 ? s->p.n_batch : n;
+    if (step > s->resid_cap && !alloc_resid(s, step))
+        return ms_err_set(err, "out of memory for the residual stream of a %lld-token pass "
+                          "(%.2f GiB; a smaller --prefill-chunk needs less)", (long long)step,
+                          (double)step * (double)resid_floats(s->m) * 4.0 / 1073741824.0);
     for (int64_t off = 0; off < n; off += step) {
         const int64_t nb = n - off < step ? n - off : step;
         if (dsv4_forward(s, tokens + off, nb, logits ? logits + off * V : NULL, err)) {

@@ -24,12 +24,13 @@
 struct dsv4_session;
 struct dsv4_snapshot;
 
-/* n_ubatch value: every eval call is one forward step, however long (the
- * layer-major one-pass prefill of a streamed model: each layer's routed
- * weights are needed once per prompt). The scratch grows to the longest
- * call and stays at that size. */
-#define DSV4_UBATCH_WHOLE (-1)
-/* n_ubatch 0: ubatches of this many tokens. */
+/* n_batch value: every eval call is one layer-major pass, however long
+ * (the one-pass prefill of a streamed model: each layer's routed weights
+ * are needed once per prompt). Only the residual stream between layers
+ * ([n_tokens][n_hc][n_embd] F32) grows with the call; the other
+ * activations are per ubatch. Equal to MS_PREFILL_WHOLE. */
+#define DSV4_BATCH_WHOLE (-1)
+/* n_batch / n_ubatch 0: this many tokens. */
 #define DSV4_UBATCH_DEFAULT 512
 
 /* Routing observer: after the router of layer il ran over n tokens, sel and
@@ -39,9 +40,11 @@ typedef void (*dsv4_route_fn)(void *ctx, uint32_t il, const int32_t *sel, const 
 
 struct dsv4_session_params {
     int64_t n_ctx;       /* positions the session can hold (> 0) */
-    int64_t n_ubatch;    /* tokens per forward step (activation memory bound);
-                            0 = DSV4_UBATCH_DEFAULT, DSV4_UBATCH_WHOLE = the
-                            whole call */
+    int64_t n_batch;     /* tokens per layer-major pass (a layer's routed weights
+                            are used once per pass); 0 = DSV4_UBATCH_DEFAULT,
+                            DSV4_BATCH_WHOLE = the whole eval call */
+    int64_t n_ubatch;    /* tokens per compute step inside a pass (activation
+                            memory bound); 0 = DSV4_UBATCH_DEFAULT */
     bool quality;        /* F32 activations (exact math on stored weights) */
     struct ms_pool *pool; /* borrowed; NULL = single-threaded */
     dsv4_route_fn on_route; /* NULL = none */
@@ -54,8 +57,19 @@ struct dsv4_session_params {
  * and on ratio-4 layers the indexer keys n / 4, per main layer). */
 uint64_t dsv4_kv_bytes(const struct dsv4_model *m, int64_t n, bool live);
 
-/* Bytes a session with these parameters allocates (state + scratch +
- * tokens and logits), for memory planning before any session exists. */
+/* What a session with these parameters allocates, by part (bytes), for
+ * memory planning before any session exists. */
+struct dsv4_session_mem {
+    uint64_t kv;      /* attention state of n_ctx positions (dsv4_kv_bytes) */
+    uint64_t resid;   /* residual stream of the longest pass: n_batch (whole:
+                         n_ctx) x n_hc x n_embd F32 */
+    uint64_t scratch; /* per-ubatch activations and per-thread buffers */
+    uint64_t other;   /* tokens [n_ctx] and logits [n_vocab] */
+    uint64_t total;
+};
+struct dsv4_session_mem dsv4_session_mem(const struct dsv4_model *m,
+                                         const struct dsv4_session_params *p);
+/* dsv4_session_mem(m, p).total */
 uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_session_params *p);
 
 /* Creates an empty session. The model must outlive it. Errors: OOM, bad
@@ -66,7 +80,11 @@ void dsv4_session_free(struct dsv4_session *s);
 
 /*
  * Appends tokens[0..n) at positions n_past .. n_past+n-1 and runs the model
- * over them, layer-major, in steps of at most n_ubatch tokens.
+ * over them in passes of at most n_batch tokens: each pass runs layer by
+ * layer over all its tokens, and inside a layer in ubatches of at most
+ * n_ubatch tokens (position order). Every token of a ubatch attends to the
+ * state the earlier ubatches left, so the result is the same whatever the
+ * pass and ubatch sizes (bit for bit: every row's arithmetic is the same).
  * logits: NULL, or [n][n_vocab] f32 receiving the next-token logits after
  * every appended position. The last position's logits are always kept
  * (dsv4_session_logits). Errors: a token id outside [0, n_vocab) or a

@@ -37,7 +37,8 @@ struct dsv4_layer_state {
 struct dsv4_scratch {
     void *base;
     /* hyper-connections */
-    float *resid;      /* [n][n_hc][D] residual stream (hyper-connection state) */
+    float *resid;      /* [n][n_hc][D] residual stream (hyper-connection state):
+                          the ubatch's rows of the session's resid, not owned */
     float *hc_flat;    /* [n][n_hc*D] normalised residual; hc_post: the old residual */
     float *hc_mix;     /* [n][(2+n_hc)*n_hc] HC mix logits */
     float *hc_wpre;    /* [n][n_hc] pre weights */
@@ -93,15 +94,20 @@ struct dsv4_session {
     int64_t comp_cap;        /* max compressed rows per layer (ratio 4) */
     struct dsv4_layer_state *ls; /* [n_layer] */
     struct dsv4_scratch sc;
-    int64_t sc_cap;          /* tokens the scratch holds */
+    int64_t sc_cap;          /* tokens the scratch holds (n_ubatch) */
+    float *resid;            /* [resid_cap][n_hc][D] residual stream of a pass */
+    int64_t resid_cap;       /* tokens it holds */
     int64_t pos0;            /* position of the ubatch's first token */
+    bool pass_tail;          /* the ubatch holds the pass's last tokens */
     struct ms_matmul_ctx mm;
     struct ms_matmul_ctx *mm_thread; /* [n_threads]: single-threaded, one per worker */
 };
 
-/* Runs every layer and the requested heads over tokens[0..n) at positions
- * s->n_past ...; does not advance n_past. logits: [n][n_vocab] or NULL;
- * the last token's logits always go to s->logits. (forward.c) */
+/* One layer-major pass: runs every layer over tokens[0..n) at positions
+ * s->n_past ... (n <= resid_cap), inside each layer in ubatches of
+ * p.n_ubatch tokens, then the requested heads; does not advance n_past.
+ * logits: [n][n_vocab] or NULL; the last token's logits always go to
+ * s->logits. (forward.c) */
 int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
                  ms_err *err);
 

@@ -108,28 +108,36 @@ int ms_mem_plan(const struct ms_mem_plan_in *in, struct ms_mem_plan *out, ms_err
     out->dense_bytes = in->file_bytes - in->routed_bytes;
     out->resident_need = in->file_bytes + in->session_bytes;
     out->stream = in->stream == 1 || (in->stream < 0 && out->resident_need > out->usable_bytes);
-    if (!out->stream) return 0;
+    if (!out->stream) {
+        /* the weights are a file mapping (page cache, reclaimable); the
+         * sessions are not */
+        if (in->session_bytes > out->usable_bytes)
+            return ms_err_set(err,
+                              "not enough memory for the sessions: %.2f GiB needed, %.2f GiB "
+                              "usable",
+                              gib(in->session_bytes), gib(out->usable_bytes));
+        return 0;
+    }
 
     out->headroom_bytes = 2 * in->max_layer_routed;
     const uint64_t fixed =
         out->dense_bytes + in->full_bytes + in->session_bytes + out->headroom_bytes;
     const uint64_t room = out->usable_bytes > fixed ? out->usable_bytes - fixed : 0;
+    if (room < in->min_cache_bytes)
+        return ms_err_set(err,
+                          "not enough memory to stream: %.2f GiB usable, %.2f GiB dense "
+                          "(and whole-layer) weights + %.2f GiB sessions + %.2f GiB prefill "
+                          "headroom leave %.2f GiB, the expert cache needs at least %.3f GiB",
+                          gib(out->usable_bytes), gib(out->dense_bytes + in->full_bytes),
+                          gib(in->session_bytes), gib(out->headroom_bytes), gib(room),
+                          gib(in->min_cache_bytes));
     uint64_t cache = in->cache_bytes ? in->cache_bytes : room;
     if (cache > room) cache = room;
     const uint64_t streamed = in->routed_bytes > in->full_bytes ? in->routed_bytes - in->full_bytes
                                                                 : 0;
     if (cache > streamed) cache = streamed;
-    if (cache < in->min_cache_bytes) {
-        if (in->cache_bytes == 0 && room < in->min_cache_bytes)
-            return ms_err_set(err,
-                              "not enough memory to stream: %.2f GiB usable, %.2f GiB dense "
-                              "(and whole-layer) weights + %.2f GiB sessions + %.2f GiB prefill "
-                              "headroom leave %.2f GiB, the expert cache needs at least %.3f GiB",
-                              gib(out->usable_bytes), gib(out->dense_bytes + in->full_bytes),
-                              gib(in->session_bytes), gib(out->headroom_bytes), gib(room),
-                              gib(in->min_cache_bytes));
-        cache = in->min_cache_bytes;
-    }
+    if (cache < in->min_cache_bytes) cache = in->min_cache_bytes;
     out->cache_bytes = cache;
     return 0;
 }
+

@@ -51,8 +51,10 @@ struct ms_mem_plan {
  * Decides residency and fits the cache. Auto streams when the resident need
  * (file + sessions) exceeds the usable memory. A requested cache size is a
  * target: it is reduced to what remains after dense weights, sessions and
- * headroom (and never below min_cache_bytes). Errors: streaming cannot fit
- * even the smallest cache in what remains (the message gives the figures).
+ * headroom (and never below min_cache_bytes). Errors (the message gives the
+ * figures): streaming cannot fit even the smallest cache in what remains,
+ * whatever cache was requested; resident, the sessions alone exceed the
+ * usable memory (the weights are a reclaimable file mapping).
  */
 int ms_mem_plan(const struct ms_mem_plan_in *in, struct ms_mem_plan *out, ms_err *err);
 

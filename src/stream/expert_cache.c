@@ -280,6 +280,23 @@ static int install(struct ms_expert_cache *c, uint32_t il, uint32_t key, ms_err 
     return 0;
 }
 
+uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_bytes) {
+    c->budget = c->st.budget_bytes = budget_bytes;
+    while (c->st.used_bytes > c->budget) {
+        const int64_t v = pick_victim(c);
+        if (v < 0) break; /* the rest is pinned */
+        drop_slot(c, (uint32_t)v);
+        c->st.evictions++;
+    }
+    while (c->st.resident_bytes > c->budget && c->n_pool) {
+        struct pooled pb = c->pool[--c->n_pool];
+        ms_free(pb.buf);
+        c->n_buffers--;
+        c->st.resident_bytes -= pb.bytes;
+    }
+    return c->st.resident_bytes;
+}
+
 /* ---- pin / load / unpin ------------------------------------------------ */
 
 int ms_expert_cache_pin(struct ms_expert_cache *c, uint32_t il, const int32_t *ids, int n,

@@ -141,6 +141,12 @@ void ms_expert_cache_filled(struct ms_expert_cache *c, uint32_t il, int32_t expe
  * skipped). */
 void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h);
 
+/* Changes the budget. Lowering it evicts unpinned slots (policy order) and
+ * frees kept buffers until the buffers held fit, as far as pins allow.
+ * Returns the bytes of buffers held afterwards (> budget_bytes only when
+ * pinned slots hold more). */
+uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_bytes);
+
 bool ms_expert_cache_contains(const struct ms_expert_cache *c, uint32_t il, uint32_t expert);
 const struct ms_cache_stats *ms_expert_cache_stats(const struct ms_expert_cache *c);
 /* Adds a reader's I/O to the counters: bytes read, seconds waited. */

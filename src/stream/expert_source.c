@@ -54,6 +54,8 @@ struct ms_stream_source {
     struct ms_layer_reader *lr;
     int64_t whole_min;       /* smallest whole-layer ubatch (INT64_MAX: never) */
     int64_t whole_il;        /* layer served from a layer buffer now, or -1 */
+    uint64_t base_budget;    /* cache budget while the layer buffers are held */
+    uint64_t headroom;       /* the decode cache's extra budget while they are not */
     uint32_t seed_quota;     /* experts seeded per layer */
     /* --full-layers: the first n_full layers held whole, read at creation */
     uint32_t n_full;
@@ -275,10 +277,19 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     s->whole_il = -1;
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
-        if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) ms_layer_reader_drop(s->lr);
+        if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) {
+            ms_layer_reader_drop(s->lr);
+            ms_expert_cache_set_budget(s->cache, s->base_budget + s->headroom);
+        }
         if (s->pf && il < s->m->hp.n_hash_layer && il >= s->n_full)
             return prefetch_hash_layer(s, il, tokens, n, err);
         return 0;
+    }
+    if (s->lr && !ms_layer_reader_buffer_bytes(s->lr) && s->headroom) {
+        /* a prefill starts: the decode cache gives the headroom back to the
+         * layer buffers before they are allocated (never both at once) */
+        if (s->pf && ms_prefetch_pending(s->pf)) reap(s);
+        ms_expert_cache_set_budget(s->cache, s->base_budget);
     }
     if (!layer_cached(s, il)) {
         if (queue_layer(s, il, (int64_t)il - 1, err)) return -1;
@@ -641,6 +652,10 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     if (!p->no_prefetch &&
         ms_prefetch_new(&s->pf, m->gguf->path, &p->io, (size_t)s->cap_res * N_PART, err))
         goto fail;
+    /* no prefill yet: the decode cache may use the headroom */
+    s->base_budget = budget;
+    s->headroom = s->lr ? p->headroom_bytes : 0;
+    if (s->headroom) ms_expert_cache_set_budget(s->cache, budget + s->headroom);
     free(slot_bytes);
     *out = s;
     return 0;
@@ -655,7 +670,7 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
     /* Group size: as many experts of the largest layer as the budget holds
      * (at least one token's worth: the budget is never below that). */
     const uint64_t max_slot = s->max_slot ? s->max_slot : 1;
-    uint64_t fit = ms_expert_cache_stats(s->cache)->budget_bytes / max_slot;
+    uint64_t fit = s->base_budget / max_slot; /* the budget while a prefill runs */
     if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
     if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
@@ -669,6 +684,9 @@ struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { ret
 const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s) {
     if (s->lr) s->ctr.layer_read_seconds = ms_layer_reader_busy_seconds(s->lr);
     return &s->ctr;
+}
+uint64_t ms_stream_source_layer_buffer_bytes(const struct ms_stream_source *s) {
+    return s->lr ? ms_layer_reader_buffer_bytes(s->lr) : 0;
 }
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s) {
     return s->lr ? s->whole_min : INT64_MAX;

@@ -30,7 +30,10 @@
  * docs/streaming.md). The layer buffers are
  * allocated at the first long ubatch and freed at the first short one (a
  * decode step): they are the two layers of prefill headroom of the memory
- * plan (stream/budget.h), held only while a long prefill runs.
+ * plan (stream/budget.h), held only while a long prefill runs; between
+ * prefills those bytes belong to the decode cache (headroom_bytes: its
+ * budget grows by them after a prefill and is evicted down again before
+ * the next prefill allocates the buffers).
  *
  * Switch point: n*k >= 3 * n_expert (WHOLE_LAYER_FILL in expert_source.c),
  * from the measurements in docs/streaming.md ("The switch point, measured"):
@@ -90,6 +93,12 @@ struct ms_stream_params {
     uint32_t full_layers;
     /* true: no decode prefetch (see "Decode prefetch" above) */
     bool no_prefetch;
+    /* bytes the decode cache may use beyond budget_bytes while no prefill
+     * holds the layer buffers (the memory plan's prefill headroom); the
+     * cache is evicted down to budget_bytes before a prefill allocates
+     * them, so cache + layer buffers never exceed budget + headroom.
+     * 0 = the cache keeps budget_bytes always. */
+    uint64_t headroom_bytes;
 };
 
 struct ms_stream_counters {
@@ -133,6 +142,8 @@ void ms_stream_source_free(struct ms_stream_source *s);
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s);
 
 const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s);
+/* Bytes of whole-layer buffers held now. */
+uint64_t ms_stream_source_layer_buffer_bytes(const struct ms_stream_source *s);
 /* The smallest ubatch that reads whole layers (INT64_MAX: never). */
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s);
 /* The whole-layer reader's I/O engine (fault injection in tests). */
