@@ -19,6 +19,7 @@
 #include "model/hparams.h"
 #include "model/layout.h"
 #include "moestream.h"
+#include "text/utf8.h"
 #include "util/parse.h"
 
 #define N_ARRAY_HEAD 8    /* array elements shown */
@@ -52,39 +53,6 @@ static void problem(struct report *r, const char *fmt, ...) {
 }
 
 /* ---- printing helpers --------------------------------------------------- */
-
-/* s[0..len) as a JSON string: invalid UTF-8 bytes become U+FFFD (jansson
- * accepts only valid UTF-8), embedded NULs are kept (escaped by jansson).
- * NULL on OOM. */
-static json_t *json_str_clean(const char *s, uint64_t len) {
-    char *buf = malloc(len * 3 + 1); /* each bad byte becomes 3 bytes */
-    if (!buf) return NULL;
-    size_t o = 0;
-    for (uint64_t i = 0; i < len;) {
-        const unsigned char c = (unsigned char)s[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = n > 0 && i + n <= len;
-        for (size_t k = 1; ok && k < n; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
-        if (ok && n > 1) { /* no overlong forms, surrogates or code points past U+10FFFF */
-            uint32_t cp = c & (0x7f >> n);
-            for (size_t k = 1; k < n; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
-            ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && cp <= 0x10ffff &&
-                 (cp < 0xd800 || cp > 0xdfff);
-        }
-        if (ok) {
-            memcpy(buf + o, s + i, n);
-            o += n;
-            i += n;
-        } else {
-            memcpy(buf + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(buf, o);
-    free(buf);
-    return j;
-}
 
 /* A float as JSON: a number when finite, else the string "NaN",
  * "Infinity" or "-Infinity" (JSON has no such numbers). */
@@ -411,7 +379,7 @@ static json_t *json_scalar(enum gguf_vtype t, const void *p) {
     case GGUF_TYPE_BOOL: return json_boolean(*(const uint8_t *)p);
     case GGUF_TYPE_STRING: {
         const struct gguf_str *s = p;
-        return json_str_clean(s->data, s->len);
+        return ms_json_text(s->data, s->len);
     }
     default: return json_null();
     }
@@ -421,7 +389,7 @@ static json_t *json_scalar(enum gguf_vtype t, const void *p) {
 static json_t *json_value(const struct gguf_value *v) {
     if (v->type != GGUF_TYPE_ARRAY) {
         switch (v->type) {
-        case GGUF_TYPE_STRING: return json_str_clean(v->str.data, v->str.len);
+        case GGUF_TYPE_STRING: return ms_json_text(v->str.data, v->str.len);
         case GGUF_TYPE_BOOL: return json_boolean(v->b);
         case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: return json_float(v->f64);
         case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
@@ -448,13 +416,13 @@ static int print_json(const struct report *r, const struct totals *s) {
     json_t *root = json_object(), *meta = json_object(), *tensors = json_array();
     json_t *by_type = json_object(), *ebl = json_array(), *probs = json_array();
     if (!root || !meta || !tensors || !by_type || !ebl || !probs) goto oom;
-    json_object_set_new(root, "file", json_str_clean(f->path, strlen(f->path)));
+    json_object_set_new(root, "file", ms_json_text(f->path, strlen(f->path)));
     json_object_set_new(root, "file_size", json_integer((json_int_t)f->file_size));
     json_object_set_new(root, "version", json_integer(f->version));
     json_object_set_new(root, "alignment", json_integer((json_int_t)f->alignment));
     json_object_set_new(root, "data_offset", json_integer((json_int_t)f->data_offset));
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        json_t *k = json_str_clean(f->kv[i].key.data, f->kv[i].key.len);
+        json_t *k = ms_json_text(f->kv[i].key.data, f->kv[i].key.len);
         if (!k) goto oom;
         json_object_set_new(meta, json_string_value(k), json_value(&f->kv[i].val));
         json_decref(k);
@@ -468,7 +436,7 @@ static int print_json(const struct report *r, const struct totals *s) {
             json_array_append_new(shape, json_integer(t->ne[d]));
         json_array_append_new(
             tensors, json_pack("{s:o*, s:s, s:o*, s:I, s:I, s:s}", "name",
-                               json_str_clean(t->name, strlen(t->name)), "type",
+                               ms_json_text(t->name, strlen(t->name)), "type",
                                ms_type_name(t->type) ? ms_type_name(t->type) : "?", "shape",
                                shape, "bytes", (json_int_t)t->size, "offset",
                                (json_int_t)t->offset, "class", file_class_name(r->cls[i])));
@@ -489,11 +457,11 @@ static int print_json(const struct report *r, const struct totals *s) {
             json_array_append_new(ebl, json_integer((json_int_t)expert_bytes(r, il)));
     json_object_set_new(root, "expert_bytes_by_layer", ebl);
     ebl = NULL;
-    json_object_set_new(root, "layout", json_str_clean(r->layout_desc, strlen(r->layout_desc)));
+    json_object_set_new(root, "layout", ms_json_text(r->layout_desc, strlen(r->layout_desc)));
     json_object_set_new(root, "deepseek4", json_boolean(r->is_dsv4));
     json_object_set_new(root, "problem_count", json_integer(r->n_problems_total));
     for (int i = 0; i < r->n_problems; i++)
-        json_array_append_new(probs, json_str_clean(r->problems[i], strlen(r->problems[i])));
+        json_array_append_new(probs, ms_json_text(r->problems[i], strlen(r->problems[i])));
     json_object_set_new(root, "problems", probs);
     probs = NULL;
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));

@@ -49,29 +49,6 @@ static void rand_id(char *out, size_t cap, const char *prefix) {
     out[n] = '\0';
 }
 
-/* JSON string of valid UTF-8 (bad bytes as U+FFFD). */
-static json_t *jstr(const char *s, size_t n) {
-    json_t *j = json_stringn(s ? s : "", s ? n : 0);
-    if (j) return j;
-    struct ms_buf b = {0};
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *t = len && i + len <= n ? json_stringn(s + i, len) : NULL;
-        if (t) {
-            ms_buf_put(&b, s + i, len);
-            json_decref(t);
-            i += len;
-        } else {
-            ms_buf_put(&b, "\xEF\xBF\xBD", 3);
-            i++;
-        }
-    }
-    j = json_stringn(b.p ? b.p : "", b.len);
-    ms_buf_free(&b);
-    return j;
-}
-
 static const char *err_type(int status) {
     switch (status) {
     case 400: return "invalid_request_error";
@@ -91,14 +68,14 @@ char *api_error_body(enum api_kind k, const struct http_err *e) {
     const char *type = e->type ? e->type : err_type(e->status);
     if (k == API_MESSAGES) {
         o = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message",
-                      jstr(e->msg, strlen(e->msg)));
+                      ms_json_text(e->msg, strlen(e->msg)));
     } else {
         /* OpenAI: type names of its own */
         const char *ot = e->status == 401 ? "invalid_api_key"
                          : e->status >= 500 ? (e->status == 503 ? "server_overloaded" : "server_error")
                          : e->status == 404 ? "not_found_error"
                          : e->type ? e->type : "invalid_request_error";
-        o = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", jstr(e->msg, strlen(e->msg)),
+        o = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", ms_json_text(e->msg, strlen(e->msg)),
                       "type", ot, "param", "code");
     }
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -24,6 +24,7 @@
 #include "sample/sampler.h"
 #include "server/server.h"
 #include "text/chat_template.h"
+#include "text/utf8.h"
 #include "util/buf.h" /* struct ms_buf: the growable byte buffers below */
 
 enum api_kind { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };

@@ -220,42 +220,12 @@ struct gen {
     bool tools_done;
 };
 
-/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid (overlong
- * forms, surrogates and code points above U+10FFFF are invalid). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    const unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned cp;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush) {
     const size_t n = flush ? b->len : utf8_whole(b->p, b->len);
     if (n == 0) return;
     /* the formatters get valid UTF-8: each bad byte becomes U+FFFD */
     struct ms_buf clean = {0};
-    for (size_t i = 0; i < n;) {
-        const size_t k = utf8_seq((const unsigned char *)b->p + i, n - i);
-        if (k) {
-            ms_buf_put(&clean, b->p + i, k);
-            i += k;
-        } else {
-            ms_buf_put(&clean, "\xEF\xBF\xBD", 3);
-            i++;
-        }
-    }
+    ms_utf8_clean(&clean, b->p, n);
     if (reasoning) fmt_reasoning(g->sv, g->j, clean.p, clean.len);
     else fmt_content(g->sv, g->j, clean.p, clean.len);
     ms_buf_free(&clean);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "text/chat_template.h"
+#include "text/utf8.h"
 
 #define S_END_THINK "</think>"
 
@@ -87,38 +88,6 @@ static char *attr(const char **s, const char *end, const char *name) {
     return v;
 }
 
-/* Valid UTF-8 copy of s[0..n) (bad bytes as U+FFFD) as a JSON string. */
-static json_t *json_text(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j) return j;
-    char *o = malloc(3 * n + 1);
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] >> 6) == 2;
-        if (ok && len > 1) {
-            json_t *t = json_stringn(s + i, len); /* jansson's own check (overlong, surrogates) */
-            ok = t != NULL;
-            json_decref(t);
-        }
-        if (ok) {
-            memcpy(o + k, s + i, len);
-            k += len;
-            i += len;
-        } else {
-            memcpy(o + k, "\xEF\xBF\xBD", 3);
-            k += 3;
-            i++;
-        }
-    }
-    j = json_stringn(o, k);
-    free(o);
-    return j;
-}
-
 /* Parses one complete invoke s[0..n) ("<｜DSML｜invoke ...</｜DSML｜invoke>").
  * Returns 0 and fills *name / *args (malloc'd), or -1 with *why. */
 static int parse_invoke(const char *s, size_t n, char **name, char **args, const char **why) {
@@ -160,8 +129,8 @@ static int parse_invoke(const char *s, size_t n, char **name, char **args, const
         const size_t vn = (size_t)(close - v);
         json_t *val = NULL;
         if (!str || !strcmp(str, "false")) val = json_loadb(v, vn, JSON_DECODE_ANY, NULL);
-        if (!val) val = json_text(v, vn);
-        json_t *k = json_text(key, strlen(key));
+        if (!val) val = ms_json_text(v, vn);
+        json_t *k = ms_json_text(key, strlen(key));
         if (!val || !k || json_object_set_new(obj, json_string_value(k), val)) {
             json_decref(k);
             free(key);
@@ -190,7 +159,7 @@ bad:
 
 /* Valid-UTF-8 name for the event. */
 static char *clean_name(const char *s) {
-    json_t *j = json_text(s, strlen(s));
+    json_t *j = ms_json_text(s, strlen(s));
     char *r = j ? strdup(json_string_value(j)) : NULL;
     json_decref(j);
     return r;
