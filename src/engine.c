@@ -405,6 +405,13 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e) {
     return st;
 }
 
+int ms_hotlist_check(const char *path, ms_err *err) {
+    struct ms_hotlist h;
+    if (ms_hotlist_load(&h, path, UINT32_MAX, UINT32_MAX, err)) return -1;
+    ms_hotlist_free(&h);
+    return 0;
+}
+
 int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err) {
     if (!e->route_hits)
         return ms_err_set(err, "routing was not profiled (load the engine with profile_routing)");

@@ -121,6 +121,12 @@ struct ms_stream_stats ms_engine_stream_stats(const struct ms_engine *e);
  * engine was loaded without profile_routing, the file cannot be written.
  */
 int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path, ms_err *err);
+/* Checks that the hotlist file at path parses (format of
+ * ms_engine_write_routing_profile; layer and expert indices are checked
+ * against a model only when an engine loads it), so that a bad file is
+ * reported before a long model load. Errors: unreadable file, malformed or
+ * duplicate line (the message names the file and line). */
+int ms_hotlist_check(const char *path, ms_err *err);
 
 /* The kernel set this CPU runs: "scalar", "avx2" or "avx512" (chosen on
  * first use; MS_ISA=scalar|avx2|avx512 in the environment caps it). */

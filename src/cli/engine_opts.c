@@ -12,7 +12,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "stream/hotlist.h"
 #include "util/parse.h"
 
 /* Parses an integer option value in [lo, hi] into *v; false (after printing
@@ -140,13 +139,11 @@ int engine_cli_check(const char *cmd, const struct engine_cli *e) {
     }
     if (p->hotlist) {
         /* syntax now; the engine checks indices against the model */
-        struct ms_hotlist h;
         ms_err err;
-        if (ms_hotlist_load(&h, p->hotlist, UINT32_MAX, UINT32_MAX, &err)) {
+        if (ms_hotlist_check(p->hotlist, &err)) {
             fprintf(stderr, "moestream %s: --hotlist: %s\n", cmd, err.msg);
             return 1;
         }
-        ms_hotlist_free(&h);
     }
     return 0;
 }
