@@ -14,6 +14,8 @@
 
 extern const uint64_t ms_iq2xxs_grid[MS_IQ2XXS_GRID_SIZE];
 extern const uint8_t ms_iq2_ksigns[128];
+/* Byte j of ms_iq2_signs64[s7]: -1 if bit j of ms_iq2_ksigns[s7] is set, else +1. */
+extern const uint64_t ms_iq2_signs64[128];
 
 /* Magnitude of element j (0..7) of grid point idx. */
 static inline int ms_iq2xxs_grid_val(unsigned idx, int j) {

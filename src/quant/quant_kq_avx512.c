@@ -13,6 +13,7 @@
 #include "quant/iq2_grid.h"
 #include "quant/quant_impl.h"
 #include "quant/quant_kq.h"
+#include "quant/quant_kq_iq2.h"
 #include "quant/quant_simd.h"
 
 /* ---- Q8_K (rounding as the reference; cvtsepi32_epi8 saturates to 127) */
@@ -282,78 +283,13 @@ MS_DECL_DOT_X4(q2_K, q8_K, avx512) {
     MS_X4(k, s[k] = sumf[k];);
 }
 
-/* IQ2_XXS: sub-blocks ib, ib + 1 per 64-byte vector: grid magnitudes (at
- * most 43) as u8, their 64 sign bits as a mask that negates the activations
- * (Q8_K has no -128, so negation is exact), and the odd scale 2 * s + 1 per
- * sub-block; maddubs pairs stay within 2 * 43 * 127. The block's value is
- * ad * d * sumi, the row's 0.125 * sum, as the reference. */
-struct iq2_prep {
-    __m512i grid[4], ls[4];
-    __mmask64 neg[4];
-    float d;
-};
-
-static inline void iq2xxs_prep(const block_iq2_xxs *b, struct iq2_prep *p) {
-    for (int t = 0; t < 4; t++) {
-        uint32_t a0[2], a1[2];
-        ms_iq2xxs_aux(b, 2 * t, a0);
-        ms_iq2xxs_aux(b, 2 * t + 1, a1);
-        p->grid[t] = _mm512_set_epi64(
-            (long long)ms_iq2xxs_grid[a1[0] >> 24], (long long)ms_iq2xxs_grid[(a1[0] >> 16) & 0xff],
-            (long long)ms_iq2xxs_grid[(a1[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a1[0] & 0xff],
-            (long long)ms_iq2xxs_grid[a0[0] >> 24], (long long)ms_iq2xxs_grid[(a0[0] >> 16) & 0xff],
-            (long long)ms_iq2xxs_grid[(a0[0] >> 8) & 0xff], (long long)ms_iq2xxs_grid[a0[0] & 0xff]);
-        uint64_t sw = 0;
-        for (int l = 0; l < 4; l++) {
-            sw |= (uint64_t)ms_iq2_ksigns[(a0[1] >> (7 * l)) & 127] << (8 * l);
-            sw |= (uint64_t)ms_iq2_ksigns[(a1[1] >> (7 * l)) & 127] << (8 * l + 32);
-        }
-        p->neg[t] = (__mmask64)sw;
-        p->ls[t] = cat256(_mm256_set1_epi16((short)(2 * (a0[1] >> 28) + 1)),
-                          _mm256_set1_epi16((short)(2 * (a1[1] >> 28) + 1)));
-    }
-    p->d = fp16_scale(b->d);
-}
-
-static inline __m512i iq2xxs_sumi(const struct iq2_prep *p, const int8_t *q8) {
-    const __m512i zero = _mm512_setzero_si512();
-    __m512i acc = zero;
-    for (int t = 0; t < 4; t++) {
-        __m512i a = _mm512_loadu_si512(q8 + 64 * t);
-        a = _mm512_mask_sub_epi8(a, p->neg[t], zero, a);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->grid[t], a), p->ls[t]);
-    }
-    return acc;
-}
-
+/* IQ2_XXS: the 256-bit kernels of quant_kq_iq2.h (see there why). */
 MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
-    const block_iq2_xxs *w = x;
-    const block_q8_K *a = y;
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        struct iq2_prep p;
-        iq2xxs_prep(&w[i], &p);
-        sumf += a[i].d * p.d * (float)_mm512_reduce_add_epi32(iq2xxs_sumi(&p, a[i].qs));
-    }
-    *s = 0.125f * sumf;
+    const void *y1[1] = {y};
+    iq2xxs_dot_n(n, s, x, y1, 1);
 }
 
-MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) {
-    const block_iq2_xxs *w = x;
-    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
-    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        struct iq2_prep p;
-        iq2xxs_prep(&w[i], &p);
-        __m256i v[4];
-        MS_X4(k, const __m512i acc = iq2xxs_sumi(&p, a[k][i].qs);
-              v[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)););
-        int32_t r[4];
-        _mm_storeu_si128((__m128i *)r, ms_kq_hsum4x8_i32(v));
-        MS_X4(k, sumf[k] += a[k][i].d * p.d * (float)r[k];);
-    }
-    MS_X4(k, s[k] = 0.125f * sumf[k];);
-}
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot_n(n, s, x, y, 4); }
 
 /* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
 
