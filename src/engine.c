@@ -350,6 +350,12 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
 
 void ms_engine_free(struct ms_engine *e) {
     if (!e) return;
+    if (e->pool && getenv("MS_POOL_STATS")) { /* profiling aid: thread hand-offs of the run */
+        const struct ms_pool_stats ps = ms_pool_stats(e->pool);
+        fprintf(stderr, "pool: %llu jobs handed out (%llu woke sleeping workers), %llu run inline, "
+                "%d threads\n", (unsigned long long)ps.jobs, (unsigned long long)ps.wakeups,
+                (unsigned long long)ps.inline_jobs, ms_pool_n_threads(e->pool));
+    }
     ms_tokenizer_free(e->tok);
     ms_pool_free(e->pool);
     ms_stream_source_free(e->stream);

@@ -50,6 +50,8 @@ struct ms_pool {
     _Atomic int pending; /* workers that have not finished the current job */
     _Atomic int64_t next; /* first item not yet handed out */
     _Atomic bool stop;
+    /* counters (written by the calling thread only): see ms_pool_stats */
+    uint64_t n_jobs, n_inline, n_wakeups;
     /* current job, written before generation is bumped */
     ms_pool_fn fn;
     void *ctx;
@@ -163,6 +165,12 @@ int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err) {
     return 0;
 }
 
+struct ms_pool_stats ms_pool_stats(const struct ms_pool *p) {
+    return p ? (struct ms_pool_stats){.jobs = p->n_jobs, .inline_jobs = p->n_inline,
+                                      .wakeups = p->n_wakeups}
+             : (struct ms_pool_stats){0};
+}
+
 void ms_pool_free(struct ms_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
@@ -188,7 +196,9 @@ static void run_job(struct ms_pool *p, int64_t n, int64_t chunk, ms_pool_fn fn, 
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
     atomic_fetch_add(&p->generation, 1); /* seq_cst: releases the job fields */
+    p->n_jobs++;
     if (atomic_load(&p->n_sleeping) > 0) {
+        p->n_wakeups++;
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
@@ -207,6 +217,7 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
     if (grain < 1) grain = 1;
     const int nt = p ? p->n_threads : 1;
     if (nt <= 1 || n <= grain) {
+        if (p) p->n_inline++;
         fn(ctx, 0, n, 0);
         return;
     }
@@ -219,6 +230,7 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
 void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (!p || p->n_threads <= 1 || n == 1) {
+        if (p) p->n_inline++;
         fn(ctx, 0, n, 0);
         return;
     }

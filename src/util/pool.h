@@ -41,6 +41,16 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
  * free. */
 void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx);
 
+/* What a pool has done since it was made: jobs handed to the workers (each
+ * one hand-off and one wait for the slowest thread: the synchronisation a
+ * decode step pays per matmul or per-token op), jobs small enough to run on
+ * the caller alone, and hand-offs that had to wake sleeping workers (a
+ * futex round trip each). Read by the thread that calls ms_pool_for. */
+struct ms_pool_stats {
+    uint64_t jobs, inline_jobs, wakeups;
+};
+struct ms_pool_stats ms_pool_stats(const struct ms_pool *p);
+
 /* Pins the pool's threads one per CPU of the caller's affinity mask, in
  * order: the caller (thread 0) to the first CPU, worker i to the i-th
  * (wrapping when there are more threads than CPUs). Keeps the OS from
