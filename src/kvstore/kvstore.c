@@ -32,6 +32,7 @@
 
 #include "engine_internal.h"
 #include "model/session_io.h"
+#include "util/le.h"
 #include "util/log.h"
 
 #define FINGERPRINT_BYTES 32
@@ -62,23 +63,6 @@ struct ms_kvstore {
 };
 
 /* ---- little helpers ------------------------------------------------------ */
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static double now_mono(void) {
     struct timespec ts;
@@ -304,27 +288,27 @@ static int write_file(struct ms_kvstore *kv, const char *name, uint32_t reason, 
     if (ofd >= 0) {
         uint8_t oh[MS_KV_HEADER_BYTES];
         if (pread(ofd, oh, sizeof oh, 0) == (ssize_t)sizeof oh && !memcmp(oh, MS_KV_MAGIC, 4) &&
-            mut_check(oh) == get32(oh + H_MUT_CHECK)) {
-            hits = get32(oh + H_HITS);
-            created = get64(oh + H_CREATED);
+            mut_check(oh) == ms_get_le32(oh + H_MUT_CHECK)) {
+            hits = ms_get_le32(oh + H_HITS);
+            created = ms_get_le64(oh + H_CREATED);
         }
         close(ofd);
     }
     const uint64_t payload = dsv4_session_payload_bytes(s);
     memcpy(h + H_MAGIC, MS_KV_MAGIC, 4);
-    put32(h + H_VERSION, MS_KV_VERSION);
-    put32(h + H_REASON, reason);
-    put32(h + H_FLAGS, 0);
-    put64(h + H_TOKENS, (uint64_t)dsv4_session_n_past(s));
-    put64(h + H_CTX, (uint64_t)n_ctx);
-    put64(h + H_CREATED, created);
-    put64(h + H_TEXT, text_len);
-    put64(h + H_AUX, aux_len);
-    put64(h + H_PAYLOAD, payload);
+    ms_put_le32(h + H_VERSION, MS_KV_VERSION);
+    ms_put_le32(h + H_REASON, reason);
+    ms_put_le32(h + H_FLAGS, 0);
+    ms_put_le64(h + H_TOKENS, (uint64_t)dsv4_session_n_past(s));
+    ms_put_le64(h + H_CTX, (uint64_t)n_ctx);
+    ms_put_le64(h + H_CREATED, created);
+    ms_put_le64(h + H_TEXT, text_len);
+    ms_put_le64(h + H_AUX, aux_len);
+    ms_put_le64(h + H_PAYLOAD, payload);
     memcpy(h + H_FP, kv->fp, FINGERPRINT_BYTES);
-    put64(h + H_LAST_USED, now_unix());
-    put32(h + H_HITS, hits);
-    put32(h + H_MUT_CHECK, mut_check(h));
+    ms_put_le64(h + H_LAST_USED, now_unix());
+    ms_put_le32(h + H_HITS, hits);
+    ms_put_le32(h + H_MUT_CHECK, mut_check(h));
 
     struct writer w = {.kv = kv, .fd = -1, .what = tmp};
     int rc = -1;
@@ -354,7 +338,7 @@ static int write_file(struct ms_kvstore *kv, const char *name, uint32_t reason, 
         goto out;
     }
     uint8_t sum[8];
-    put64(sum, XXH3_64bits_digest(w.h));
+    ms_put_le64(sum, XXH3_64bits_digest(w.h));
     if (pwrite(w.fd, sum, 8, H_CHECKSUM) != 8) {
         ms_err_errno(err, errno, "kv: cannot write %s", tmp);
         goto out;
@@ -458,17 +442,17 @@ static int read_header(struct ms_kvstore *kv, int fd, const char *name, struct c
     if (pread(fd, c->h, sizeof c->h, 0) != (ssize_t)sizeof c->h)
         return ms_err_errno(err, errno ? errno : EIO, "cannot read %s", name);
     if (memcmp(c->h, MS_KV_MAGIC, 4)) return ms_err_set(err, "%s is not a moestream checkpoint", name);
-    const uint32_t ver = get32(c->h + H_VERSION);
+    const uint32_t ver = ms_get_le32(c->h + H_VERSION);
     if (ver != MS_KV_VERSION)
         return ms_err_set(err, "%s has format version %u, this build reads %u", name, ver,
                           MS_KV_VERSION);
     if (memcmp(c->h + H_FP, kv->fp, FINGERPRINT_BYTES))
         return ms_err_set(err, "%s was written for another model (fingerprint differs)", name);
-    c->n_tokens = get64(c->h + H_TOKENS);
-    c->text_len = get64(c->h + H_TEXT);
-    c->aux_len = get64(c->h + H_AUX);
-    c->payload = get64(c->h + H_PAYLOAD);
-    c->reason = get32(c->h + H_REASON);
+    c->n_tokens = ms_get_le64(c->h + H_TOKENS);
+    c->text_len = ms_get_le64(c->h + H_TEXT);
+    c->aux_len = ms_get_le64(c->h + H_AUX);
+    c->payload = ms_get_le64(c->h + H_PAYLOAD);
+    c->reason = ms_get_le32(c->h + H_REASON);
     const uint64_t lim = c->file_bytes;
     if (c->text_len > lim || c->aux_len > lim || c->payload > lim ||
         MS_KV_HEADER_BYTES + c->text_len + c->aux_len + c->payload != lim)
@@ -476,7 +460,7 @@ static int read_header(struct ms_kvstore *kv, int fd, const char *name, struct c
                           "%llu bytes)", name, (unsigned long long)c->text_len,
                           (unsigned long long)c->aux_len, (unsigned long long)c->payload,
                           (unsigned long long)lim);
-    c->counters_ok = mut_check(c->h) == get32(c->h + H_MUT_CHECK);
+    c->counters_ok = mut_check(c->h) == ms_get_le32(c->h + H_MUT_CHECK);
     return 0;
 }
 
@@ -532,7 +516,7 @@ static int load_file(struct ms_kvstore *kv, struct ms_session *s, const char *na
         ms_err_prefix(err, "%s", name);
         goto out;
     }
-    if (XXH3_64bits_digest(r.h) != get64(c->h + H_CHECKSUM)) {
+    if (XXH3_64bits_digest(r.h) != ms_get_le64(c->h + H_CHECKSUM)) {
         dsv4_session_reset(ds);
         ms_err_set(err, "%s is corrupt (checksum mismatch)", name);
         goto out;
@@ -568,13 +552,13 @@ static void update_counters(struct ms_kvstore *kv, const char *name, const struc
     uint8_t h[MS_KV_HEADER_BYTES];
     memcpy(h, c->h, sizeof h);
     if (!c->counters_ok) memset(h + H_LAST_USED, 0, MS_KV_HEADER_BYTES - H_LAST_USED);
-    put64(h + H_LAST_USED, now_unix());
-    if (hit) put32(h + H_HITS, get32(h + H_HITS) + 1);
+    ms_put_le64(h + H_LAST_USED, now_unix());
+    if (hit) ms_put_le32(h + H_HITS, ms_get_le32(h + H_HITS) + 1);
     if (mismatch_depth >= 0) {
-        put32(h + H_MISMATCHES, get32(h + H_MISMATCHES) + 1);
-        put32(h + H_MISMATCH_DEPTH, (uint32_t)mismatch_depth);
+        ms_put_le32(h + H_MISMATCHES, ms_get_le32(h + H_MISMATCHES) + 1);
+        ms_put_le32(h + H_MISMATCH_DEPTH, (uint32_t)mismatch_depth);
     }
-    put32(h + H_MUT_CHECK, mut_check(h));
+    ms_put_le32(h + H_MUT_CHECK, mut_check(h));
     const int fd = openat(kv->dir_fd, name, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return;
     if (pwrite(fd, h + H_LAST_USED, MS_KV_HEADER_BYTES - H_LAST_USED, H_LAST_USED) < 0)
@@ -690,8 +674,8 @@ int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char
             for (int64_t k = 0; k < nt && depth < 0; k++)
                 if (k >= n_canon || ids[k] != canon[k]) depth = k;
         }
-        if (depth >= 0 && c.counters_ok && get32(c.h + H_MISMATCHES) > 0 &&
-            (int64_t)get32(c.h + H_MISMATCH_DEPTH) == depth) {
+        if (depth >= 0 && c.counters_ok && ms_get_le32(c.h + H_MISMATCHES) > 0 &&
+            (int64_t)ms_get_le32(c.h + H_MISMATCH_DEPTH) == depth) {
             dsv4_session_reset(ds);
             if (unlinkat(kv->dir_fd, v[i].name, 0) == 0) fsync(kv->dir_fd);
             ms_log_warn("kv: dropped %s: its tokens differ from the prompt's at depth %lld for "
@@ -723,9 +707,9 @@ struct entry {
 static double score_of(const struct ckpt *c, uint64_t now) {
     double hits = 0.0;
     if (c->counters_ok) {
-        const uint64_t last = get64(c->h + H_LAST_USED);
+        const uint64_t last = ms_get_le64(c->h + H_LAST_USED);
         const double age = last < now ? (double)(now - last) : 0.0;
-        hits = (double)get32(c->h + H_HITS) * exp2(-age / MS_KV_HIT_HALF_LIFE_S);
+        hits = (double)ms_get_le32(c->h + H_HITS) * exp2(-age / MS_KV_HIT_HALF_LIFE_S);
     }
     double s = (hits + 1.0) * (double)c->n_tokens / (double)(c->file_bytes ? c->file_bytes : 1);
     if (c->reason == MS_KV_COLD || c->reason == MS_KV_EVICT || c->reason == MS_KV_SHUTDOWN)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/session_impl.h"
+#include "util/le.h"
 
 #define HEADER_BYTES 48u
 #define LAYER_BYTES 16u
@@ -43,22 +44,6 @@ uint64_t dsv4_session_payload_bytes(const struct dsv4_session *s) {
            floats * 4;
 }
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 enum { FLAG_QUALITY = 1u, FLAG_LOGITS = 2u };
 
@@ -79,21 +64,21 @@ int dsv4_session_save_payload(const struct dsv4_session *s, const struct dsv4_io
         return ms_err_set(err, "cannot save an empty session");
     const size_t d = hp->n_embd_head, dI = hp->indexer_head_size, n_swa = hp->n_swa;
     uint8_t h[HEADER_BYTES];
-    put32(h, DSV4_PAYLOAD_MAGIC);
-    put32(h + 4, DSV4_PAYLOAD_VERSION);
-    put32(h + 8, m->n_layer);
-    put32(h + 12, (uint32_t)d);
-    put32(h + 16, (uint32_t)dI);
-    put32(h + 20, (uint32_t)n_swa);
-    put32(h + 24, hp->n_vocab);
-    put32(h + 28, (s->p.quality ? FLAG_QUALITY : 0) | FLAG_LOGITS);
-    put64(h + 32, (uint64_t)s->p.n_ctx);
-    put64(h + 40, (uint64_t)s->n_past);
+    ms_put_le32(h, DSV4_PAYLOAD_MAGIC);
+    ms_put_le32(h + 4, DSV4_PAYLOAD_VERSION);
+    ms_put_le32(h + 8, m->n_layer);
+    ms_put_le32(h + 12, (uint32_t)d);
+    ms_put_le32(h + 16, (uint32_t)dI);
+    ms_put_le32(h + 20, (uint32_t)n_swa);
+    ms_put_le32(h + 24, hp->n_vocab);
+    ms_put_le32(h + 28, (s->p.quality ? FLAG_QUALITY : 0) | FLAG_LOGITS);
+    ms_put_le64(h + 32, (uint64_t)s->p.n_ctx);
+    ms_put_le64(h + 40, (uint64_t)s->n_past);
     if (io(w, h, sizeof h, err)) return -1;
     for (uint32_t il = 0; il < m->n_layer; il++) {
         uint8_t l[LAYER_BYTES] = {0};
-        put32(l, m->layers[il].ratio);
-        put64(l + 8, (uint64_t)s->ls[il].n_comp);
+        ms_put_le32(l, m->layers[il].ratio);
+        ms_put_le64(l + 8, (uint64_t)s->ls[il].n_comp);
         if (io(w, l, sizeof l, err)) return -1;
     }
     if (io(w, s->tokens, (size_t)s->n_past * 4, err) || io(w, s->logits, (size_t)hp->n_vocab * 4, err))
@@ -135,24 +120,24 @@ int dsv4_session_load_payload(struct dsv4_session *s, const struct dsv4_io *r,
     dsv4_session_reset(s);
     if (payload_bytes < HEADER_BYTES) return ms_err_set(err, "session payload too short");
     if (io(r, h, sizeof h, err)) return -1;
-    if (get32(h) != DSV4_PAYLOAD_MAGIC) return ms_err_set(err, "not a session payload (bad magic)");
-    if (get32(h + 4) != DSV4_PAYLOAD_VERSION)
-        return ms_err_set(err, "session payload version %u, this build reads %u", get32(h + 4),
+    if (ms_get_le32(h) != DSV4_PAYLOAD_MAGIC) return ms_err_set(err, "not a session payload (bad magic)");
+    if (ms_get_le32(h + 4) != DSV4_PAYLOAD_VERSION)
+        return ms_err_set(err, "session payload version %u, this build reads %u", ms_get_le32(h + 4),
                           DSV4_PAYLOAD_VERSION);
-    if (get32(h + 8) != m->n_layer || get32(h + 12) != d || get32(h + 16) != dI ||
-        get32(h + 20) != n_swa || get32(h + 24) != hp->n_vocab)
+    if (ms_get_le32(h + 8) != m->n_layer || ms_get_le32(h + 12) != d || ms_get_le32(h + 16) != dI ||
+        ms_get_le32(h + 20) != n_swa || ms_get_le32(h + 24) != hp->n_vocab)
         return ms_err_set(err, "session payload shape (layers %u, head %u, indexer head %u, "
                           "window %u, vocabulary %u) does not match the model (%u, %zu, %zu, "
-                          "%zu, %u)", get32(h + 8), get32(h + 12), get32(h + 16), get32(h + 20),
-                          get32(h + 24), m->n_layer, d, dI, n_swa, hp->n_vocab);
-    const uint32_t flags = get32(h + 28);
+                          "%zu, %u)", ms_get_le32(h + 8), ms_get_le32(h + 12), ms_get_le32(h + 16), ms_get_le32(h + 20),
+                          ms_get_le32(h + 24), m->n_layer, d, dI, n_swa, hp->n_vocab);
+    const uint32_t flags = ms_get_le32(h + 28);
     if (flags & ~(uint32_t)(FLAG_QUALITY | FLAG_LOGITS) || !(flags & FLAG_LOGITS))
         return ms_err_set(err, "session payload has unknown flags 0x%x", flags);
     if (!(flags & FLAG_QUALITY) != !s->p.quality)
         return ms_err_set(err, "session payload was saved with%s F32 activations, this session "
                           "runs with%s", flags & FLAG_QUALITY ? "" : "out",
                           s->p.quality ? "" : "out");
-    const uint64_t n_past = get64(h + 40);
+    const uint64_t n_past = ms_get_le64(h + 40);
     if (n_past == 0 || n_past > (uint64_t)s->p.n_ctx)
         return ms_err_set(err, "session payload holds %llu tokens, the context holds %lld",
                           (unsigned long long)n_past, (long long)s->p.n_ctx);
@@ -162,10 +147,10 @@ int dsv4_session_load_payload(struct dsv4_session *s, const struct dsv4_io *r,
         if (io(r, l, sizeof l, err)) return -1;
         const uint32_t ratio = m->layers[il].ratio;
         const uint64_t want = ratio ? n_past / ratio : 0;
-        if (get32(l) != ratio || get64(l + 8) != want)
+        if (ms_get_le32(l) != ratio || ms_get_le64(l + 8) != want)
             return ms_err_set(err, "session payload layer %u: ratio %u with %llu compressed rows, "
-                              "the model has ratio %u (%llu rows at %llu tokens)", il, get32(l),
-                              (unsigned long long)get64(l + 8), ratio, (unsigned long long)want,
+                              "the model has ratio %u (%llu rows at %llu tokens)", il, ms_get_le32(l),
+                              (unsigned long long)ms_get_le64(l + 8), ratio, (unsigned long long)want,
                               (unsigned long long)n_past);
         s->ls[il].n_comp = (int64_t)want;
     }

@@ -390,10 +390,11 @@ void ms_chat_out_free(struct ms_chat_out *out) {
     memset(out, 0, sizeof *out);
 }
 
-int ms_chat_render(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
-                   bool thinking, char **out, size_t *len, ms_err *err) {
-    *out = NULL;
-    *len = 0;
+/* Renders plain role/content/reasoning messages (no tools) through
+ * ms_chat_render_ex: the common step of ms_chat_render and
+ * ms_chat_render_segs. r is filled as ms_chat_render_ex fills it. */
+static int render_simple(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                         bool thinking, struct ms_chat_out *r, ms_err *err) {
     struct ms_chat_message *m = calloc(n ? n : 1, sizeof *m);
     if (!m) return ms_err_set(err, "chat template: out of memory");
     for (size_t i = 0; i < n; i++)
@@ -401,10 +402,17 @@ int ms_chat_render(const struct ms_chat_msg *msgs, size_t n, bool add_generation
                                         msgs[i].reasoning, NULL};
     const struct ms_chat_opts o = {.add_generation_prompt = add_generation_prompt,
                                    .thinking = thinking};
-    struct ms_chat_out r;
-    const int rc = ms_chat_render_ex(m, n, &o, &r, err);
+    const int rc = ms_chat_render_ex(m, n, &o, r, err);
     free(m);
-    if (rc) return -1;
+    return rc ? -1 : 0;
+}
+
+int ms_chat_render(const struct ms_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                   bool thinking, char **out, size_t *len, ms_err *err) {
+    *out = NULL;
+    *len = 0;
+    struct ms_chat_out r;
+    if (render_simple(msgs, n, add_generation_prompt, thinking, &r, err)) return -1;
     free(r.plain);
     *out = r.text;
     *len = r.len;
@@ -452,17 +460,8 @@ int ms_chat_render_segs(const struct ms_chat_msg *msgs, size_t n, bool add_gener
     *len = 0;
     *segs = NULL;
     *n_segs = 0;
-    struct ms_chat_message *m = calloc(n ? n : 1, sizeof *m);
-    if (!m) return ms_err_set(err, "chat template: out of memory");
-    for (size_t i = 0; i < n; i++)
-        m[i] = (struct ms_chat_message){msgs[i].role ? msgs[i].role : "", msgs[i].content,
-                                        msgs[i].reasoning, NULL};
-    const struct ms_chat_opts o = {.add_generation_prompt = add_generation_prompt,
-                                   .thinking = thinking};
     struct ms_chat_out r;
-    const int rc = ms_chat_render_ex(m, n, &o, &r, err);
-    free(m);
-    if (rc) return -1;
+    if (render_simple(msgs, n, add_generation_prompt, thinking, &r, err)) return -1;
     struct ms_chat_seg *v = NULL;
     size_t nv = 0, cap = 0, pos = 0;
     bool ok = true;
