@@ -16,9 +16,11 @@ for cache in 3 5 64MB; do
 done
 for key in prefill_tokens prefill_seconds decode_tokens decode_seconds bytes_read proc_read_bytes \
            routed_bytes passes cache_hits cache_misses io_wait_seconds compute_seconds \
-           peak_rss_bytes cache_budget_bytes; do
+           peak_rss_bytes cache_budget_bytes prefill_io_wait_seconds decode_io_wait_seconds; do
   check "stats has $key" "grep -q '\"$key\":' '$TMP/stats-3.json'"
 done
+check "run line splits I/O wait" "grep -q '^run: .*I/O wait: prefill [0-9.]* s, decode [0-9.]* s' '$TMP/stream-3.err'"
+check "I/O wait split adds up" "python3 -c \"import json,sys; d=json.load(open('$TMP/stats-3.json')); sys.exit(0 if abs(d['prefill_io_wait_seconds']+d['decode_io_wait_seconds']-d['io_wait_seconds'])<1e-6 else 1)\""
 check "tight cache reads from disk" "python3 -c \"import json,sys; d=json.load(open('$TMP/stats-3.json')); sys.exit(0 if d['bytes_read']>0 and d['cache_misses']>0 and d['streaming'] else 1)\""
 check "large cache hits" "python3 -c \"import json,sys; d=json.load(open('$TMP/stats-64MB.json')); sys.exit(0 if d['cache_hits']>0 else 1)\""
 

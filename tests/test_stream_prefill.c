@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -316,6 +317,82 @@ static void test_layer_read_eio(void **state) {
     dsv4_model_free(m);
 }
 
+/* A slow layer read: every read of the layer reader's engine takes 2 ms. */
+static long slow_read(void *ctx, uint64_t seq, long res) {
+    (void)ctx;
+    (void)seq;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+    return res;
+}
+
+/* Speculative whole-layer reads with dropping: a short prompt (n k / E
+ * below 1) read as whole layers in runs of one expert, one read in flight,
+ * each read slow, so routing arrives while most of each layer is still to
+ * read: the runs nobody selected are withdrawn (less than the routed bytes
+ * read), the logits of prompt and decode are the resident ones bit for
+ * bit, and the same without dropping (every layer read whole). */
+static void test_layer_drop(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    const struct dsv4_expert_source resident = m->experts;
+    const double routed = (double)dsv4_model_routed_bytes(m);
+    int32_t tok[N_ALL];
+    random_tokens(tok, N_ALL, 3, (uint32_t)m->hp.n_vocab - 3, 57);
+    const int64_t V = m->hp.n_vocab;
+    const int64_t n_prompt = 2, n_all = n_prompt + N_DECODE;
+    const size_t nl = (size_t)n_all * V;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int pass = 0; pass < 3; pass++) {
+        const bool streamed = pass > 0, drop = pass == 1;
+        struct ms_stream_source *src = NULL;
+        if (streamed) {
+            struct ms_stream_params sp = {.budget_bytes = ms_stream_min_budget(m),
+                                          .whole_layer_min_tokens = 2,
+                                          .layer_run_experts = 1,
+                                          .no_layer_drop = !drop,
+                                          .io = {.queue_depth = 1}};
+            ms_err e = {{0}};
+            if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
+            m->experts = ms_stream_source_iface(src);
+            ms_io_set_fault_hook(ms_stream_source_layer_io(src), slow_read, NULL);
+        }
+        struct dsv4_session *s = NULL;
+        struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE};
+        ms_err e = {{0}};
+        if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+        float *lg = streamed ? got : want;
+        int rc = dsv4_session_eval(s, tok, n_prompt, lg, &e);
+        double passes = 0.0;
+        if (streamed) {
+            passes = (double)ms_stream_source_counters(src)->layer_bytes / routed;
+            /* the layer reads still running end with the buffers' drop */
+        }
+        for (int64_t i = n_prompt; i < n_all && !rc; i++)
+            rc = dsv4_session_eval(s, tok + i, 1, lg + i * V, &e);
+        if (rc) fail_msg("%s", e.msg);
+        dsv4_session_free(s);
+        if (!streamed) continue;
+        const struct ms_stream_counters *c = ms_stream_source_counters(src);
+        print_message("small, %lld-token prompt, whole layers %s dropping: %.4f passes after the "
+                      "prefill, %.4f in all, %llu layers served\n",
+                      (long long)n_prompt, drop ? "with" : "without", passes,
+                      (double)c->layer_bytes / routed, (unsigned long long)c->layer_reads);
+        assert_same(want, got, nl, drop ? "whole layers, unselected runs dropped"
+                                        : "whole layers, nothing dropped");
+        assert_int_equal(c->layer_reads, m->n_layer);
+        if (drop) assert_true(passes < 0.9);
+        else assert_true((double)c->layer_bytes >= routed);
+        m->experts = resident;
+        ms_stream_source_free(src);
+    }
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
 /* The routing profile is a valid hotlist with n_tokens * k hits per layer. */
 static void test_routing_profile(void **state) {
     (void)state;
@@ -423,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_two_level),
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_layer_read_eio),
+        cmocka_unit_test(test_layer_drop),
         cmocka_unit_test(test_routing_profile),
         cmocka_unit_test(test_preload),
     };

@@ -276,6 +276,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     if (snap_here) n_head--;
     g_stop = 0;
     const double t0 = gen_now();
+    const double w0 = ms_engine_stream_stats(c->e).io_wait_seconds;
     if (c->kv ? ms_kv_prefill(c->kv, c->s, ids, n_head, gen_prefill_fn, (void *)&g_stop, err)
               : gen_prefill(c->s, ids, n_head, &g_stop, err))
         goto broken;
@@ -287,6 +288,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
         if (ms_session_eval(c->s, ids + n_head, 1, NULL, err)) goto broken;
     }
     const double t_prefill = gen_now() - t0;
+    const double w1 = ms_engine_stream_stats(c->e).io_wait_seconds;
     if (ms_buf_put(&c->done, r + from, rlen - from) ||
         put_kinds(&c->done_kind, segs, n_segs, from, rlen))
         goto oom;
@@ -305,13 +307,18 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
         const char kc = KIND_GENERATED;
         if (ms_buf_put(&c->done_kind, &kc, 1)) goto oom;
     }
+    const struct ms_stream_stats st2 = ms_engine_stream_stats(c->e);
+    char io_wait[96] = "";
+    if (st2.streaming)
+        snprintf(io_wait, sizeof io_wait, "; I/O wait: prefill %.3f s, decode %.3f s", w1 - w0,
+                 st2.io_wait_seconds - w1);
     fprintf(stderr,
             "chat: turn %d: prefilled %zu new tokens (reused %lld), generated %lld tokens; "
-            "prefill %.2f tok/s, decode %.2f tok/s%s%s\n",
+            "prefill %.2f tok/s, decode %.2f tok/s%s%s%s\n",
             c->turn, n_ids, (long long)reused, (long long)out.n_eval,
             t_prefill > 0 ? (double)n_ids / t_prefill : 0.0,
-            t_decode > 0 ? (double)out.n / t_decode : 0.0, out.interrupted ? " (interrupted)" : "",
-            out.ctx_full ? " (context full)" : "");
+            t_decode > 0 ? (double)out.n / t_decode : 0.0, io_wait,
+            out.interrupted ? " (interrupted)" : "", out.ctx_full ? " (context full)" : "");
     rc = 0;
     goto done;
 oom:

@@ -281,16 +281,23 @@ static int run_run(const struct run_opts *o) {
         ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
         goto fail;
     }
+    const struct ms_stream_stats st2 = ms_engine_stream_stats(e);
+    char io_wait[96] = "";
+    if (st2.streaming)
+        snprintf(io_wait, sizeof io_wait, "; I/O wait: prefill %.3f s, decode %.3f s",
+                 st1.io_wait_seconds - st0.io_wait_seconds,
+                 st2.io_wait_seconds - st1.io_wait_seconds);
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
-                    "(%.2f tok/s); stop: %s; seed %llu\n",
+                    "(%.2f tok/s); stop: %s; seed %llu%s\n",
             n_todo, t_prefill, t_prefill > 0 ? (double)n_todo / t_prefill : 0.0, (long long)out.n,
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
-            (unsigned long long)o->sp.seed);
+            (unsigned long long)o->sp.seed, io_wait);
     const struct run_stats rs = {.prefill_tokens = (int64_t)n_todo, .decode_tokens = out.n, .kv = kv,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
                                  .prefill_bytes_read = st1.bytes_read - st0.bytes_read,
-                                 .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds};
+                                 .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds,
+                                 .decode_io_wait = st2.io_wait_seconds - st1.io_wait_seconds};
     if (o->profile && ms_engine_write_routing_profile(e, o->profile, &err)) goto fail;
     if (o->stats && write_run_stats(stderr, e, &rs)) {
         ms_err_set(&err, "cannot write the stats");

@@ -237,6 +237,7 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
     json_object_set_new(o, "cache_budget_bytes", json_integer((json_int_t)ss.cache_budget_bytes));
     json_object_set_new(o, "prefill_bytes_read", json_integer((json_int_t)rs->prefill_bytes_read));
     json_object_set_new(o, "prefill_io_wait_seconds", json_real(rs->prefill_io_wait));
+    json_object_set_new(o, "decode_io_wait_seconds", json_real(rs->decode_io_wait));
     json_object_set_new(o, "prefill_chunk", json_integer(ss.prefill_chunk));
     json_object_set_new(o, "layer_reads", json_integer((json_int_t)ss.layer_reads));
     json_object_set_new(o, "layer_bytes_read", json_integer((json_int_t)ss.layer_bytes_read));

@@ -120,6 +120,7 @@ struct run_stats {
     double prefill_seconds, decode_seconds;
     uint64_t prefill_bytes_read; /* expert bytes read during prefill */
     double prefill_io_wait;      /* seconds the prefill waited for expert reads */
+    double decode_io_wait;       /* seconds the decode steps waited for expert reads */
     const struct ms_kvstore *kv; /* NULL, or the disk KV cache whose figures to add */
 };
 

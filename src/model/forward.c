@@ -477,6 +477,8 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
                               int64_t n, int n_used, ms_err *err) {
     const struct dsv4_model *m = s->m;
     struct dsv4_scratch *sc = &s->sc;
+    if (m->experts.routed && m->experts.routed(m->experts.ctx, il, sc->used, n_used, n, err))
+        return -1;
     if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
     const int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
     for (int g0 = 0; g0 < n_used; g0 += group) {

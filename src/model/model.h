@@ -72,6 +72,13 @@ struct dsv4_expert_source {
      * token's first): a streaming source seeds its decode cache with them
      * while the layer is in memory. -1 with err on I/O error. */
     int (*tail_routed)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
+    /* Optional. Called once per ubatch after routing, before tail_routed
+     * and the acquires, with the distinct experts ids[0..n) (ascending) the
+     * ubatch's n_tokens tokens selected in layer il: a streaming source
+     * stops reading what nobody selected (the rest of a speculative
+     * whole-layer read, wrong prefetch guesses). -1 with err on failure. */
+    int (*routed)(void *ctx, uint32_t il, const int32_t *ids, int n, int64_t n_tokens,
+                  ms_err *err);
     /* Optional. A guess of the experts ids[0..n) layer il will select, made
      * while an earlier layer computes (decode steps): a streaming source
      * starts reading the missing ones in the background. Best effort: a

@@ -60,13 +60,23 @@ struct ms_stream_source {
     /* --full-layers: the first n_full layers held whole, read at creation */
     uint32_t n_full;
     void **full;               /* [n_full] layer buffers (layer_plan layout) */
+    /* speculative whole-layer reads: runs of run_experts experts, each run
+     * one range per tensor (range index run * N_PART + part) */
+    uint32_t run_experts;
+    bool drop;               /* withdraw unselected runs once routing is known */
+    int64_t pass_n;          /* tokens of the pass (prepare) */
+    bool partial[MS_LR_BUFFERS]; /* that buffer's job had ranges withdrawn */
+    int64_t counted_il;      /* last layer counted in ctr.layer_reads */
+    bool *want;              /* [n_runs * N_PART] scratch */
+    uint32_t *ranges;        /* [n_expert * 2 * N_PART] scratch */
     /* decode prefetch (NULL when off) */
     struct ms_prefetch *pf;
-    struct ms_io_req *pf_reqs; /* [2 * n_expert * 3] scratch of one submission */
-    uint32_t *res_il;          /* [2 * n_expert] slots reserved since the last reap */
+    struct ms_io_req *pf_reqs; /* [N_PART] scratch of one submission */
+    uint32_t *res_il;          /* [2 * n_expert] slots reserved, not yet ended */
     int32_t *res_e;
+    uint32_t *res_tk;          /* their prefetch tickets */
     uint32_t n_res, cap_res;
-    uint32_t n_reaped;         /* of res_*: filled by the last reap, layer reaped_il */
+    bool *fresh;               /* [n_layer * n_expert]: prefetched, not yet acquired */
     int64_t pred_il;           /* layer of the last router guess, or -1 */
     bool *pred;                /* [n_expert]: that guess */
     bool *seen;                /* [n_expert] scratch */
@@ -141,58 +151,83 @@ static double now_s(void) {
 
 /* ---- decode prefetch ---------------------------------------------------- */
 
-/* Waits for the background reads and ends their reservations: filled slots
- * become ordinary residents; after a failure every slot of the batch is
- * dropped (a failed prefetch is only a miss later). The wait counts as I/O
- * wait of the forward pass. */
-static void reap(struct ms_stream_source *s) {
-    double waited = 0.0;
-    uint64_t bytes = 0;
-    ms_err e = {{0}};
-    const int rc = ms_prefetch_wait(s->pf, &waited, &bytes, &e);
-    ms_expert_cache_note_io(s->cache, bytes, waited);
-    for (uint32_t i = 0; i < s->n_res; i++)
-        ms_expert_cache_filled(s->cache, s->res_il[i], s->res_e[i], rc == 0);
-    if (rc) s->ctr.prefetch_failed += s->n_res;
-    else s->ctr.prefetched += s->n_res;
-    s->n_reaped = rc ? 0 : s->n_res;
-    s->n_res = 0;
+/* Ends reservation i with the prefetcher's verdict: a filled slot becomes
+ * an ordinary resident, anything else is dropped (a miss later, never an
+ * error). */
+static void end_reservation(struct ms_stream_source *s, uint32_t i, enum ms_pf_state st) {
+    const uint32_t il = s->res_il[i];
+    const int32_t e = s->res_e[i];
+    ms_expert_cache_filled(s->cache, il, e, st == MS_PF_DONE);
+    if (st == MS_PF_DONE) {
+        s->ctr.prefetched++;
+        s->fresh[(uint64_t)il * s->m->hp.n_expert + (uint32_t)e] = true;
+    } else if (st == MS_PF_CANCELLED) {
+        s->ctr.prefetch_cancelled++;
+    } else {
+        s->ctr.prefetch_failed++;
+    }
+    s->n_res--;
+    s->res_il[i] = s->res_il[s->n_res];
+    s->res_e[i] = s->res_e[s->n_res];
+    s->res_tk[i] = s->res_tk[s->n_res];
+}
+
+/* True when expert e is among ids[0..n). */
+static bool among(const int32_t *ids, int n, int32_t e) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == e) return true;
+    return false;
+}
+
+/* Collects the background reads: reservations of layer il among ids[0..n)
+ * are waited for (only those: later or wrong guesses may still be in
+ * flight); every other one is ended if its reads have ended. il < 0 waits
+ * for all. The waits count as I/O wait of the forward pass. */
+static void reap(struct ms_stream_source *s, int64_t il, const int32_t *ids, int n) {
+    double waited_total = 0.0;
+    for (uint32_t i = 0; i < s->n_res;) {
+        const bool need = il < 0 || ((int64_t)s->res_il[i] == il && among(ids, n, s->res_e[i]));
+        double waited = 0.0;
+        ms_err e = {{0}};
+        const enum ms_pf_state st = ms_prefetch_check(s->pf, s->res_tk[i], need, &waited, &e);
+        waited_total += waited;
+        if (st == MS_PF_PENDING) {
+            i++;
+            continue;
+        }
+        end_reservation(s, i, st); /* moves the last one to i */
+    }
+    ms_expert_cache_note_io(s->cache, ms_prefetch_take_bytes(s->pf), waited_total);
 }
 
 /* Reserves slots for the experts ids[0..n) of layer il that are not
- * resident and submits their reads. Best effort: no room, a full queue or
- * a bad id just reads less. -1 only on OOM. */
+ * resident and submits their reads, one ticket per expert. Best effort: no
+ * room, a full queue or a bad id just reads less. -1 only on OOM. */
 static int start_reads(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
                        ms_err *err) {
-    if (s->n_reaped) s->n_reaped = 0; /* the reaped list was for an earlier acquire */
-    const uint32_t first = s->n_res;
+    if (s->n_res) reap(s, 0, NULL, 0); /* ends what has ended (il 0, no ids: no wait) */
     const struct layer_plan *lp = &s->plan[il];
-    size_t n_req = 0;
     for (int i = 0; i < n && s->n_res < s->cap_res; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert) continue;
         void *buf = NULL;
         const int rc = ms_expert_cache_reserve(s->cache, il, ids[i], &buf, err);
-        if (rc < 0) {
-            for (uint32_t j = first; j < s->n_res; j++)
-                ms_expert_cache_filled(s->cache, s->res_il[j], s->res_e[j], false);
-            s->n_res = first;
-            return ms_err_prefix(err, "prefetch of layer %u", il);
-        }
+        if (rc < 0) return ms_err_prefix(err, "prefetch of layer %u", il);
         if (!rc) continue;
-        s->res_il[s->n_res] = il;
-        s->res_e[s->n_res++] = ids[i];
         for (int k = 0; k < N_PART; k++) {
             const struct part *p = &lp->p[k];
-            s->pf_reqs[n_req++] = (struct ms_io_req){
+            s->pf_reqs[k] = (struct ms_io_req){
                 .offset = p->file_base + (uint64_t)ids[i] * p->bytes,
                 .len = (size_t)p->bytes,
                 .buf = (char *)buf + p->slot_off};
         }
-    }
-    if (n_req && ms_prefetch_submit(s->pf, s->pf_reqs, n_req)) {
-        for (uint32_t j = first; j < s->n_res; j++)
-            ms_expert_cache_filled(s->cache, s->res_il[j], s->res_e[j], false);
-        s->n_res = first;
+        uint32_t tk;
+        if (ms_prefetch_submit(s->pf, s->pf_reqs, N_PART, &tk)) {
+            ms_expert_cache_filled(s->cache, il, ids[i], false);
+            break; /* queue full */
+        }
+        s->res_il[s->n_res] = il;
+        s->res_e[s->n_res] = ids[i];
+        s->res_tk[s->n_res++] = tk;
     }
     return 0;
 }
@@ -253,29 +288,87 @@ static bool layer_cached(const struct ms_stream_source *s, uint32_t il) {
     return true;
 }
 
-/* Starts reading layer il whole into the buffer that does not hold layer
- * `keep` (the one being computed), unless a buffer has it already. */
+/* Runs of experts per layer. */
+static uint32_t n_runs(const struct ms_stream_source *s) {
+    return (s->m->hp.n_expert + s->run_experts - 1) / s->run_experts;
+}
+
+/* The file range of run j of part p, cut at aligned boundaries so that the
+ * runs' direct reads never share a block: from the run's first byte
+ * rounded down to its next run's first byte rounded down (the last run: to
+ * the tensor's end). *buf_off: where it lands in the layer buffer. */
+static void run_range(const struct ms_stream_source *s, const struct part *p, uint32_t j,
+                      uint64_t *off, uint64_t *len, uint64_t *buf_off) {
+    const uint64_t E = s->m->hp.n_expert, R = s->run_experts;
+    const uint64_t base = p->file_base & ~(uint64_t)(MS_IO_ALIGN - 1);
+    const uint64_t lo = (p->file_base + (uint64_t)j * R * p->bytes) & ~(uint64_t)(MS_IO_ALIGN - 1);
+    const uint64_t next = (uint64_t)(j + 1) * R;
+    const uint64_t hi = next >= E ? p->file_base + E * p->bytes
+                                  : (p->file_base + next * p->bytes) & ~(uint64_t)(MS_IO_ALIGN - 1);
+    *off = lo;
+    *len = hi - lo;
+    *buf_off = p->layer_off + (lo - base);
+}
+
+/* The ranges expert e needs: its run's range of each part, and the next
+ * run's where the expert ends inside that run's first block. Returns how
+ * many were written to out. */
+static int expert_ranges(const struct ms_stream_source *s, uint32_t il, int32_t e,
+                         uint32_t *out) {
+    const uint32_t j = (uint32_t)e / s->run_experts, nr = n_runs(s);
+    int n = 0;
+    for (int k = 0; k < N_PART; k++) {
+        const struct part *p = &s->plan[il].p[k];
+        out[n++] = j * N_PART + (uint32_t)k;
+        if (j + 1 < nr) {
+            uint64_t off, len, bo;
+            run_range(s, p, j + 1, &off, &len, &bo);
+            if (p->file_base + (uint64_t)(e + 1) * p->bytes > off)
+                out[n++] = (j + 1) * N_PART + (uint32_t)k;
+        }
+    }
+    return n;
+}
+
+/* Starts reading layer il whole, run by run (each run one range per part),
+ * into the buffer that does not hold layer `keep` (the one being
+ * computed), unless a buffer has all of it already. */
 static int queue_layer(struct ms_stream_source *s, uint32_t il, int64_t keep, ms_err *err) {
-    if (whole_buffer(s, il) >= 0) return 0;
-    const int b = ms_layer_reader_tag(s->lr, 0) == keep ? 1 : 0;
+    int b = whole_buffer(s, il);
+    if (b >= 0 && !s->partial[b]) return 0;
+    if (b < 0) b = ms_layer_reader_tag(s->lr, 0) == keep ? 1 : 0;
     const struct layer_plan *lp = &s->plan[il];
-    struct ms_io_req reads[N_PART];
-    for (int k = 0; k < N_PART; k++)
-        reads[k] = (struct ms_io_req){
-            .offset = lp->p[k].file_base,
-            .len = (size_t)(lp->p[k].bytes * s->m->hp.n_expert),
-            .buf = (void *)(uintptr_t)lp->p[k].layer_off};
-    if (ms_layer_reader_start(s->lr, b, il, reads, N_PART, err)) return -1;
+    const uint32_t nr = n_runs(s);
+    struct ms_io_req *reads = s->reqs; /* [n_expert * N_PART] >= nr * N_PART */
+    for (uint32_t j = 0; j < nr; j++)
+        for (int k = 0; k < N_PART; k++) {
+            uint64_t off, len, bo;
+            run_range(s, &lp->p[k], j, &off, &len, &bo);
+            reads[j * N_PART + (uint32_t)k] =
+                (struct ms_io_req){.offset = off, .len = (size_t)len, .buf = (void *)(uintptr_t)bo};
+        }
+    if (ms_layer_reader_start(s->lr, b, il, reads, (size_t)nr * N_PART, err)) return -1;
+    s->partial[b] = false;
     const uint64_t held = ms_layer_reader_buffer_bytes(s->lr);
     if (held > s->ctr.peak_layer_buffer_bytes) s->ctr.peak_layer_buffer_bytes = held;
     return 0;
+}
+
+/* Adds the bytes the layer reader read since the last call to the
+ * counters. */
+static void note_layer_bytes(struct ms_stream_source *s) {
+    const uint64_t b = ms_layer_reader_take_bytes(s->lr);
+    s->ctr.layer_bytes += b;
+    ms_expert_cache_note_io(s->cache, b, 0.0);
 }
 
 static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t n,
                           ms_err *err) {
     struct ms_stream_source *s = ctx;
     s->whole_il = -1;
+    s->pass_n = n;
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
+    if (s->lr) note_layer_bytes(s);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
         if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) {
             ms_layer_reader_drop(s->lr);
@@ -288,7 +381,7 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     if (s->lr && !ms_layer_reader_buffer_bytes(s->lr) && s->headroom) {
         /* a prefill starts: the decode cache gives the headroom back to the
          * layer buffers before they are allocated (never both at once) */
-        if (s->pf && ms_prefetch_pending(s->pf)) reap(s);
+        if (s->pf && s->n_res) reap(s, -1, NULL, 0);
         ms_expert_cache_set_budget(s->cache, s->base_budget);
     }
     if (!layer_cached(s, il)) {
@@ -300,24 +393,71 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     return 0;
 }
 
-/* Waits for layer il's buffer; counts the bytes (once) and the wait. */
-static int whole_wait(struct ms_stream_source *s, uint32_t il, char **data, ms_err *err) {
+/* Waits for what experts ids[0..n) of layer il need from its buffer (the
+ * rest of the layer may still be read); counts the layer once and the
+ * wait. */
+static int whole_wait(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
+                      char **data, ms_err *err) {
     const int b = whole_buffer(s, il);
     if (b < 0) return ms_err_set(err, "expert streaming: layer %u was not prepared", il);
-    double waited;
-    uint64_t bytes;
+    uint32_t n_idx = 0;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert)
+            return ms_err_set(err, "layer %u: expert id %d out of range", il, ids[i]);
+        n_idx += (uint32_t)expert_ranges(s, il, ids[i], s->ranges + n_idx);
+        if (n_idx > s->m->hp.n_expert * N_PART) { /* the scratch holds 2 per part per expert */
+            void *mem = NULL;
+            double w = 0.0;
+            if (ms_layer_reader_wait_ranges(s->lr, b, s->ranges, n_idx, &mem, &w, err))
+                return ms_err_prefix(err, "whole-layer read");
+            ms_expert_cache_note_io(s->cache, 0, w);
+            n_idx = 0;
+        }
+    }
+    double waited = 0.0;
     void *mem = NULL;
-    const int rc = ms_layer_reader_wait(s->lr, b, &mem, &waited, &bytes, err);
-    ms_expert_cache_note_io(s->cache, bytes, waited);
+    const int rc = ms_layer_reader_wait_ranges(s->lr, b, s->ranges, n_idx, &mem, &waited, err);
+    ms_expert_cache_note_io(s->cache, 0, waited);
+    note_layer_bytes(s);
     if (rc) {
         s->whole_il = -1;
         return ms_err_prefix(err, "whole-layer read");
     }
-    if (bytes) {
+    if (s->counted_il != (int64_t)il) {
         s->ctr.layer_reads++;
-        s->ctr.layer_bytes += bytes;
+        s->counted_il = il;
     }
     *data = mem;
+    return 0;
+}
+
+/* After routing (forward pass's routed hook): wrong prefetch guesses of
+ * layer il that have not started are cancelled; when the ubatch is the
+ * whole pass, its selection is the layer's, so the runs of a whole-layer
+ * read that no selected expert needs are withdrawn (those not started yet
+ * are never read). */
+static int stream_routed(void *ctx, uint32_t il, const int32_t *ids, int n, int64_t n_tokens,
+                         ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    for (uint32_t i = 0; s->pf && i < s->n_res; i++)
+        if (s->res_il[i] == il && !among(ids, n, s->res_e[i]))
+            ms_prefetch_cancel(s->pf, s->res_tk[i]);
+    if (!s->drop || s->whole_il != (int64_t)il || n_tokens != s->pass_n) return 0;
+    const int b = whole_buffer(s, il);
+    if (b < 0) return 0;
+    const uint32_t n_ranges = n_runs(s) * N_PART;
+    memset(s->want, 0, n_ranges * sizeof *s->want);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert)
+            return ms_err_set(err, "layer %u: expert id %d out of range", il, ids[i]);
+        const int nr = expert_ranges(s, il, ids[i], s->ranges);
+        for (int r = 0; r < nr; r++) s->want[s->ranges[r]] = true;
+    }
+    bool all = true;
+    for (uint32_t r = 0; r < n_ranges; r++) all = all && s->want[r];
+    if (all) return 0;
+    ms_layer_reader_want(s->lr, b, s->want);
+    s->partial[b] = true;
     return 0;
 }
 
@@ -349,9 +489,9 @@ static void seed_copy(void *ctx, void *buf) {
 static int stream_tail_routed(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err) {
     struct ms_stream_source *s = ctx;
     if (s->whole_il != (int64_t)il || !s->seed_quota) return 0;
-    char *data;
-    if (whole_wait(s, il, &data, err)) return -1;
     const int q = n < (int)s->seed_quota ? n : (int)s->seed_quota;
+    char *data;
+    if (whole_wait(s, il, ids, q, &data, err)) return -1;
     for (int i = 0; i < q; i++) {
         struct seed_fill f = {.s = s, .data = data, .il = il, .e = ids[i]};
         const int rc = ms_expert_cache_install(s->cache, il, ids[i], seed_copy, &f, err);
@@ -381,7 +521,7 @@ static int layer_views(const struct ms_stream_source *s, const char *data, uint3
 static int whole_acquire(struct ms_stream_source *s, uint32_t il, const int32_t *ids, int n,
                          struct dsv4_expert_view *views, ms_err *err) {
     char *data;
-    if (whole_wait(s, il, &data, err)) return -1;
+    if (whole_wait(s, il, ids, n, &data, err)) return -1;
     return layer_views(s, data, il, ids, n, views, err);
 }
 
@@ -393,7 +533,7 @@ static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (n < 0 || n > (int)s->m->hp.n_expert)
         return ms_err_set(err, "layer %u: %d experts requested", il, n);
-    if (s->pf && ms_prefetch_pending(s->pf)) reap(s);
+    if (s->pf && s->n_res) reap(s, il, ids, n); /* waits only for what this acquire needs */
     if (il < s->n_full) return layer_views(s, s->full[il], il, ids, n, views, err);
     if (s->whole_il == (int64_t)il) return whole_acquire(s, il, ids, n, views, err);
     if (s->pred_il == (int64_t)il) { /* score the router guess */
@@ -403,11 +543,19 @@ static int stream_acquire(void *ctx, uint32_t il, const int32_t *ids, int n,
         s->ctr.predicted_selected += (uint64_t)n;
         s->pred_il = -1;
     }
-    for (uint32_t r = 0; r < s->n_reaped; r++)
-        for (int i = 0; i < n; i++)
-            if (s->res_il[r] == il && s->res_e[r] == ids[i]) s->ctr.prefetch_used++;
-    s->n_reaped = 0;
-    if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert) continue;
+        bool *f = &s->fresh[(uint64_t)il * s->m->hp.n_expert + (uint32_t)ids[i]];
+        if (*f) s->ctr.prefetch_used++;
+        *f = false;
+    }
+    if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) {
+        /* slots still loading (other layers' guesses) may hold the room:
+         * wait for them all and try once more */
+        if (!s->pf || !s->n_res) return -1;
+        reap(s, -1, NULL, 0);
+        if (ms_expert_cache_pin(s->cache, il, ids, n, s->bufs, s->miss, err)) return -1;
+    }
     const struct layer_plan *lp = &s->plan[il];
     size_t n_req = 0;
     for (int i = 0; i < n; i++) {
@@ -571,6 +719,10 @@ void ms_stream_source_free(struct ms_stream_source *s) {
     free(s->pf_reqs);
     free(s->res_il);
     free(s->res_e);
+    free(s->res_tk);
+    free(s->fresh);
+    free(s->want);
+    free(s->ranges);
     free(s->pred);
     free(s->seen);
     free(s->hash_ids);
@@ -592,15 +744,22 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
         s->reqs = calloc((size_t)(E ? E : 1) * N_PART, sizeof *s->reqs);
         s->pred_il = -1;
         s->cap_res = 2 * (E ? E : 1);
-        s->pf_reqs = calloc((size_t)s->cap_res * N_PART, sizeof *s->pf_reqs);
+        s->pf_reqs = calloc(N_PART, sizeof *s->pf_reqs);
         s->res_il = calloc(s->cap_res, sizeof *s->res_il);
         s->res_e = calloc(s->cap_res, sizeof *s->res_e);
+        s->res_tk = calloc(s->cap_res, sizeof *s->res_tk);
+        s->fresh = calloc((size_t)(m->n_layer ? m->n_layer : 1) * (E ? E : 1), sizeof *s->fresh);
+        s->want = calloc((size_t)(E ? E : 1) * N_PART, sizeof *s->want);
+        s->ranges = calloc((size_t)(E ? E : 1) * 2 * N_PART, sizeof *s->ranges);
+        s->counted_il = -1;
+        s->drop = !p->no_layer_drop;
         s->pred = calloc(E ? E : 1, sizeof *s->pred);
         s->seen = calloc(E ? E : 1, sizeof *s->seen);
         s->hash_ids = calloc(E ? E : 1, sizeof *s->hash_ids);
     }
     if (!s || !slot_bytes || !s->plan || !s->bufs || !s->miss || !s->reqs || !s->pf_reqs ||
-        !s->res_il || !s->res_e || !s->pred || !s->seen || !s->hash_ids) {
+        !s->res_il || !s->res_e || !s->res_tk || !s->fresh || !s->want || !s->ranges || !s->pred ||
+        !s->seen || !s->hash_ids) {
         ms_err_set(err, "out of memory");
         goto fail;
     }
@@ -646,8 +805,22 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     s->seed_quota =
         m->n_layer && s->max_slot ? (uint32_t)(budget / (m->n_layer * s->max_slot)) : 0;
     if (s->seed_quota > m->hp.n_expert_used) s->seed_quota = m->hp.n_expert_used;
+    /* runs of whole-layer reads: at least one I/O piece (1 MiB by default)
+     * per range, so cutting a layer into runs keeps its reads large */
+    {
+        const uint64_t piece = p->io.chunk_bytes ? p->io.chunk_bytes : (uint64_t)1 << 20;
+        uint64_t min_part = UINT64_MAX;
+        for (uint32_t il = 0; il < m->n_layer; il++)
+            for (int kk = 0; kk < N_PART; kk++)
+                if (s->plan[il].p[kk].bytes && s->plan[il].p[kk].bytes < min_part)
+                    min_part = s->plan[il].p[kk].bytes;
+        uint64_t r = min_part == UINT64_MAX ? 1 : (piece + min_part - 1) / min_part;
+        if (p->layer_run_experts) r = p->layer_run_experts;
+        s->run_experts = (uint32_t)(r < 1 ? 1 : r > E ? (E ? E : 1) : r);
+    }
     if (s->whole_min != INT64_MAX && max_layer &&
-        ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, err))
+        ms_layer_reader_new(&s->lr, m->gguf->path, &p->io, max_layer, (size_t)n_runs(s) * N_PART,
+                            err))
         goto fail;
     if (!p->no_prefetch &&
         ms_prefetch_new(&s->pf, m->gguf->path, &p->io, (size_t)s->cap_res * N_PART, err))
@@ -677,12 +850,16 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
                                        .release = stream_release, .max_per_acquire = (int)fit,
                                        .prepare = s->lr || s->pf ? stream_prepare : NULL,
                                        .tail_routed = s->lr ? stream_tail_routed : NULL,
+                                       .routed = s->lr || s->pf ? stream_routed : NULL,
                                        .prefetch = s->pf ? stream_prefetch : NULL};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
 const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s) {
-    if (s->lr) s->ctr.layer_read_seconds = ms_layer_reader_busy_seconds(s->lr);
+    if (s->lr) {
+        note_layer_bytes(s);
+        s->ctr.layer_read_seconds = ms_layer_reader_busy_seconds(s->lr);
+    }
     return &s->ctr;
 }
 uint64_t ms_stream_source_layer_buffer_bytes(const struct ms_stream_source *s) {

@@ -99,6 +99,14 @@ struct ms_stream_params {
      * them, so cache + layer buffers never exceed budget + headroom.
      * 0 = the cache keeps budget_bytes always. */
     uint64_t headroom_bytes;
+    /* false (the default): once a ubatch that is the whole pass has been
+     * routed, the runs of its speculative whole-layer read that no selected
+     * expert needs are withdrawn; true: layers are always read whole (for
+     * measurements and tests) */
+    bool no_layer_drop;
+    /* experts per run of a whole-layer read (one range per part per run);
+     * 0 = enough for one I/O piece (io.chunk_bytes) per range */
+    uint32_t layer_run_experts;
 };
 
 struct ms_stream_counters {
@@ -110,6 +118,7 @@ struct ms_stream_counters {
     /* decode prefetch */
     uint64_t prefetched;         /* experts read ahead and filled */
     uint64_t prefetch_failed;    /* experts whose read-ahead failed (misses later) */
+    uint64_t prefetch_cancelled; /* wrong guesses whose reads were cancelled before they ran */
     uint64_t prefetch_used;      /* prefetched experts the next acquire selected */
     uint64_t predicted_selected; /* experts selected in layers with a router guess */
     uint64_t predicted_right;    /* of those, guessed */

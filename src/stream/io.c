@@ -54,6 +54,11 @@ struct ms_io {
     uint64_t fault_seq;
     /* per batch */
     struct ms_io_req *reqs;
+    const struct ms_io_hooks *hooks; /* NULL = none */
+    size_t *left;    /* [n reqs]: pieces of the request not yet retired */
+    bool *started;   /* [n reqs]: want() asked */
+    bool *reported;  /* [n reqs]: done() called */
+    bool final;      /* no redo pass follows: report every ending */
     struct piece *pieces;
     size_t n_pieces, cap_pieces;
     size_t *fifo; /* ring of piece indices, capacity cap_pieces */
@@ -183,30 +188,58 @@ static void fail_req(struct ms_io *io, size_t r, int errnum) {
     if (!io->reqs[r].status) io->reqs[r].status = errnum;
 }
 
+/* Piece p of request r will not be in the kernel again (finished, or its
+ * request failed or was skipped). Reports the request's end once none of
+ * its pieces is left. A request failed with EINVAL in direct mode may be
+ * redone buffered (ms_io_read_hooked), so it is reported only then. */
+static void retire(struct ms_io *io, size_t r) {
+    if (!io->left || !io->left[r] || --io->left[r]) return;
+    const int st = io->reqs[r].status;
+    if (st == EINVAL && !io->final) return;
+    if (io->hooks && io->hooks->done && !io->reported[r]) {
+        io->reported[r] = true;
+        io->hooks->done(io->hooks->ctx, r, st);
+    }
+}
+
+/* False when request r must not be read (failed, or skipped now). */
+static bool may_read(struct ms_io *io, size_t r) {
+    if (io->reqs[r].status) return false;
+    if (!io->started[r]) {
+        io->started[r] = true;
+        if (io->hooks && io->hooks->want && !io->hooks->want(io->hooks->ctx, r)) {
+            io->reqs[r].status = ECANCELED;
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Acts on the result of one read of piece p: bytes read, or -errno. */
 static void piece_done(struct ms_io *io, size_t p, long res) {
     struct piece *pc = &io->pieces[p];
     if (io->fault) res = io->fault(io->fault_ctx, io->fault_seq++, res);
-    if (io->reqs[pc->req].status) return; /* request already failed */
+    const size_t r = pc->req;
+    if (io->reqs[r].status) return retire(io, r); /* request already failed */
     if (res == -EINTR || res == -EAGAIN) {
-        if (++pc->retries > IO_MAX_RETRY) fail_req(io, pc->req, (int)-res);
+        if (++pc->retries > IO_MAX_RETRY) fail_req(io, r, (int)-res), retire(io, r);
         else fifo_push(io, p);
         return;
     }
-    if (res < 0) return fail_req(io, pc->req, (int)-res);
-    if (res == 0) return fail_req(io, pc->req, ENODATA); /* end of file inside the range */
+    if (res < 0) return fail_req(io, r, (int)-res), retire(io, r);
+    if (res == 0) return fail_req(io, r, ENODATA), retire(io, r); /* end of file inside the range */
     size_t done = (size_t)res < pc->len ? (size_t)res : pc->len;
     io->bytes_read += done;
     if (done >= pc->need) {
         pc->finished = true;
         if (!io->direct) posix_fadvise(io->fd, (off_t)pc->off, (off_t)done, POSIX_FADV_DONTNEED);
-        return;
+        return retire(io, r);
     }
     /* Short read: resume at an aligned point in direct mode. Reads end short
      * of a block boundary only at end of file. */
-    if (pc->off + done >= io->file_size) return fail_req(io, pc->req, ENODATA);
+    if (pc->off + done >= io->file_size) return fail_req(io, r, ENODATA), retire(io, r);
     const size_t adv = io->direct ? done & ~(size_t)(MS_IO_ALIGN - 1) : done;
-    if (adv == 0 && ++pc->retries > IO_MAX_RETRY) return fail_req(io, pc->req, EIO);
+    if (adv == 0 && ++pc->retries > IO_MAX_RETRY) return fail_req(io, r, EIO), retire(io, r);
     if (!io->direct) posix_fadvise(io->fd, (off_t)pc->off, (off_t)adv, POSIX_FADV_DONTNEED);
     pc->off += adv;
     pc->buf += adv;
@@ -219,7 +252,10 @@ static void run_pread(struct ms_io *io) {
     while (io->fifo_len) {
         const size_t p = fifo_pop(io);
         const struct piece *pc = &io->pieces[p];
-        if (io->reqs[pc->req].status) continue;
+        if (!may_read(io, pc->req)) {
+            retire(io, pc->req);
+            continue;
+        }
         io->reads_issued++;
         ssize_t n = pread(io->fd, pc->buf, pc->len, (off_t)pc->off);
         piece_done(io, p, n < 0 ? -(long)errno : (long)n);
@@ -239,10 +275,11 @@ static void run_uring(struct ms_io *io) {
             if (!sqe) break;
             const size_t p = fifo_pop(io);
             const struct piece *pc = &io->pieces[p];
-            if (io->reqs[pc->req].status) {
-                /* failed request: do not read the rest */
+            if (!may_read(io, pc->req)) {
+                /* failed or skipped request: do not read the rest */
                 io_uring_prep_nop(sqe);
                 io_uring_sqe_set_data(sqe, (void *)(uintptr_t)SIZE_MAX);
+                retire(io, pc->req);
             } else {
                 io_uring_prep_read(sqe, io->fd, pc->buf, (unsigned)pc->len, pc->off);
                 io_uring_sqe_set_data(sqe, (void *)(uintptr_t)p);
@@ -284,6 +321,8 @@ static void run_uring(struct ms_io *io) {
         for (size_t i = 0; i < io->n_pieces; i++)
             if (!io->pieces[i].finished) fail_req(io, io->pieces[i].req, broken);
         io->fifo_len = 0;
+        for (size_t i = 0; i < io->n_pieces; i++)
+            if (!io->pieces[i].finished) retire(io, io->pieces[i].req);
         io_uring_queue_exit(&io->ring);
         io->submit = MS_IO_PREAD;
         describe(io);
@@ -294,17 +333,48 @@ static void run_uring(struct ms_io *io) {
 static int run_batch(struct ms_io *io, const size_t *idx, size_t n, ms_err *err) {
     io->n_pieces = 0;
     io->fifo_head = io->fifo_len = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!io->reqs[idx[i]].status && plan_request(io, idx[i], err)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        const size_t r = idx[i], p0 = io->n_pieces;
+        io->started[r] = false;
+        if (!io->reqs[r].status && plan_request(io, r, err)) return -1;
+        io->left[r] = io->n_pieces - p0;
+    }
     for (size_t p = 0; p < io->n_pieces; p++) fifo_push(io, p);
     if (io->submit == MS_IO_URING) run_uring(io);
     else run_pread(io);
     return 0;
 }
 
+/* Reports every request not reported yet (failed before any piece, or the
+ * batch was abandoned). */
+static void report_rest(struct ms_io *io, size_t n) {
+    if (!io->hooks || !io->hooks->done) return;
+    for (size_t r = 0; r < n; r++)
+        if (!io->reported[r]) {
+            io->reported[r] = true;
+            io->hooks->done(io->hooks->ctx, r, io->reqs[r].status);
+        }
+}
+
 int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err) {
-    size_t *idx = calloc(n ? n : 1, sizeof *idx);
-    if (!idx) return ms_err_set(err, "io: out of memory");
+    return ms_io_read_hooked(io, reqs, n, NULL, err);
+}
+
+int ms_io_read_hooked(struct ms_io *io, struct ms_io_req *reqs, size_t n,
+                      const struct ms_io_hooks *hooks, ms_err *err) {
+    const size_t nn = n ? n : 1;
+    size_t *idx = calloc(nn, sizeof *idx);
+    io->left = calloc(nn, sizeof *io->left);
+    io->started = calloc(nn, sizeof *io->started);
+    io->reported = calloc(nn, sizeof *io->reported);
+    if (!idx || !io->left || !io->started || !io->reported) {
+        free(idx);
+        free(io->left), free(io->started), free(io->reported);
+        io->left = NULL, io->started = io->reported = NULL;
+        return ms_err_set(err, "io: out of memory");
+    }
+    io->hooks = hooks;
+    io->final = !io->direct || io->fault;
     for (size_t i = 0; i < n; i++) {
         reqs[i].status = 0;
         idx[i] = i;
@@ -312,6 +382,9 @@ int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err) 
         if (((uintptr_t)reqs[i].buf & (MS_IO_ALIGN - 1)) || reqs[i].offset + reqs[i].len <
                                                                  reqs[i].offset) {
             free(idx);
+            free(io->left), free(io->started), free(io->reported);
+            io->left = NULL, io->started = io->reported = NULL;
+            io->hooks = NULL;
             return ms_err_set(err, "io: read %zu: buffer not %u-aligned or range overflows", i,
                               MS_IO_ALIGN);
         }
@@ -324,16 +397,21 @@ int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err) 
     for (size_t i = 0; i < n && !rc; i++)
         if (reqs[i].status == EINVAL) idx[n_inval++] = i;
     if (!rc && n_inval && io->direct && !io->fault) {
+        io->final = true;
         if (open_fd(io, false, err)) rc = -1;
         describe(io);
         for (size_t i = 0; i < n_inval && !rc; i++) reqs[idx[i]].status = 0;
         if (!rc) rc = run_batch(io, idx, n_inval, err);
     }
+    report_rest(io, n);
     free(idx);
+    free(io->left), free(io->started), free(io->reported);
+    io->left = NULL, io->started = io->reported = NULL;
+    io->hooks = NULL;
     io->reqs = NULL;
     if (rc) return -1;
     for (size_t i = 0; i < n; i++) {
-        if (!reqs[i].status) continue;
+        if (!reqs[i].status || reqs[i].status == ECANCELED) continue;
         const int e = reqs[i].status;
         return ms_err_set(err, "read of %s bytes [%llu, +%zu) failed: %s", io->path,
                           (unsigned long long)reqs[i].offset, reqs[i].len,

@@ -85,6 +85,29 @@ void ms_io_close(struct ms_io *io);
  */
 int ms_io_read(struct ms_io *io, struct ms_io_req *reqs, size_t n, ms_err *err);
 
+/*
+ * Per-request hooks of ms_io_read_hooked, called on the reading thread:
+ * - want(ctx, i), when not NULL, is asked just before request i's first
+ *   piece is submitted (requests start in order, so a caller can change its
+ *   mind about a later request until then); false skips it: nothing of it is
+ *   read and its status becomes ECANCELED.
+ * - done(ctx, i, status), when not NULL, is called once per request when it
+ *   has ended and the kernel no longer writes into its buffer: status 0
+ *   (read in full), ECANCELED (skipped) or the errno of the failure. This is
+ *   what lets a caller use a request's data while later requests of the
+ *   same batch are still being read.
+ */
+struct ms_io_hooks {
+    void *ctx;
+    bool (*want)(void *ctx, size_t i);
+    void (*done)(void *ctx, size_t i, int status);
+};
+
+/* ms_io_read with per-request hooks (NULL = none). Skipped requests are
+ * not failures: the return value and err concern the others only. */
+int ms_io_read_hooked(struct ms_io *io, struct ms_io_req *reqs, size_t n,
+                      const struct ms_io_hooks *hooks, ms_err *err);
+
 bool ms_io_is_direct(const struct ms_io *io);
 /* A short description of the mode, e.g. "io_uring + O_DIRECT, depth 32". */
 const char *ms_io_describe(const struct ms_io *io);

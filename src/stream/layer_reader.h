@@ -5,9 +5,13 @@
  * "Prefill: whole layers, once per prompt").
  *
  * A buffer receives one job at a time: a list of ranges (a layer's three
- * expert tensors: gate, up, down of all experts) read with large direct
- * reads (the I/O engine splits them and keeps queue_depth pieces in
- * flight). The caller owns the layout; the reader only knows buffers, jobs
+ * expert tensors, whole or cut into runs of experts) read in list order
+ * with large direct reads (the I/O engine splits them and keeps
+ * queue_depth pieces in flight). Completion is tracked per range: a caller
+ * may wait for the ranges it needs while the others are still being read,
+ * and may withdraw ranges not started yet (ms_layer_reader_want: a
+ * speculative layer read whose routing turned out to need only part of
+ * it). The caller owns the layout; the reader only knows buffers, jobs
  * and their state. Buffers are allocated at the first job that needs them
  * and freed by ms_layer_reader_drop (the two layers of prefill headroom the
  * memory plan reserves, stream/budget.h).
@@ -28,26 +32,28 @@
 #include "util/err.h"
 
 #define MS_LR_BUFFERS 2
-#define MS_LR_MAX_RANGES 4
 
 struct ms_layer_reader;
 
 /*
  * Starts the thread and opens `path` with I/O params io (NULL = defaults).
  * buf_bytes: the size of each of the two buffers (the largest job's
- * extent). Errors: open failure, thread creation, bad size.
+ * extent); max_ranges: the most ranges of one job. Errors: open failure,
+ * thread creation, bad size, OOM.
  */
 int ms_layer_reader_new(struct ms_layer_reader **out, const char *path,
-                        const struct ms_io_params *io, uint64_t buf_bytes, ms_err *err);
+                        const struct ms_io_params *io, uint64_t buf_bytes, size_t max_ranges,
+                        ms_err *err);
 /* Waits for the running job, stops the thread, frees the buffers. */
 void ms_layer_reader_free(struct ms_layer_reader *r);
 
 /*
  * Queues job `tag` (the caller's name for it, e.g. the layer index, >= 0)
- * into buffer b: reads[0..n) (n <= MS_LR_MAX_RANGES; each .buf is an
- * offset into the buffer, cast to a pointer, MS_IO_ALIGN aligned) are read
- * in the background. Waits first for b's previous job to end. Allocates b
- * if needed. Errors: OOM (nothing queued), bad arguments.
+ * into buffer b: reads[0..n) (n <= max_ranges; each .buf is an offset into
+ * the buffer, cast to a pointer, MS_IO_ALIGN aligned) are read in the
+ * background, in that order, every range wanted. Waits first for b's
+ * previous job to end. Allocates b if needed. Errors: OOM (nothing
+ * queued), bad arguments.
  */
 int ms_layer_reader_start(struct ms_layer_reader *r, int b, int64_t tag,
                           const struct ms_io_req *reads, size_t n, ms_err *err);
@@ -56,15 +62,36 @@ int ms_layer_reader_start(struct ms_layer_reader *r, int b, int64_t tag,
 int64_t ms_layer_reader_tag(const struct ms_layer_reader *r, int b);
 
 /*
- * Waits until buffer b's job is done; *data receives the buffer. *waited
- * (may be NULL) receives the seconds spent waiting; *bytes (may be NULL)
- * the bytes the job read, the first time its completion is seen, else 0
- * (so each job is counted once). On a read error: -1 with err naming the
- * range, and the buffer forgets the job (tag -1) so a later start reads it
- * again. -1 too if b holds no job.
+ * Waits until buffer b's job is done (every range read or withdrawn);
+ * *data receives the buffer. *waited (may be NULL) receives the seconds
+ * spent waiting; *bytes (may be NULL) the bytes the job read, the first
+ * time its completion is seen, else 0 (so each job is counted once; the
+ * same bytes are also counted by ms_layer_reader_take_bytes: use one of the
+ * two). On a
+ * read error: -1 with err naming the range, and the buffer forgets the job
+ * (tag -1) so a later start reads it again. -1 too if b holds no job.
  */
 int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *waited,
                          uint64_t *bytes, ms_err *err);
+
+/* Withdraws the ranges i of buffer b's job with want[i] false (want has the
+ * job's range count) that have not started: they are not read. Ranges
+ * started or done are unaffected; want[i] true re-adds a withdrawn range
+ * not started yet. No effect when b holds no job. */
+void ms_layer_reader_want(struct ms_layer_reader *r, int b, const bool *want);
+
+/*
+ * Waits until ranges idx[0..n) of buffer b's job have been read (the rest
+ * of the job may still be running); *data receives the buffer, *waited
+ * (may be NULL) the seconds spent waiting. -1 with err when one of them
+ * failed (the job is then forgotten once it ends, as in
+ * ms_layer_reader_wait) or was withdrawn, or b holds no job.
+ */
+int ms_layer_reader_wait_ranges(struct ms_layer_reader *r, int b, const uint32_t *idx, size_t n,
+                                void **data, double *waited, ms_err *err);
+
+/* Bytes read by jobs that ended since the last call. */
+uint64_t ms_layer_reader_take_bytes(struct ms_layer_reader *r);
 
 /* Waits for both buffers' jobs, forgets them and frees the buffers. */
 void ms_layer_reader_drop(struct ms_layer_reader *r);
