@@ -66,6 +66,8 @@ struct ms_stream_source {
     bool drop;               /* withdraw unselected runs once routing is known */
     int64_t pass_n;          /* tokens of the pass (prepare) */
     bool partial[MS_LR_BUFFERS]; /* that buffer's job had ranges withdrawn */
+    uint64_t job_pass[MS_LR_BUFFERS]; /* the pass that queued it */
+    uint64_t pass_id;        /* counts passes (prepare of layer 0) */
     int64_t counted_il;      /* last layer counted in ctr.layer_reads */
     bool *want;              /* [n_runs * N_PART] scratch */
     uint32_t *ranges;        /* [n_expert * 2 * N_PART] scratch */
@@ -293,49 +295,43 @@ static uint32_t n_runs(const struct ms_stream_source *s) {
     return (s->m->hp.n_expert + s->run_experts - 1) / s->run_experts;
 }
 
-/* The file range of run j of part p, cut at aligned boundaries so that the
- * runs' direct reads never share a block: from the run's first byte
- * rounded down to its next run's first byte rounded down (the last run: to
- * the tensor's end). *buf_off: where it lands in the layer buffer. */
+/* The file range of run j of part p: its experts' bytes; the direct read
+ * covers their aligned superset, so each run holds whole experts and an
+ * expert needs only its own run. Two neighbouring runs may share a
+ * boundary block, which both then write with the same file bytes (at most
+ * one block per run read twice): cutting runs at aligned boundaries
+ * instead made the last expert of a run need the next run too, and a
+ * prompt that selects a third of the experts then still needed three
+ * quarters of the runs (measured on the 1 GB bench model, 2-expert runs).
+ * *buf_off: where the read lands in the layer buffer. */
 static void run_range(const struct ms_stream_source *s, const struct part *p, uint32_t j,
                       uint64_t *off, uint64_t *len, uint64_t *buf_off) {
     const uint64_t E = s->m->hp.n_expert, R = s->run_experts;
     const uint64_t base = p->file_base & ~(uint64_t)(MS_IO_ALIGN - 1);
-    const uint64_t lo = (p->file_base + (uint64_t)j * R * p->bytes) & ~(uint64_t)(MS_IO_ALIGN - 1);
-    const uint64_t next = (uint64_t)(j + 1) * R;
-    const uint64_t hi = next >= E ? p->file_base + E * p->bytes
-                                  : (p->file_base + next * p->bytes) & ~(uint64_t)(MS_IO_ALIGN - 1);
-    *off = lo;
-    *len = hi - lo;
-    *buf_off = p->layer_off + (lo - base);
+    const uint64_t first = (uint64_t)j * R, end = first + R < E ? first + R : E;
+    *off = p->file_base + first * p->bytes;
+    *len = (end - first) * p->bytes;
+    *buf_off = p->layer_off + ((*off & ~(uint64_t)(MS_IO_ALIGN - 1)) - base);
 }
 
-/* The ranges expert e needs: its run's range of each part, and the next
- * run's where the expert ends inside that run's first block. Returns how
+/* The ranges expert e needs: its run's range of each part. Returns how
  * many were written to out. */
 static int expert_ranges(const struct ms_stream_source *s, uint32_t il, int32_t e,
                          uint32_t *out) {
-    const uint32_t j = (uint32_t)e / s->run_experts, nr = n_runs(s);
-    int n = 0;
-    for (int k = 0; k < N_PART; k++) {
-        const struct part *p = &s->plan[il].p[k];
-        out[n++] = j * N_PART + (uint32_t)k;
-        if (j + 1 < nr) {
-            uint64_t off, len, bo;
-            run_range(s, p, j + 1, &off, &len, &bo);
-            if (p->file_base + (uint64_t)(e + 1) * p->bytes > off)
-                out[n++] = (j + 1) * N_PART + (uint32_t)k;
-        }
-    }
-    return n;
+    (void)il;
+    const uint32_t j = (uint32_t)e / s->run_experts;
+    for (int k = 0; k < N_PART; k++) out[k] = j * N_PART + (uint32_t)k;
+    return N_PART;
 }
 
 /* Starts reading layer il whole, run by run (each run one range per part),
  * into the buffer that does not hold layer `keep` (the one being
- * computed), unless a buffer has all of it already. */
+ * computed), unless a buffer has it already: all of it, or what this pass
+ * wants of it (a buffer whose runs an earlier pass withdrew is read
+ * again). */
 static int queue_layer(struct ms_stream_source *s, uint32_t il, int64_t keep, ms_err *err) {
     int b = whole_buffer(s, il);
-    if (b >= 0 && !s->partial[b]) return 0;
+    if (b >= 0 && (!s->partial[b] || s->job_pass[b] == s->pass_id)) return 0;
     if (b < 0) b = ms_layer_reader_tag(s->lr, 0) == keep ? 1 : 0;
     const struct layer_plan *lp = &s->plan[il];
     const uint32_t nr = n_runs(s);
@@ -349,9 +345,50 @@ static int queue_layer(struct ms_stream_source *s, uint32_t il, int64_t keep, ms
         }
     if (ms_layer_reader_start(s->lr, b, il, reads, (size_t)nr * N_PART, err)) return -1;
     s->partial[b] = false;
+    s->job_pass[b] = s->pass_id;
     const uint64_t held = ms_layer_reader_buffer_bytes(s->lr);
     if (held > s->ctr.peak_layer_buffer_bytes) s->ctr.peak_layer_buffer_bytes = held;
     return 0;
+}
+
+/* Withdraws the runs of layer il (queued or being read in buffer b) that
+ * no expert of ids[0..n) (valid ids) lies in. */
+static void want_only(struct ms_stream_source *s, int b, uint32_t il, const int32_t *ids, int n) {
+    const uint32_t n_ranges = n_runs(s) * N_PART;
+    memset(s->want, 0, n_ranges * sizeof *s->want);
+    for (int i = 0; i < n; i++) {
+        uint32_t r[N_PART];
+        const int nr = expert_ranges(s, il, ids[i], r);
+        for (int q = 0; q < nr; q++) s->want[r[q]] = true;
+    }
+    bool all = true;
+    for (uint32_t q = 0; q < n_ranges; q++) all = all && s->want[q];
+    if (all) return;
+    ms_layer_reader_want(s->lr, b, s->want);
+    s->partial[b] = true;
+}
+
+/* A hash layer's experts follow from the pass's tokens (tid2eid), so a
+ * whole-layer read of it needs only their runs from the start. */
+static void want_hash_layer(struct ms_stream_source *s, uint32_t il, const int32_t *tokens,
+                            int64_t n) {
+    const struct dsv4_tensor *t = &s->m->layers[il].t[DSV4_FFN_GATE_TID2EID];
+    const int64_t k = s->m->hp.n_expert_used;
+    const int b = whole_buffer(s, il);
+    if (!s->drop || il >= s->m->hp.n_hash_layer || !t->i32 || !tokens || b < 0) return;
+    memset(s->seen, 0, s->m->hp.n_expert * sizeof *s->seen);
+    int n_ids = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->hp.n_vocab) return; /* read it all */
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = t->i32[(int64_t)tokens[i] * k + j];
+            if (e < 0 || (uint32_t)e >= s->m->hp.n_expert) return;
+            if (s->seen[e]) continue;
+            s->seen[e] = true;
+            s->hash_ids[n_ids++] = e;
+        }
+    }
+    want_only(s, b, il, s->hash_ids, n_ids);
 }
 
 /* Adds the bytes the layer reader read since the last call to the
@@ -367,6 +404,7 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     struct ms_stream_source *s = ctx;
     s->whole_il = -1;
     s->pass_n = n;
+    if (il == 0) s->pass_id++;
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (s->lr) note_layer_bytes(s);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
@@ -386,10 +424,13 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     }
     if (!layer_cached(s, il)) {
         if (queue_layer(s, il, (int64_t)il - 1, err)) return -1;
+        want_hash_layer(s, il, tokens, n);
         s->whole_il = il;
     }
-    if (il + 1 < s->m->n_layer && !layer_cached(s, il + 1) && queue_layer(s, il + 1, il, err))
-        return -1;
+    if (il + 1 < s->m->n_layer && !layer_cached(s, il + 1)) {
+        if (queue_layer(s, il + 1, il, err)) return -1;
+        want_hash_layer(s, il + 1, tokens, n);
+    }
     return 0;
 }
 
@@ -444,20 +485,11 @@ static int stream_routed(void *ctx, uint32_t il, const int32_t *ids, int n, int6
             ms_prefetch_cancel(s->pf, s->res_tk[i]);
     if (!s->drop || s->whole_il != (int64_t)il || n_tokens != s->pass_n) return 0;
     const int b = whole_buffer(s, il);
-    if (b < 0) return 0;
-    const uint32_t n_ranges = n_runs(s) * N_PART;
-    memset(s->want, 0, n_ranges * sizeof *s->want);
-    for (int i = 0; i < n; i++) {
+    if (b < 0 || il < s->m->hp.n_hash_layer) return 0; /* hash layers: done at prepare */
+    for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= s->m->hp.n_expert)
             return ms_err_set(err, "layer %u: expert id %d out of range", il, ids[i]);
-        const int nr = expert_ranges(s, il, ids[i], s->ranges);
-        for (int r = 0; r < nr; r++) s->want[s->ranges[r]] = true;
-    }
-    bool all = true;
-    for (uint32_t r = 0; r < n_ranges; r++) all = all && s->want[r];
-    if (all) return 0;
-    ms_layer_reader_want(s->lr, b, s->want);
-    s->partial[b] = true;
+    want_only(s, b, il, ids, n);
     return 0;
 }
 
