@@ -27,6 +27,9 @@ void ms_matmul_ctx_free(struct ms_matmul_ctx *c) {
     ms_free(c->scratch);
     c->scratch = NULL;
     c->scratch_cap = 0;
+    free(c->chunks);
+    c->chunks = NULL;
+    c->chunks_cap = 0;
 }
 
 struct mm_job {
@@ -88,46 +91,187 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void mm_rows(void *ctx, int64_t r0, int64_t r1, int ith) {
-    (void)ith;
-    const struct mm_job *j = ctx;
+static void mm_rows(const struct mm_job *j, int64_t r0, int64_t r1) {
     int64_t tile = (int64_t)(MM_TILE_BYTES / (j->w->row_stride ? j->w->row_stride : 1));
     if (tile < 1) tile = 1;
     for (int64_t r = r0; r < r1; r += tile) mm_tile(j, r, r + tile < r1 ? r + tile : r1);
 }
 
+/* ---- fused calls ---------------------------------------------------------- */
+
+/* A chunk of a fused call: rows [r0, r1) of op `op`. */
+struct mm_chunk {
+    int64_t op, r0, r1;
+};
+
+struct mm_multi {
+    const struct ms_mm_op *ops;
+    const struct mm_job *jobs; /* [n_ops][2]: w's and w2's */
+    const struct mm_chunk *chunks;
+};
+
+/* Chunks aim at about four per thread of the call's total cost (weight
+ * bytes times tokens), so that a thread slowed down by a noisy neighbour
+ * takes fewer of them, but none smaller than this many weight bytes: a
+ * chunk costs an atomic hand-out on a line every thread touches, about the
+ * time of reading a few KiB. */
+#define MM_CHUNK_MIN_BYTES (32 * 1024)
+
+static void mm_pair_rows(const struct mm_job *j, const struct mm_job *j2, int64_t r0, int64_t r1) {
+    if (!j2) {
+        mm_rows(j, r0, r1);
+        return;
+    }
+    /* tile by tile, so both matrices' rows are computed while the
+     * activations' tile-sized share is hot */
+    int64_t tile = (int64_t)(MM_TILE_BYTES / (2 * (j->w->row_stride ? j->w->row_stride : 1)));
+    if (tile < 1) tile = 1;
+    for (int64_t r = r0; r < r1; r += tile) {
+        const int64_t e = r + tile < r1 ? r + tile : r1;
+        mm_tile(j, r, e);
+        mm_tile(j2, r, e);
+    }
+}
+
+static void mm_chunk_run(const struct mm_multi *m, const struct mm_chunk *c) {
+    const struct ms_mm_op *op = &m->ops[c->op];
+    const struct mm_job *j = &m->jobs[2 * c->op];
+    mm_pair_rows(j, op->w2 ? j + 1 : NULL, c->r0, c->r1);
+    if (op->done) op->done(op->done_arg, c->r0, c->r1);
+}
+
+static void mm_multi_task(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    const struct mm_multi *m = ctx;
+    for (int64_t i = b; i < e; i++) mm_chunk_run(m, &m->chunks[i]);
+}
+
+/* Bytes of one token's converted activations for op (fast mode with a
+ * non-f32 dot type), 0 when the dot takes the f32 activations as given. */
+static size_t act_row_bytes(const struct ms_mm_op *op) {
+    const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+    if (op->exact || tt->vec_dot_type == MS_TYPE_F32) return 0;
+    return ms_row_size(tt->vec_dot_type, op->w->n_cols);
+}
+
+/* Whether op b can use the activations op a converted. */
+static bool same_act(const struct ms_mm_op *a, const struct ms_mm_op *b) {
+    return act_row_bytes(a) > 0 && a->x == b->x && a->ldx == b->ldx && a->n_tok == b->n_tok &&
+           a->w->n_cols == b->w->n_cols &&
+           ms_type_traits(a->w->type)->vec_dot_type == ms_type_traits(b->w->type)->vec_dot_type;
+}
+
+/* Cost of one output row of op for every token: weight bytes times tokens. */
+static double row_cost(const struct ms_mm_op *op) {
+    return (double)op->w->row_stride * (op->w2 ? 2.0 : 1.0) * (double)op->n_tok;
+}
+
+/* Chunks op is cut into when a chunk should cost about `want`. */
+static int64_t op_chunks(const struct ms_mm_op *op, double want) {
+    const int64_t R = op->w->n_rows;
+    if (R <= 0 || op->n_tok <= 0) return 0;
+    int64_t k = (int64_t)(row_cost(op) * (double)R / want + 0.999);
+    return k < 1 ? 1 : k > R ? R : k;
+}
+
+int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_ops,
+                    ms_err *err) {
+    if (n_ops <= 0) return 0;
+    const int nt = ms_pool_n_threads(c->pool);
+    /* 1. checks, the converted activations' size, the total cost */
+    size_t act_bytes = 0;
+    double total = 0.0;
+    for (int i = 0; i < n_ops; i++) {
+        const struct ms_mm_op *op = &ops[i];
+        const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+        if (!tt || !tt->has_kernels)
+            return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
+        if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
+                       op->w2->n_cols != op->w->n_cols))
+            return ms_err_set(err, "matmul: paired matrices differ in shape or type");
+        if (!op->exact && tt->vec_dot_type != MS_TYPE_F32) {
+            const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
+            if (!at || !at->from_float || act_row_bytes(op) == 0)
+                return ms_err_set(err, "matmul: cannot convert activations to %s",
+                                  ms_type_name(tt->vec_dot_type));
+            bool shared = false;
+            for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], op);
+            if (!shared && op->n_tok > 0) act_bytes += act_row_bytes(op) * (size_t)op->n_tok;
+        }
+        if (op->n_tok > 0) total += row_cost(op) * (double)op->w->n_rows;
+    }
+    /* 2. chunks of about a quarter of a thread's share (one per op on a
+     * single thread) */
+    double want = nt > 1 ? total / (4.0 * nt) : total + 1.0;
+    if (want < MM_CHUNK_MIN_BYTES) want = MM_CHUNK_MIN_BYTES;
+    size_t n_chunks = 0;
+    for (int i = 0; i < n_ops; i++) n_chunks += (size_t)op_chunks(&ops[i], want);
+    const size_t need =
+        2 * (size_t)n_ops * sizeof(struct mm_job) + n_chunks * sizeof(struct mm_chunk);
+    if (need > c->chunks_cap) {
+        void *q = malloc(need);
+        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
+        free(c->chunks);
+        c->chunks = q;
+        c->chunks_cap = need;
+    }
+    if (act_bytes > c->scratch_cap) {
+        void *q = ms_aligned_alloc(MS_ALIGN, act_bytes);
+        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", act_bytes);
+        ms_free(c->scratch);
+        c->scratch = q;
+        c->scratch_cap = act_bytes;
+    }
+    /* 3. the jobs, with activations converted once per distinct input */
+    struct mm_job *jobs = c->chunks;
+    struct mm_chunk *chunks = (struct mm_chunk *)(jobs + 2 * n_ops);
+    size_t act_off = 0;
+    for (int i = 0; i < n_ops; i++) {
+        const struct ms_mm_op *op = &ops[i];
+        const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+        struct mm_job *j = &jobs[2 * i];
+        *j = (struct mm_job){.w = op->w, .n_tok = op->n_tok, .y = op->y, .ldy = op->ldy};
+        const size_t row = act_row_bytes(op);
+        if (row == 0) {
+            j->dot = op->exact ? tt->vec_dot_f32 : tt->vec_dot;
+            j->dot4 = op->exact ? tt->vec_dot_f32_x4 : tt->vec_dot_x4;
+            j->act = op->x;
+            j->act_stride = (size_t)op->ldx * sizeof(float);
+        } else {
+            j->dot = tt->vec_dot;
+            j->dot4 = tt->vec_dot_x4;
+            j->act_stride = row;
+            for (int k = 0; k < i && !j->act; k++)
+                if (same_act(&ops[k], op)) j->act = jobs[2 * k].act;
+            if (!j->act) {
+                char *dst = (char *)c->scratch + act_off;
+                const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
+                for (int64_t t = 0; t < op->n_tok; t++)
+                    at->from_float(op->x + t * op->ldx, dst + (size_t)t * row, op->w->n_cols);
+                j->act = dst;
+                act_off += row * (size_t)(op->n_tok > 0 ? op->n_tok : 0);
+            }
+        }
+        jobs[2 * i + 1] = *j;
+        if (op->w2) {
+            jobs[2 * i + 1].w = op->w2;
+            jobs[2 * i + 1].y = op->y2;
+        }
+    }
+    size_t ci = 0;
+    for (int i = 0; i < n_ops; i++) {
+        const int64_t R = ops[i].w->n_rows, k = op_chunks(&ops[i], want);
+        for (int64_t q = 0; q < k; q++)
+            chunks[ci++] = (struct mm_chunk){.op = i, .r0 = R * q / k, .r1 = R * (q + 1) / k};
+    }
+    struct mm_multi m = {.ops = ops, .jobs = jobs, .chunks = chunks};
+    ms_pool_for_each(c->pool, (int64_t)n_chunks, mm_multi_task, &m);
+    return 0;
+}
+
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
               int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err) {
-    const struct ms_type_traits *tt = ms_type_traits(w->type);
-    if (!tt || !tt->has_kernels)
-        return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(w->type));
-    struct mm_job j = {.w = w, .n_tok = n_tok, .y = y, .ldy = ldy};
-    if (exact || tt->vec_dot_type == MS_TYPE_F32) {
-        j.dot = exact ? tt->vec_dot_f32 : tt->vec_dot;
-        j.dot4 = exact ? tt->vec_dot_f32_x4 : tt->vec_dot_x4;
-        j.act = x;
-        j.act_stride = (size_t)ldx * sizeof(float);
-    } else {
-        const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
-        const size_t row = ms_row_size(tt->vec_dot_type, w->n_cols);
-        if (!at || !at->from_float || row == 0)
-            return ms_err_set(err, "matmul: cannot convert activations to %s",
-                              ms_type_name(tt->vec_dot_type));
-        size_t need = row * (size_t)n_tok;
-        if (need > c->scratch_cap) {
-            void *p = ms_aligned_alloc(MS_ALIGN, need);
-            if (!p) return ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
-            ms_free(c->scratch);
-            c->scratch = p;
-            c->scratch_cap = need;
-        }
-        for (int64_t t = 0; t < n_tok; t++)
-            at->from_float(x + t * ldx, (char *)c->scratch + (size_t)t * row, w->n_cols);
-        j.dot = tt->vec_dot;
-        j.dot4 = tt->vec_dot_x4;
-        j.act = c->scratch;
-        j.act_stride = row;
-    }
-    ms_pool_for(c->pool, w->n_rows, 16, mm_rows, &j);
-    return 0;
+    const struct ms_mm_op op = {.w = w, .x = x, .ldx = ldx, .n_tok = n_tok, .y = y, .ldy = ldy,
+                                .exact = exact};
+    return ms_matmul_multi(c, &op, 1, err);
 }

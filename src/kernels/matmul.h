@@ -25,6 +25,8 @@ struct ms_matmul_ctx {
     struct ms_pool *pool; /* may be NULL: single-threaded */
     void *scratch;
     size_t scratch_cap;
+    void *chunks;       /* ms_matmul_multi's work list (matmul.c) */
+    size_t chunks_cap;  /* entries it holds */
 };
 
 void ms_matmul_ctx_free(struct ms_matmul_ctx *c);
@@ -47,5 +49,42 @@ struct ms_mat {
  */
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
               int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err);
+
+/* Called by ms_matmul_multi once rows [r0, r1) of an op's outputs (y and,
+ * with a pair, y2) are final for every token, on the thread that computed
+ * them; arg is the op's done_arg. Ranges of one op are disjoint and cover
+ * its rows; several run at once on different threads. */
+typedef void (*ms_mm_done_fn)(void *arg, int64_t r0, int64_t r1);
+
+/* One product of a fused call: y = w x as in ms_matmul (x [n_tok][ldx],
+ * y [n_tok][ldy]); with w2 (same shape and type as w), also y2 = w2 x, row
+ * by row beside y (a gate/up pair: the done callback then sees both rows,
+ * e.g. to apply SwiGLU in place). */
+struct ms_mm_op {
+    const struct ms_mat *w, *w2; /* w2 may be NULL */
+    const float *x;
+    int64_t ldx, n_tok;
+    float *y, *y2;
+    int64_t ldy;
+    bool exact;
+    ms_mm_done_fn done; /* may be NULL */
+    void *done_arg;
+};
+
+/*
+ * Runs ops[0 .. n_ops) as ONE pool job (one hand-off and one wait), their
+ * output rows cut into chunks of similar cost handed to whichever thread is
+ * free: independent products of a decode step (the projections that read
+ * the same input, a MoE layer's experts) cost one synchronisation instead
+ * of one each, and a few experts still spread over many threads by rows.
+ * Every output element is the dot call ms_matmul makes for it, so results
+ * equal separate ms_matmul calls bit for bit. Activations shared by several
+ * fast-mode ops (same x, ldx, n_tok, columns and vec_dot_type) are
+ * converted once. The ops' outputs must not overlap each other or any
+ * op's input. Returns 0, or -1 (OOM, or a type without kernels: then no op
+ * has run).
+ */
+int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_ops,
+                    ms_err *err);
 
 #endif

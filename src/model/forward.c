@@ -18,7 +18,11 @@
  * makes one-shot, chunked and token-by-token evaluation agree. Across the
  * pool: matmuls split by output rows, attention by token (one token: by
  * head), a long ubatch's experts one per thread, and the per-token norms,
- * RoPE and HC mixing by token.
+ * RoPE and HC mixing by token. Products that read the same input run as
+ * one fused pool job (ms_matmul_multi): the attention projections of
+ * sub_in, the output groups, the router with the shared expert's gate/up,
+ * and a decode step's routed experts (gate/up, then down with the shared
+ * expert's down), so a decode layer costs about ten hand-offs, not forty.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -29,6 +33,10 @@
 #include "model/session_impl.h"
 
 #define MOE_WEIGHT_FLOOR 6.103515625e-5f /* renormalisation floor of the expert weights */
+/* output groups fused into one pool job (DeepSeek V4 Flash has 8) */
+#define OUT_GROUPS_PER_JOB 16
+/* at most this many routed experts run as one fused pair of jobs */
+#define FUSED_EXPERTS_MAX 32
 
 /* ---- declarations of the steps below ------------------------------------ */
 
@@ -37,8 +45,7 @@ static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tok
 static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out, ms_err *err);
 
 static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
-static int attn_project_qkv(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
-static int attn_project_compressor(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
+static int attn_project(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
 static void attn_update_state(struct dsv4_session *s, uint32_t il, int64_t n);
 static void attn_core(struct dsv4_session *s, uint32_t il, int64_t n);
 static void attn_store_ring(struct dsv4_session *s, uint32_t il, int64_t n);
@@ -51,7 +58,8 @@ static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
 static int moe_group_by_expert(struct dsv4_session *s, int64_t n);
 static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                               int64_t n, int n_used, ms_err *err);
-static int moe_shared_expert(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
+static int moe_router_shared_up(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
+static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng, ms_err *err);
 
 static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const float *base,
                   const float *scale, const float *norm, int64_t n, ms_err *err);
@@ -59,6 +67,8 @@ static void hc_post(struct dsv4_session *s, int64_t n);
 
 static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *x, int64_t ldx,
               int64_t n, float *y, int64_t ldy, ms_err *err);
+static struct ms_mm_op mm_op(const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
+                             float *y, int64_t ldy);
 static struct ms_rope_params rope_params(const struct dsv4_hparams *hp, uint32_t ratio);
 
 /* thread plumbing (bottom of the file) */
@@ -77,8 +87,6 @@ static void qkv_norm_rope_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
                                  const void *arg);
 static void comp_ape_rope_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
                                  const void *arg);
-static void shexp_swiglu_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
-                                const void *arg);
 static void moe_sum_tokens(struct dsv4_session *s, int64_t t0, int64_t t1, const void *arg);
 
 /* ---- the whole model ---------------------------------------------------- */
@@ -152,54 +160,52 @@ static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tok
 
 /* sub_in [n][D] -> sub_out [n][D]; reads and extends the layer state. */
 static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
-    if (attn_project_qkv(s, il, n, err)) return -1;
-    if (attn_project_compressor(s, il, n, err)) return -1;
+    if (attn_project(s, il, n, err)) return -1;
     attn_update_state(s, il, n);
     attn_core(s, il, n);
     attn_store_ring(s, il, n);
     return attn_project_output(s, il, n, err);
 }
 
-/* Queries: q_lora = RMSNorm(q_a sub_in) * q_a_norm [n][r_q]; q = q_b q_lora
- * [n][H][d], per-head RMSNorm, RoPE. Key = value: kv = RMSNorm(kv sub_in) *
- * kv_norm [n][d], RoPE. */
-static int attn_project_qkv(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const struct dsv4_layer *L = &s->m->layers[il];
-    struct dsv4_scratch *sc = &s->sc;
-    const int64_t D = hp->n_embd, d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
-    if (mm(s, &L->t[DSV4_ATTN_Q_A], sc->sub_in, D, n, sc->q_lora, rq, err)) return -1;
-    for_tokens(s, n, q_lora_norm_tokens, L);
-    if (mm(s, &L->t[DSV4_ATTN_Q_B], sc->q_lora, rq, n, sc->q, H * d, err)) return -1;
-    if (mm(s, &L->t[DSV4_ATTN_KV], sc->sub_in, D, n, sc->kv, d, err)) return -1;
-    for_tokens(s, n, qkv_norm_rope_tokens, L);
-    return 0;
-}
-
-/* Compressed layers: the compressor's kv and gate projections [n][coff*d]
- * (ape added to the gate, row p mod r); ratio 4 also the indexer's
- * compressor [n][2*d_I], queries [n][H_I][d_I] (RoPE) and head weights
- * [n][H_I] (scaled by 1/sqrt(d_I*H_I)). */
-static int attn_project_compressor(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
+/* The projections of sub_in [n][D], as two fused pool jobs (those that read
+ * sub_in, then those that read the normalised q_lora):
+ * - queries: q_lora = RMSNorm(q_a sub_in) * q_a_norm [n][r_q]; q = q_b
+ *   q_lora [n][H][d], per-head RMSNorm, RoPE;
+ * - key = value: kv = RMSNorm(kv sub_in) * kv_norm [n][d], RoPE;
+ * - compressed layers: the compressor's kv and gate projections
+ *   [n][coff*d] (ape added to the gate, row p mod r); ratio 4 also the
+ *   indexer's compressor [n][2*d_I], queries [n][H_I][d_I] (from q_lora,
+ *   RoPE) and head weights [n][H_I] (scaled by 1/sqrt(d_I*H_I)). */
+static int attn_project(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
     const struct dsv4_hparams *hp = &s->m->hp;
     const struct dsv4_layer *L = &s->m->layers[il];
     struct dsv4_scratch *sc = &s->sc;
     const uint32_t r = L->ratio;
-    if (!r) return 0;
-    const int64_t D = hp->n_embd, rq = hp->q_lora_rank, dI = hp->indexer_head_size;
-    const int64_t HI = hp->n_indexer_head;
-    const int64_t Wc = dsv4_coff(r) * hp->n_embd_head, Wi = dsv4_coff(4) * dI;
-    if (mm(s, &L->t[DSV4_ATTN_COMP_KV], sc->sub_in, D, n, sc->comp_kv, Wc, err)) return -1;
-    if (mm(s, &L->t[DSV4_ATTN_COMP_GATE], sc->sub_in, D, n, sc->comp_gate, Wc, err)) return -1;
-    if (r == 4) {
-        if (mm(s, &L->t[DSV4_IDX_COMP_KV], sc->sub_in, D, n, sc->icomp_kv, Wi, err)) return -1;
-        if (mm(s, &L->t[DSV4_IDX_COMP_GATE], sc->sub_in, D, n, sc->icomp_gate, Wi, err))
-            return -1;
-        if (mm(s, &L->t[DSV4_IDX_ATTN_Q_B], sc->q_lora, rq, n, sc->idx_q, HI * dI, err))
-            return -1;
-        if (mm(s, &L->t[DSV4_IDX_PROJ], sc->sub_in, D, n, sc->idx_w, HI, err)) return -1;
+    const int64_t D = hp->n_embd, d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
+    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const int64_t Wc = dsv4_coff(r) * d, Wi = dsv4_coff(4) * dI;
+    struct ms_mm_op ops[7];
+    int n_ops = 0;
+    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_Q_A], sc->sub_in, D, n, sc->q_lora, rq);
+    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_KV], sc->sub_in, D, n, sc->kv, d);
+    if (r) {
+        ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_COMP_KV], sc->sub_in, D, n, sc->comp_kv, Wc);
+        ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_COMP_GATE], sc->sub_in, D, n, sc->comp_gate, Wc);
     }
-    for_tokens(s, n, comp_ape_rope_tokens, L);
+    if (r == 4) {
+        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_COMP_KV], sc->sub_in, D, n, sc->icomp_kv, Wi);
+        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_COMP_GATE], sc->sub_in, D, n, sc->icomp_gate, Wi);
+        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_PROJ], sc->sub_in, D, n, sc->idx_w, HI);
+    }
+    if (ms_matmul_multi(&s->mm, ops, n_ops, err)) return -1;
+    for_tokens(s, n, q_lora_norm_tokens, L);
+    n_ops = 0;
+    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_Q_B], sc->q_lora, rq, n, sc->q, H * d);
+    if (r == 4)
+        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_ATTN_Q_B], sc->q_lora, rq, n, sc->idx_q, HI * dI);
+    if (ms_matmul_multi(&s->mm, ops, n_ops, err)) return -1;
+    for_tokens(s, n, qkv_norm_rope_tokens, L);
+    if (r) for_tokens(s, n, comp_ape_rope_tokens, L);
     return 0;
 }
 
@@ -308,12 +314,19 @@ static int attn_project_output(struct dsv4_session *s, uint32_t il, int64_t n, m
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, d = hp->n_embd_head, H = hp->n_head;
     const int64_t G = hp->n_out_group, ro = hp->o_lora_rank, gw = H * d / G;
-    for (int64_t g = 0; g < G; g++) {
-        struct dsv4_tensor wa = L->t[DSV4_ATTN_OUTPUT_A];
-        wa.mat.data = (const char *)wa.mat.data + (size_t)(g * ro) * wa.mat.row_stride;
-        wa.mat.n_rows = ro;
-        if (mm(s, &wa, sc->attn_out + g * gw, H * d, n, sc->out_lora + g * ro, G * ro, err))
-            return -1;
+    /* the G group products in one pool job */
+    struct dsv4_tensor wa[OUT_GROUPS_PER_JOB];
+    struct ms_mm_op ops[OUT_GROUPS_PER_JOB];
+    for (int64_t g0 = 0; g0 < G; g0 += OUT_GROUPS_PER_JOB) {
+        const int ng = (int)(G - g0 < OUT_GROUPS_PER_JOB ? G - g0 : OUT_GROUPS_PER_JOB);
+        for (int i = 0; i < ng; i++) {
+            const int64_t g = g0 + i;
+            wa[i] = L->t[DSV4_ATTN_OUTPUT_A];
+            wa[i].mat.data = (const char *)wa[i].mat.data + (size_t)(g * ro) * wa[i].mat.row_stride;
+            wa[i].mat.n_rows = ro;
+            ops[i] = mm_op(&wa[i], sc->attn_out + g * gw, H * d, n, sc->out_lora + g * ro, G * ro);
+        }
+        if (ms_matmul_multi(&s->mm, ops, ng, err)) return -1;
     }
     return mm(s, &L->t[DSV4_ATTN_OUTPUT_B], sc->out_lora, G * ro, n, sc->sub_out, D, err);
 }
@@ -323,10 +336,24 @@ static int attn_project_output(struct dsv4_session *s, uint32_t il, int64_t n, m
 /* sub_in [n][D] -> sub_out [n][D] = shared expert + the routed slots. */
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const struct dsv4_layer *L = &s->m->layers[il];
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
+    if (moe_router_shared_up(s, il, n, err)) return -1;
     if (moe_route(s, il, tokens, n, err)) return -1;
     const int n_used = moe_group_by_expert(s, n);
-    if (moe_routed_experts(s, il, tokens, n, n_used, err)) return -1;
-    if (moe_shared_expert(s, il, n, err)) return -1;
+    /* the shared expert's down projection into sub_out: the routed
+     * experts' fused down job takes it along (one hand-off less), else it
+     * runs on its own after them */
+    const struct ms_mm_op shexp_down =
+        mm_op(&L->t[DSV4_FFN_DOWN_SHEXP], sc->shexp_gate, Fs, n, sc->sub_out, D);
+    s->shexp_down = &shexp_down;
+    const int rc = moe_routed_experts(s, il, tokens, n, n_used, err);
+    const bool pending = s->shexp_down != NULL;
+    s->shexp_down = NULL;
+    if (rc) return -1;
+    if (pending && ms_matmul_multi(&s->mm, &shexp_down, 1, err)) return -1;
     for_tokens(s, n, moe_sum_tokens, NULL);
     return 0;
 }
@@ -345,7 +372,8 @@ static void router_pick(const float *pi, const float *bias, int64_t E, int64_t k
     ms_topk_heap(biased, (int)E, (int)k, idx);
 }
 
-/* Routing: router [n][E] = pi of sub_in; sel [n][k] the experts (tid2eid
+/* Routing: router [n][E] (logits of sub_in, from moe_router_shared_up) ->
+ * pi in place; sel [n][k] the experts (tid2eid
  * on hash layers, else top-k of pi + bias, best first: that fixes the
  * summation order), selw [n][k] their weights pi, normalised and scaled. */
 static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
@@ -356,7 +384,8 @@ static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     const bool hash = il < hp->n_hash_layer;
-    if (mm(s, &L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, n, sc->router, E, err)) return -1;
+    (void)D;
+    (void)err;
     for (int64_t t = 0; t < n; t++) {
         float *pi = sc->router + t * E;
         int32_t *sel = sc->sel + t * k;
@@ -525,18 +554,41 @@ static int expert_ffn(struct dsv4_session *s, struct ms_matmul_ctx *mc, uint32_t
     return 0;
 }
 
-/* Shared expert: shexp_gate/up [n][Fs] from sub_in, clamped SwiGLU, down
- * into sub_out [n][D]. */
-static int moe_shared_expert(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
+/* SwiGLU of rows [r0, r1) of a gate/up pair's outputs, in place in gate
+ * (a fused matmul's done callback). */
+struct swiglu_rows_arg {
+    float *gate;
+    const float *up;
+    int64_t n_tok, ld; /* tokens, floats between their rows */
+    float clamp;
+};
+
+static void swiglu_rows(void *argp, int64_t r0, int64_t r1) {
+    const struct swiglu_rows_arg *a = argp;
+    for (int64_t t = 0; t < a->n_tok; t++)
+        ms_swiglu_clamped(a->gate + t * a->ld + r0, a->gate + t * a->ld + r0,
+                          a->up + t * a->ld + r0, r1 - r0, a->clamp);
+}
+
+/* One pool job for everything that reads sub_in in the MoE sublayer: the
+ * router logits [n][E] and the shared expert's gate/up [n][Fs] with its
+ * clamped SwiGLU (in place in shexp_gate). */
+static int moe_router_shared_up(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
     const struct dsv4_hparams *hp = &s->m->hp;
     const struct dsv4_layer *L = &s->m->layers[il];
     struct dsv4_scratch *sc = &s->sc;
-    const int64_t D = hp->n_embd, Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
-    if (mm(s, &L->t[DSV4_FFN_GATE_SHEXP], sc->sub_in, D, n, sc->shexp_gate, Fs, err) ||
-        mm(s, &L->t[DSV4_FFN_UP_SHEXP], sc->sub_in, D, n, sc->shexp_up, Fs, err))
-        return -1;
-    for_tokens(s, n, shexp_swiglu_tokens, &il);
-    return mm(s, &L->t[DSV4_FFN_DOWN_SHEXP], sc->shexp_gate, Fs, n, sc->sub_out, D, err);
+    const int64_t D = hp->n_embd, E = hp->n_expert;
+    const int64_t Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
+    struct swiglu_rows_arg sw = {.gate = sc->shexp_gate, .up = sc->shexp_up, .n_tok = n,
+                                 .ld = Fs, .clamp = hp->swiglu_clamp_shexp[il]};
+    struct ms_mm_op ops[2];
+    ops[0] = mm_op(&L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, n, sc->router, E);
+    ops[1] = mm_op(&L->t[DSV4_FFN_GATE_SHEXP], sc->sub_in, D, n, sc->shexp_gate, Fs);
+    ops[1].w2 = &L->t[DSV4_FFN_UP_SHEXP].mat;
+    ops[1].y2 = sc->shexp_up;
+    ops[1].done = swiglu_rows;
+    ops[1].done_arg = &sw;
+    return ms_matmul_multi(&s->mm, ops, 2, err);
 }
 
 /* ---- hyper-connections -------------------------------------------------- */
@@ -663,6 +715,13 @@ static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *
     return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, true, err);
 }
 
+/* The same product as mm, as one op of a fused call (ms_matmul_multi). */
+static struct ms_mm_op mm_op(const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
+                             float *y, int64_t ldy) {
+    return (struct ms_mm_op){.w = &w->mat, .x = x, .ldx = ldx, .n_tok = n, .y = y, .ldy = ldy,
+                             .exact = true};
+}
+
 /* RoPE parameters of a layer: ratio-0 layers use the plain base;
  * compressed layers use the compress base with YaRN (or linear scaling when
  * the type key is absent), with the YaRN magnitude factor cancelled. */
@@ -743,18 +802,6 @@ static void comp_ape_rope_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
             sc->idx_w[t * HI + h] *= wscale;
         }
     }
-}
-
-/* Shared expert's clamped SwiGLU, in place in shexp_gate; arg: the layer
- * index. */
-static void shexp_swiglu_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
-                                const void *arg) {
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const uint32_t il = *(const uint32_t *)arg;
-    const int64_t Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
-    for (int64_t t = t0; t < t1; t++)
-        ms_swiglu_clamped(s->sc.shexp_gate + t * Fs, s->sc.shexp_gate + t * Fs,
-                          s->sc.shexp_up + t * Fs, Fs, hp->swiglu_clamp_shexp[il]);
 }
 
 /* sub_out (shared expert) += the routed slots' outputs, in slot order. */
@@ -967,15 +1014,89 @@ static void expert_task(void *ctx, int64_t b, int64_t e, int ith) {
 /* Runs experts used[g0 .. g0 + ng) (acquired, views in sc->views). With
  * at least two experts per thread, each thread takes whole experts: one
  * hand-off per expert instead of three row-split matmuls, and no thread
- * waits on another between an expert's matmuls. With fewer (a decode step
- * on a many-core machine: 6 experts), each matmul's rows are split across
- * the pool instead. Every output element is the same dot call either way,
- * so both give identical results. */
+ * waits on another between an expert's matmuls. With fewer (a decode step:
+ * 6 experts, on any number of threads), run_experts_fused splits all of
+ * them by rows in two pool jobs. Every output element is the same dot call
+ * either way, so both give identical results. */
+/* The routed down projection's done callback: rows [c0, c1) of each
+ * gathered row's output (in exp_in), times the router weight, to its
+ * (token, slot) row of exp_out. */
+struct scatter_rows_arg {
+    const struct dsv4_session *s;
+    int64_t r0, rows; /* the expert's gathered rows */
+};
+
+static void scatter_rows(void *argp, int64_t c0, int64_t c1) {
+    const struct scatter_rows_arg *a = argp;
+    const struct dsv4_scratch *sc = &a->s->sc;
+    const int64_t D = a->s->m->hp.n_embd, k = a->s->m->hp.n_expert_used;
+    for (int64_t i = a->r0; i < a->r0 + a->rows; i++) {
+        const int64_t t = sc->row_tok[i], j = sc->row_slot[i];
+        const float w = sc->selw[t * k + j], *down = sc->exp_in + i * D;
+        float *dst = sc->exp_out + (t * k + j) * D;
+        for (int64_t c = c0; c < c1; c++) dst[c] = w * down[c];
+    }
+}
+
+/* Experts used[g0 .. g0 + ng) (ng <= FUSED_EXPERTS_MAX) as two pool jobs
+ * whatever their number: every expert's gate/up rows with the clamped
+ * SwiGLU, then every expert's down rows with the router weight (and the
+ * shared expert's down projection when moe() left it in s->shexp_down).
+ * The rows are cut into chunks of similar cost, so 6 experts keep 16
+ * threads busy, and experts of unequal row counts balance. The arithmetic
+ * is expert_ffn's, element by element. A one-row expert (decode) reads
+ * sub_in in place: every expert of a decode step shares one conversion of
+ * its activations. */
+static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng, ms_err *err) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    struct dsv4_scratch *sc = &s->sc;
+    const int64_t D = hp->n_embd, F = hp->n_ff_exp;
+    const bool exact = s->p.quality;
+    if (ng <= 0) return 0;
+    struct ms_mm_op ops[FUSED_EXPERTS_MAX + 1];
+    struct swiglu_rows_arg sw[FUSED_EXPERTS_MAX];
+    struct scatter_rows_arg sa[FUSED_EXPERTS_MAX];
+    for (int g = 0; g < ng; g++) {
+        const int64_t r0 = sc->expert_row0[g0 + g], rows = sc->expert_row0[g0 + g + 1] - r0;
+        const float *x = sc->sub_in + (int64_t)sc->row_tok[r0] * D;
+        if (rows > 1) {
+            float *xg = sc->exp_in + r0 * D;
+            for (int64_t i = 0; i < rows; i++)
+                memcpy(xg + i * D, sc->sub_in + (int64_t)sc->row_tok[r0 + i] * D,
+                       (size_t)D * sizeof(float));
+            x = xg;
+        }
+        sw[g] = (struct swiglu_rows_arg){.gate = sc->exp_gate + r0 * F, .up = sc->exp_up + r0 * F,
+                                         .n_tok = rows, .ld = F,
+                                         .clamp = hp->swiglu_clamp_exp[il]};
+        ops[g] = (struct ms_mm_op){.w = &sc->views[g].gate, .w2 = &sc->views[g].up, .x = x,
+                                   .ldx = D, .n_tok = rows, .y = sw[g].gate, .y2 = sc->exp_up + r0 * F,
+                                   .ldy = F, .exact = exact, .done = swiglu_rows,
+                                   .done_arg = &sw[g]};
+    }
+    if (ms_matmul_multi(&s->mm, ops, ng, err)) return -1;
+    for (int g = 0; g < ng; g++) {
+        const int64_t r0 = sc->expert_row0[g0 + g], rows = sc->expert_row0[g0 + g + 1] - r0;
+        sa[g] = (struct scatter_rows_arg){.s = s, .r0 = r0, .rows = rows};
+        ops[g] = (struct ms_mm_op){.w = &sc->views[g].down, .x = sc->exp_gate + r0 * F, .ldx = F,
+                                   .n_tok = rows, .y = sc->exp_in + r0 * D, .ldy = D,
+                                   .exact = exact, .done = scatter_rows, .done_arg = &sa[g]};
+    }
+    int n_ops = ng;
+    if (s->shexp_down) {
+        ops[n_ops++] = *s->shexp_down;
+        s->shexp_down = NULL;
+    }
+    return ms_matmul_multi(&s->mm, ops, n_ops, err);
+}
+
 static int run_experts(struct dsv4_session *s, uint32_t il, int g0, int ng, ms_err *err) {
     struct dsv4_scratch *sc = &s->sc;
     const int64_t *row0 = sc->expert_row0;
     const int nt = ms_pool_n_threads(s->p.pool);
-    if (nt <= 1 || ng < 2 * nt || !s->mm_thread) {
+    if (ng <= FUSED_EXPERTS_MAX && (nt <= 1 || ng < 2 * nt || !s->mm_thread))
+        return run_experts_fused(s, il, g0, ng, err);
+    if (nt <= 1 || !s->mm_thread) {
         for (int g = 0; g < ng; g++) {
             const int64_t r0 = row0[g0 + g], rows = row0[g0 + g + 1] - r0;
             if (expert_ffn(s, &s->mm, il, &sc->views[g], r0, rows, err)) return -1;

@@ -101,6 +101,9 @@ struct dsv4_session {
     bool pass_tail;          /* the ubatch holds the pass's last tokens */
     struct ms_matmul_ctx mm;
     struct ms_matmul_ctx *mm_thread; /* [n_threads]: single-threaded, one per worker */
+    /* while a MoE layer runs: the shared expert's down projection, for the
+     * routed experts' fused down job to take along (forward.c) */
+    const struct ms_mm_op *shexp_down;
 };
 
 /* One layer-major pass: runs every layer over tokens[0..n) at positions
