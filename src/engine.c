@@ -99,7 +99,8 @@ static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p,
         .stream = p->stream,
         .cache_bytes = p->cache_experts ? p->cache_experts * max_slot : p->cache_bytes,
         /* layers held whole are resident, like dense weights */
-        .full_bytes = stream ? ms_stream_full_layer_bytes(m, p->full_layers) : 0};
+        .full_bytes = stream ? ms_stream_full_layer_bytes(m, p->full_layers) : 0,
+        .no_whole_layer = p->whole_layer_min_tokens < 0};
     return ms_mem_plan(in, plan, err);
 }
 
@@ -205,7 +206,8 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     const struct ms_stream_params spar = {.budget_bytes = plan.cache_bytes,
                                           .full_layers = p->full_layers,
                                           .hotlist_path = p->hotlist,
-                                          .whole_layer_min_tokens = p->whole_layer_min_tokens,
+                                          .whole_layer_min_tokens =
+                                              plan.headroom_bytes ? p->whole_layer_min_tokens : -1,
                                           .preload_experts = p->preload_experts,
                                           .no_prefetch = p->no_prefetch,
                                           .headroom_bytes = plan.headroom_bytes};
@@ -217,12 +219,16 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     const bool fits = plan.resident_need <= plan.usable_bytes;
     snprintf(e->plan_line, sizeof e->plan_line,
              "streaming experts: %.2f GiB resident need %s %.2f GiB usable (%s)%s; dense %.2f + "
-             "KV %.2f + residual %.2f + scratch %.2f + layer buffers %.2f (decode: expert cache) "
+             "KV %.2f + residual %.2f + scratch %.2f + layer buffers %.2f (%s) "
              "+ expert cache %.2f GiB (%.1f%% of %.2f GiB routed)",
              GiB(plan.resident_need), fits ? "<=" : ">", GiB(plan.usable_bytes), source,
              p->stream == MS_STREAM_ON ? ", --stream" : "", GiB(plan.dense_bytes + in.full_bytes),
              GiB(mem.kv), GiB(mem.resid), GiB(mem.scratch + mem.other),
-             GiB(plan.headroom_bytes), GiB(plan.cache_bytes),
+             GiB(plan.headroom_bytes),
+             plan.whole_layer_dropped ? "no room for two layers: prefill reads through the cache"
+             : plan.headroom_bytes    ? "decode: expert cache"
+                                      : "--whole-layer-min -1",
+             GiB(plan.cache_bytes),
              100.0 * (double)plan.cache_bytes / (double)(in.routed_bytes ? in.routed_bytes : 1),
              GiB(in.routed_bytes));
     return 0;

@@ -139,6 +139,28 @@ static void test_plan(void **state) {
     assert_int_equal(p.cache_bytes, 8 * GiB - 2 * GiB - 3 * GiB - GiB / 4 - GiB);
     in.limit_bytes = 64 * GiB;
     in.full_bytes = 0;
+    /* no room for the two layer buffers beside the smallest cache (3.2 GiB
+     * usable: 2 dense + 0.25 sessions + 1 headroom leave less than 64 MiB):
+     * they are left out and the prefill reads through the cache */
+    in.limit_bytes = 4 * GiB;
+    in.stream = -1;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_true(p.stream);
+    assert_true(p.whole_layer_dropped);
+    assert_int_equal(p.headroom_bytes, 0);
+    assert_int_equal(p.cache_bytes, p.usable_bytes - 2 * GiB - GiB / 4);
+    /* with room, they stay; whole-layer reads turned off take none */
+    in.limit_bytes = 10 * GiB;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_false(p.whole_layer_dropped);
+    assert_int_equal(p.headroom_bytes, GiB);
+    in.no_whole_layer = true;
+    assert_int_equal(ms_mem_plan(&in, &p, &err), 0);
+    assert_false(p.whole_layer_dropped);
+    assert_int_equal(p.headroom_bytes, 0);
+    assert_int_equal(p.cache_bytes, 8 * GiB - 2 * GiB - GiB / 4);
+    in.no_whole_layer = false;
+    in.stream = 1;
     /* too small to stream at all: a clear error with the figures */
     in.limit_bytes = 2 * GiB;
     in.stream = -1;

@@ -119,10 +119,18 @@ int ms_mem_plan(const struct ms_mem_plan_in *in, struct ms_mem_plan *out, ms_err
         return 0;
     }
 
-    out->headroom_bytes = 2 * in->max_layer_routed;
-    const uint64_t fixed =
-        out->dense_bytes + in->full_bytes + in->session_bytes + out->headroom_bytes;
-    const uint64_t room = out->usable_bytes > fixed ? out->usable_bytes - fixed : 0;
+    out->headroom_bytes = in->no_whole_layer ? 0 : 2 * in->max_layer_routed;
+    uint64_t fixed = out->dense_bytes + in->full_bytes + in->session_bytes + out->headroom_bytes;
+    uint64_t room = out->usable_bytes > fixed ? out->usable_bytes - fixed : 0;
+    if (room < in->min_cache_bytes && out->headroom_bytes &&
+        out->usable_bytes >= fixed - out->headroom_bytes + in->min_cache_bytes) {
+        /* no room for the whole-layer buffers: stream the prefill through
+         * the cache instead */
+        fixed -= out->headroom_bytes;
+        out->headroom_bytes = 0;
+        out->whole_layer_dropped = true;
+        room = out->usable_bytes - fixed;
+    }
     if (room < in->min_cache_bytes)
         return ms_err_set(err,
                           "not enough memory to stream: %.2f GiB usable, %.2f GiB dense "

@@ -36,13 +36,17 @@ struct ms_mem_plan_in {
     uint64_t cache_bytes;     /* requested cache target in bytes, 0 = auto */
     uint64_t full_bytes;      /* routed experts held whole (--full-layers), resident
                                  beside the dense weights when streaming */
+    bool no_whole_layer;      /* prefill never reads whole layers: no headroom */
 };
 
 struct ms_mem_plan {
     bool stream;              /* routed experts streamed from disk */
     uint64_t usable_bytes;    /* limit * pct */
     uint64_t dense_bytes;     /* resident non-routed weights */
-    uint64_t headroom_bytes;  /* two layers of prefill reads (streaming) */
+    uint64_t headroom_bytes;  /* two layers of prefill reads (streaming); 0 when
+                                 whole-layer reads are off or do not fit */
+    bool whole_layer_dropped; /* they did not fit beside the smallest cache, so the
+                                 plan leaves them out: prefill reads through the cache */
     uint64_t cache_bytes;     /* fitted expert cache budget (streaming) */
     uint64_t resident_need;   /* what running fully resident would take */
 };
@@ -51,7 +55,10 @@ struct ms_mem_plan {
  * Decides residency and fits the cache. Auto streams when the resident need
  * (file + sessions) exceeds the usable memory. A requested cache size is a
  * target: it is reduced to what remains after dense weights, sessions and
- * headroom (and never below min_cache_bytes). Errors (the message gives the
+ * headroom (and never below min_cache_bytes). When the two layers of
+ * headroom leave no room for the smallest cache but the plan fits without
+ * them, they are left out (whole_layer_dropped: the prefill then reads its
+ * experts through the cache, as short prompts do). Errors (the message gives the
  * figures): streaming cannot fit even the smallest cache in what remains,
  * whatever cache was requested; resident, the sessions alone exceed the
  * usable memory (the weights are a reclaimable file mapping).
