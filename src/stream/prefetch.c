@@ -8,7 +8,7 @@
  * ends it counts it against its ticket and wakes the waiters. So a waiter
  * for one ticket returns as soon as that ticket's reads are in, whatever
  * else is still in flight. Numbering starts again once every ticket has
- * been reported ended and the thread is idle.
+ * been reported ended.
  */
 #include "stream/prefetch.h"
 
@@ -35,6 +35,7 @@ struct ms_prefetch {
     struct ticket *t;      /* [max] */
     size_t max, n_queued, n_taken, n_t, n_reported;
     uint64_t bytes;        /* read since the last take */
+    uint64_t io_mark;      /* ms_io_bytes_read already added to bytes (thread only) */
     bool busy;             /* the thread is inside a batch */
     pthread_mutex_t mu;
     pthread_cond_t cv;     /* any state change */
@@ -56,9 +57,19 @@ static bool hook_want(void *ctx, size_t i) {
     return want;
 }
 
+/* Adds the engine's bytes read since the last call to p->bytes: before a
+ * ticket is reported ended, so a waiter that then takes the bytes sees
+ * its reads. Called on the thread, lock held. */
+static void account(struct ms_prefetch *p) {
+    const uint64_t now = ms_io_bytes_read(p->io);
+    p->bytes += now - p->io_mark;
+    p->io_mark = now;
+}
+
 static void hook_done(void *ctx, size_t i, int status) {
     struct ms_prefetch *p = ctx;
     pthread_mutex_lock(&p->mu);
+    account(p);
     struct ticket *t = &p->t[p->owner[p->run_base + i]];
     /* a failure outranks a cancellation */
     if (status && (!t->status || t->status == ECANCELED)) t->status = status;
@@ -81,11 +92,9 @@ static void *prefetch_main(void *arg) {
         p->busy = true;
         pthread_mutex_unlock(&p->mu);
         ms_err e = {{0}};
-        const uint64_t b0 = ms_io_bytes_read(p->io);
         (void)ms_io_read_hooked(p->io, p->run, n, &hooks, &e); /* outcomes via hook_done */
-        const uint64_t got = ms_io_bytes_read(p->io) - b0;
         pthread_mutex_lock(&p->mu);
-        p->bytes += got;
+        account(p);
         p->busy = false;
         pthread_cond_broadcast(&p->cv);
     }
@@ -148,8 +157,11 @@ void ms_prefetch_free(struct ms_prefetch *p) {
 int ms_prefetch_submit(struct ms_prefetch *p, const struct ms_io_req *reqs, size_t n,
                        uint32_t *ticket) {
     pthread_mutex_lock(&p->mu);
-    if (p->n_reported == p->n_t && p->n_taken == p->n_queued && !p->busy)
-        p->n_queued = p->n_taken = p->n_t = p->n_reported = 0; /* all ended and seen */
+    /* every ticket ended and seen: the thread has made its last hook call
+     * for them (it touches the queue only in hooks and when taking a
+     * batch under the lock), so numbering can start again */
+    if (p->n_reported == p->n_t && p->n_taken == p->n_queued)
+        p->n_queued = p->n_taken = p->n_t = p->n_reported = 0;
     const bool fits = n <= p->max - p->n_queued && p->n_t < p->max;
     if (fits) {
         const uint32_t id = (uint32_t)p->n_t++;
