@@ -8,7 +8,10 @@
 # all of them split by rows in two fused jobs, and one token's experts in
 # fused jobs), fuses the projections that share an input, and cuts rows
 # into chunks by thread count: every one of those must leave each output
-# element the same dot product.
+# element the same dot product. A longer prompt (300 tokens: 75 compressed
+# rows on the ratio-4 layers, more than the indexer's top-k and than one
+# chunk of its rows) checks the decode step's indexer scores, split across
+# threads by rows.
 . "$(dirname "$0")/lib.sh"
 
 TOK=$(seq -s, 3 2 81) # 40 tokens: a prefill routes to most of the 8 experts
@@ -35,5 +38,14 @@ for kind in q4k ds4; do
             done
         done
     done
+done
+LONG=$(seq -s, 3 1 302)
+M=$TMP/ds4.gguf
+"$BIN" logits -m "$M" --tokens "$LONG" --top 3 -t 1 >"$TMP/long-ref.json" 2>/dev/null ||
+    fail "long prompt -t 1: exit $?"
+for t in 2 3; do
+    "$BIN" logits -m "$M" --tokens "$LONG" --top 3 -t $t --chunk 1 >"$TMP/long-$t.json" 2>/dev/null ||
+        fail "long prompt -t $t --chunk 1: exit $?"
+    check "300 tokens -t $t --chunk 1 == -t 1 one-shot" "cmp -s '$TMP/long-ref.json' '$TMP/long-$t.json'"
 done
 finish cli_thread_identity

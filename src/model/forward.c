@@ -918,16 +918,12 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
  * rows token t attends to (all when n_comp <= top_k, else the top_k by
  * sum_h w_h relu(q_h . key)). score, top, sel: this thread's [comp_cap]
  * scratch. */
-static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer_state *st,
-                           int64_t t, int64_t n_comp, float *score, int *top, uint8_t *sel) {
+static void indexer_scores(const struct dsv4_session *s, const struct dsv4_layer_state *st,
+                           int64_t t, int64_t m0, int64_t m1, float *score) {
     const struct dsv4_hparams *hp = &s->m->hp;
     const struct dsv4_scratch *sc = &s->sc;
-    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, K = hp->indexer_top_k;
-    if (n_comp <= K) {
-        memset(sel, 1, (size_t)n_comp);
-        return;
-    }
-    for (int64_t m = 0; m < n_comp; m++) {
+    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    for (int64_t m = m0; m < m1; m++) {
         const float *key = st->idx_keys + m * dI;
         float acc = 0.0f;
         for (int64_t h = 0; h < HI; h++) {
@@ -937,9 +933,25 @@ static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer
         }
         score[m] = acc;
     }
+}
+
+/* The top_k of score[0..n_comp) marked in sel (top: scratch). */
+static void indexer_pick(const struct dsv4_session *s, int64_t n_comp, float *score, int *top,
+                         uint8_t *sel) {
+    const int64_t K = s->m->hp.indexer_top_k;
     ms_topk_heap(score, (int)n_comp, (int)K, top);
     memset(sel, 0, (size_t)n_comp);
     for (int64_t i = 0; i < K; i++) sel[top[i]] = 1;
+}
+
+static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer_state *st,
+                           int64_t t, int64_t n_comp, float *score, int *top, uint8_t *sel) {
+    if (n_comp <= (int64_t)s->m->hp.indexer_top_k) {
+        memset(sel, 1, (size_t)n_comp);
+        return;
+    }
+    indexer_scores(s, st, t, 0, n_comp, score);
+    indexer_pick(s, n_comp, score, top, sel);
 }
 
 /* Attention-score scratch of worker ith. */
@@ -975,11 +987,32 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
     attn_token_heads(j, j->t, h0, h1, sel, attn_scores(j->s, ith));
 }
 
+/* Pool items: compressed rows [m0, m1) of token j->t's indexer scores,
+ * into worker 0's scratch (decode). */
+static void idx_score_rows(void *ctx, int64_t m0, int64_t m1, int ith) {
+    (void)ith;
+    const struct attn_job *j = ctx;
+    indexer_scores(j->s, j->st, j->t, m0, m1, j->s->sc.idx_score);
+}
+
+/* Compressed rows per indexer chunk of a decode step: a row costs
+ * n_indexer_head dots of indexer_head_size (8 K multiply-adds for Flash). */
+#define IDX_ROWS_GRAIN 64
+
 static void run_attention(struct dsv4_session *s, const struct dsv4_layer_state *st,
                           uint32_t ratio, const float *sinks, int64_t n) {
     struct attn_job job = {.s = s, .st = st, .ratio = ratio, .sinks = sinks};
     if (n == 1) {
-        attn_select(&job, 0, 0);
+        const int64_t n_comp = s->sc.n_comp_seen[0];
+        if (ratio == 4 && n_comp > (int64_t)s->m->hp.indexer_top_k) {
+            /* one token's indexer scores every compressed row (at 32 K
+             * positions, 8 K rows of 8 K multiply-adds per ratio-4 layer):
+             * split by rows rather than left serial on the caller */
+            ms_pool_for(s->p.pool, n_comp, IDX_ROWS_GRAIN, idx_score_rows, &job);
+            indexer_pick(s, n_comp, s->sc.idx_score, s->sc.idx_top, s->sc.idx_sel);
+        } else {
+            attn_select(&job, 0, 0);
+        }
         ms_pool_for(s->p.pool, s->m->hp.n_head, 1, attn_heads, &job);
     } else {
         ms_pool_for_each(s->p.pool, n, attn_tokens, &job);

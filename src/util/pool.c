@@ -4,7 +4,7 @@
  * matmul, attention step or MoE layer), so the hand-off must cost far less
  * than a futex round trip: sleeping on a condition variable for every job
  * cost about a tenth of a prefill's time (perf: futex wait/wake). Workers
- * therefore spin on the job generation for a while (MS_POOL_SPIN pauses)
+ * therefore spin on the job generation for a while (MS_POOL_SPIN_NS)
  * before they sleep, and the caller spins, then yields, while the last
  * chunks finish. Items are handed out in chunks from an
  * atomic counter, so a thread that falls behind (a noisy, shared machine)
@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,14 +32,17 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Pauses a thread spins before it sleeps (worker) or yields (caller): a
- * pause is 10-150 cycles depending on the core (19 ns measured on the
- * benchmark VM), so about 40 us, longer than most serial gaps between a
- * forward pass's jobs. Longer spins cost more than they save when the
- * machine is shared: a spinning thread takes the core from the one doing
- * the work (measured: 2x slower prefill with 20000 under a load of 4 on 2
- * cores). */
-#define MS_POOL_SPIN 2000
+/* How long a thread spins before it sleeps (worker) or yields (caller):
+ * longer than most serial gaps between a forward pass's jobs. Measured in
+ * time, not in pauses: a pause costs 19 ns on one benchmark VM (Zen 5) and
+ * 57 ns on another (Zen 1 under a hypervisor), and a fixed count of 2000
+ * meant 38 us on one and 114 us on the other. Longer spins cost more than
+ * they save when the machine is shared: a spinning thread takes the core
+ * from the one doing the work (measured: 2x slower prefill with a spin of
+ * 20000 pauses under a load of 4 on 2 cores). */
+#define MS_POOL_SPIN_NS 50000
+/* Pauses between two reads of the clock while spinning. */
+#define MS_POOL_SPIN_CHECK 32
 
 struct ms_pool {
     int n_threads;
@@ -73,12 +77,20 @@ static void run_chunks(struct ms_pool *p, int ith) {
     }
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Waits until the generation differs from `seen` or the pool stops. */
 static uint64_t wait_job(struct ms_pool *p, uint64_t seen) {
-    for (int i = 0; i < MS_POOL_SPIN; i++) {
+    const int64_t t0 = now_ns();
+    for (int i = 1;; i++) {
         const uint64_t g = atomic_load(&p->generation);
         if (g != seen || atomic_load(&p->stop)) return g;
         cpu_relax();
+        if (i % MS_POOL_SPIN_CHECK == 0 && now_ns() - t0 > MS_POOL_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->n_sleeping, 1);
@@ -204,11 +216,16 @@ static void run_job(struct ms_pool *p, int64_t n, int64_t chunk, ms_pool_fn fn, 
         pthread_mutex_unlock(&p->mu);
     }
     run_chunks(p, 0);
-    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
-        if (i < MS_POOL_SPIN)
+    int64_t t0 = -1;
+    for (int i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+        if (t0 < 0) {
             cpu_relax();
-        else
+            if (i % MS_POOL_SPIN_CHECK == 0) t0 = now_ns(); /* the wait is not short */
+        } else if (now_ns() - t0 < MS_POOL_SPIN_NS) {
+            cpu_relax();
+        } else {
             sched_yield(); /* a worker may be descheduled: give it the core */
+        }
     }
 }
 
