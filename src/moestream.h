@@ -230,6 +230,8 @@ struct ms_kv_stats {
     int64_t evicted_files;
     int64_t skipped_files;    /* unreadable, foreign or corrupt files passed over */
     double restore_seconds, save_seconds;
+    uint64_t restored_bytes;  /* file bytes of the checkpoints restored */
+    int64_t saved_by_reason[6]; /* saved_files split by enum ms_kv_reason (index 0 unused) */
 };
 
 /* Opens (creating) a store for engine e's model: the model fingerprint is

@@ -1,7 +1,8 @@
 /*
  * cmd_serve.c - `moestream serve`: loads the model and runs the HTTP server
  * (server/server.h) until SIGTERM or SIGINT; then the running request is
- * finished or cancelled, waiting ones get 503, and the exit status is 0.
+ * finished or cancelled, waiting ones get 503, the live session is saved
+ * to the disk KV cache (--kv-disk-dir), and the exit status is 0.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/gen.h"
+#include "cli/kv_opts.h"
 #include "moestream.h"
 #include "server/server.h"
 #include "util/parse.h"
@@ -38,7 +40,8 @@ static void usage(FILE *f) {
             "      --timeout S      idle connection timeout in seconds (default 600)\n"
             "      --keepalive S    SSE keepalive comment period in seconds, (0, 5] (default 2)\n"
             "      --max-tokens N   generation limit when a request sets none (default 4096)\n"
-            "      --port-file FILE write the bound port to FILE once listening\n" ENGINE_HELP);
+            "      --port-file FILE write the bound port to FILE once listening\n" KV_SERVE_HELP
+                ENGINE_HELP);
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -69,15 +72,18 @@ int cmd_serve(int argc, char **argv) {
         {"port-file", required_argument, 0, OPT_PORT_FILE},
         {"help", no_argument, 0, 'h'},
         ENGINE_OPTIONS,
+        KV_SERVE_OPTIONS,
         {0, 0, 0, 0}};
     struct ms_engine_params ep = ms_engine_params_default(NULL);
-    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop};
+    struct ms_kv_params kp = ms_kv_params_default(NULL);
+    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp};
     long v;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
-        const int r = engine_opt("serve", c, optarg, &ep);
+        int r = engine_opt("serve", c, optarg, &ep);
+        if (r == 0) r = kv_opt("serve", c, optarg, &kp);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (c) {

@@ -12,18 +12,21 @@ int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p) {
     const char *name;
     switch (c) {
     case KV_OPT_DIR:
+    case KV_OPT_DISK_DIR:
         if (!*arg) {
-            fprintf(stderr, "moestream %s: --kv-dir needs a directory\n", cmd);
+            fprintf(stderr, "moestream %s: %s needs a directory\n", cmd,
+                    c == KV_OPT_DIR ? "--kv-dir" : "--kv-disk-dir");
             return -1;
         }
         p->dir = arg;
         return 1;
     case KV_OPT_BUDGET:
+    case KV_OPT_DISK_SPACE:
         if (!ms_parse_long(arg, 1, 1L << 30, &v)) {
             p->budget_bytes = (uint64_t)v << 20;
             return 1;
         }
-        name = "--kv-budget-mb";
+        name = c == KV_OPT_BUDGET ? "--kv-budget-mb" : "--kv-disk-space-mb";
         break;
     case KV_OPT_MIN:
         if (!ms_parse_long(arg, 1, INT32_MAX, &v)) {
@@ -56,7 +59,7 @@ int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p) {
     default: return 0;
     }
     fprintf(stderr, "moestream %s: %s must be an integer >= %d\n", cmd, name,
-            c == KV_OPT_BUDGET || c == KV_OPT_MIN ? 1 : 0);
+            c == KV_OPT_BUDGET || c == KV_OPT_DISK_SPACE || c == KV_OPT_MIN ? 1 : 0);
     return -1;
 }
 

@@ -16,6 +16,8 @@ enum {
     KV_OPT_TRIM,
     KV_OPT_ALIGN,
     KV_OPT_INTERVAL,
+    KV_OPT_DISK_DIR,   /* serve's names for --kv-dir and --kv-budget-mb */
+    KV_OPT_DISK_SPACE,
 };
 
 #define KV_OPTIONS                                                                                \
@@ -31,6 +33,25 @@ enum {
     "                       checkpoints (files hold prompts verbatim; docs/kv-cache.md)\n"       \
     "      --kv-budget-mb N  size of the cache directory (default 4096)\n"                       \
     "      --kv-min-tokens N  shortest checkpoint saved (default 512)\n"                         \
+    "      --kv-trim N      cold saves drop the prompt's last N tokens (default 32)\n"          \
+    "      --kv-align N     ... and round down to a multiple of N (default 2048; 0: none)\n"     \
+    "      --kv-interval N  save when prefill or generation crosses a multiple of N\n"           \
+    "                       (default 8192; 0: never)\n"
+
+/* serve: the same knobs, the directory and its size under the names the
+ * server issue gave them (--kv-disk-dir, --kv-disk-space-mb); --kv-dir and
+ * --kv-budget-mb are accepted too. */
+#define KV_SERVE_OPTIONS                                                                          \
+    {"kv-disk-dir", required_argument, 0, KV_OPT_DISK_DIR},                                       \
+        {"kv-disk-space-mb", required_argument, 0, KV_OPT_DISK_SPACE}, KV_OPTIONS
+
+#define KV_SERVE_HELP                                                                             \
+    "      --kv-disk-dir DIR  disk KV cache: a request that does not extend the live session\n"  \
+    "                       restores the longest saved prefix of its prompt; checkpoints are\n"  \
+    "                       saved cold, at intervals, on eviction and at shutdown (files hold\n" \
+    "                       prompts verbatim; docs/kv-cache.md; --kv-dir is the same)\n"       \
+    "      --kv-disk-space-mb N  size of the cache directory (default 4096; = --kv-budget-mb)\n" \
+    "      --kv-min-tokens N  shortest checkpoint saved (default 512)\n"                       \
     "      --kv-trim N      cold saves drop the prompt's last N tokens (default 32)\n"          \
     "      --kv-align N     ... and round down to a multiple of N (default 2048; 0: none)\n"     \
     "      --kv-interval N  save when prefill or generation crosses a multiple of N\n"           \

@@ -689,6 +689,7 @@ int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char
         res->mismatch = depth >= 0;
         kv->st.restored_tokens += nt;
         kv->st.restored_files++;
+        kv->st.restored_bytes += c.file_bytes;
         break;
     }
     free(v);
@@ -801,6 +802,8 @@ int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason re
                    err)) goto out;
     kv->st.saved_files++;
     kv->st.saved_bytes += bytes;
+    if ((unsigned)reason < sizeof kv->st.saved_by_reason / sizeof kv->st.saved_by_reason[0])
+        kv->st.saved_by_reason[reason]++;
     ms_log_info("kv: saved %s (%s, %lld tokens, %llu bytes)", name, reason_name(reason),
                 (long long)n, (unsigned long long)bytes);
     apply_budget(kv, name);
@@ -891,6 +894,7 @@ int ms_kv_save_named(struct ms_kvstore *kv, struct ms_session *s, const char *na
     if (!rc) {
         kv->st.saved_files++;
         kv->st.saved_bytes += bytes;
+        kv->st.saved_by_reason[MS_KV_NAMED]++;
     }
     free(text);
     kv->st.save_seconds += now_mono() - t0;

@@ -410,8 +410,50 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
     const int trc = tokenize_prompt(sv, j, &r, e);
     j->prompt = r.text;
     j->prompt_len = r.len;
-    free(r.plain);
+    j->plain = r.plain; /* kept for api_tokenize_from */
+    j->n_plain = r.n_plain;
     return trc;
+}
+
+int api_tokenize_from(struct server *sv, const struct job *j, size_t from, int32_t **ids,
+                      size_t *n, ms_err *err) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 0, k = 0;
+    while (k < j->n_plain && j->plain[k].off + j->plain[k].len <= from) k++;
+    for (size_t pos = from; pos < j->prompt_len;) {
+        /* the run holding pos: request data, or template text up to the next one */
+        const bool plain = k < j->n_plain && j->plain[k].off <= pos;
+        const size_t end = plain ? j->plain[k].off + j->plain[k].len
+                                 : (k < j->n_plain ? j->plain[k].off : j->prompt_len);
+        int32_t *part = NULL;
+        size_t np = 0;
+        if (ms_tokenizer_encode_flags(sv->tok, j->prompt + pos, end - pos,
+                                      plain ? 0 : MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &part, &np,
+                                      err))
+            goto fail;
+        if (*n + np > cap) {
+            cap = (*n + np) * 2;
+            int32_t *g = realloc(*ids, cap * sizeof *g);
+            if (!g) {
+                free(part);
+                ms_err_set(err, "out of memory");
+                goto fail;
+            }
+            *ids = g;
+        }
+        if (np) memcpy(*ids + *n, part, np * sizeof *part);
+        *n += np;
+        free(part);
+        pos = end;
+        if (plain) k++;
+    }
+    return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
+    *n = 0;
+    return -1;
 }
 
 static int check_ctx(struct server *sv, struct job *j, int64_t max_tokens, struct http_err *e) {
@@ -489,6 +531,7 @@ void job_release(struct job *j) {
     free(j->ids);
     free(j->cut_off);
     free(j->cut_tok);
+    free(j->plain);
     free(j->stop_seq);
     free(j->error);
     free(j->body);

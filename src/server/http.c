@@ -212,11 +212,27 @@ static char *metrics_body(struct server *sv) {
     COUNTER("requests_rejected_total", "Requests refused because the queue was full (503).", m.rejected);
     COUNTER("requests_cancelled_total", "Generations stopped by a client disconnect or shutdown.", m.cancelled);
     COUNTER("prompt_tokens_total", "Prompt tokens of finished requests.", m.prompt_tokens);
-    COUNTER("cached_prompt_tokens_total", "Prompt tokens reused from the live session (not prefilled).", m.cached_tokens);
+    COUNTER("cached_prompt_tokens_total", "Prompt tokens not prefilled: reused from the live session, the snapshot or the disk KV cache.", m.cached_tokens);
     COUNTER("completion_tokens_total", "Generated tokens.", m.completion_tokens);
     COUNTER("prefix_cache_hits_total", "Requests that extended the live session.", m.prefix_hits);
-    COUNTER("kv_restores_total", "Requests that restored the session snapshot.", m.snapshot_restores);
+    COUNTER("snapshot_restores_total", "Requests that restored the in-memory snapshot (the live session before its prompt's last token).", m.snapshot_restores);
     COUNTER("full_prefills_total", "Requests prefilled from an empty session.", m.full_prefills);
+    if (m.kv_on) {
+        static const char *reasons[] = {NULL, "cold", "continued", "evict", "shutdown", "named"};
+        COUNTER("kv_restores_total", "Requests that restored a disk KV checkpoint.", m.kv_hits);
+        COUNTER("kv_restored_tokens_total", "Tokens restored from disk KV checkpoints.", m.kv.restored_tokens);
+        COUNTER("kv_restored_bytes_total", "File bytes of the disk KV checkpoints restored.", m.kv.restored_bytes);
+        GAUGE("kv_restore_seconds_total", "Seconds spent looking up and restoring disk KV checkpoints.", "%.6f", m.kv.restore_seconds);
+        ms_buf_puts(&b, "# HELP moestream_kv_saves_total Disk KV checkpoints written, by reason.\n"
+                        "# TYPE moestream_kv_saves_total counter\n");
+        for (int r = 1; r <= 4; r++)
+            ms_buf_printf(&b, "moestream_kv_saves_total{reason=\"%s\"} %lld\n", reasons[r],
+                          (long long)m.kv.saved_by_reason[r]);
+        COUNTER("kv_saved_bytes_total", "Bytes of disk KV checkpoints written.", m.kv.saved_bytes);
+        GAUGE("kv_save_seconds_total", "Seconds spent writing disk KV checkpoints.", "%.6f", m.kv.save_seconds);
+        COUNTER("kv_evicted_files_total", "Disk KV checkpoints deleted to keep the directory budget.", m.kv.evicted_files);
+        COUNTER("kv_skipped_files_total", "Unreadable, foreign or corrupt checkpoint files passed over.", m.kv.skipped_files);
+    }
     GAUGE("prefill_seconds_total", "Seconds spent in prefill.", "%.6f", m.prefill_seconds);
     GAUGE("decode_seconds_total", "Seconds spent decoding.", "%.6f", m.decode_seconds);
     GAUGE("prefill_tokens_per_second", "Prefill speed of the last request.", "%.3f", m.last_prefill_tps);
@@ -469,6 +485,15 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     sv->end_think_tok = ms_tokenizer_find(sv->tok, MS_CHAT_END_THINK, strlen(MS_CHAT_END_THINK));
     if (ms_session_new(&sv->s, e, sv->o.n_ctx, err)) goto out;
     sv->n_ctx = ms_session_n_ctx(sv->s);
+    sv->live_disk_n = -1;
+    if (sv->o.kv && sv->o.kv->dir) {
+        /* opened here, then used by the worker only (a store is not thread-safe) */
+        if (ms_kv_open(&sv->kv, e, sv->o.kv, err)) goto out;
+        sv->kv_min_tokens = sv->o.kv->min_tokens;
+        sv->m.kv_on = true;
+        fprintf(stderr, "serve: disk KV cache in %s (%llu MiB)\n", sv->o.kv->dir,
+                (unsigned long long)(sv->o.kv->budget_bytes >> 20));
+    }
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&worker, NULL, worker_main, sv)) {
@@ -519,6 +544,7 @@ out:
      * (bounded) before the daemon shuts their sockets */
     for (int i = 0; d && i < 100 && atomic_load(&sv->active) > 0; i++) usleep(30 * 1000);
     if (d) MHD_stop_daemon(d);
+    ms_kv_close(sv->kv);
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);

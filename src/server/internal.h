@@ -54,6 +54,8 @@ struct job {
     size_t n_ids;
     size_t *cut_off, *cut_tok; /* ascending byte offsets and the token index there */
     size_t n_cuts;
+    struct ms_chat_span *plain; /* the prompt's request-data runs (plain text), ascending */
+    size_t n_plain;
 
     /* generation parameters */
     int64_t max_tokens;
@@ -110,6 +112,11 @@ struct metrics {
     double prefill_seconds, decode_seconds;
     uint64_t prefix_hits, snapshot_restores, full_prefills;
     double last_prefill_tps, last_decode_tps, last_ttft;
+    /* disk KV cache: the store's figures, copied by the worker after each
+     * use (the store itself is worker-only) */
+    bool kv_on;
+    struct ms_kv_stats kv;
+    uint64_t kv_hits;       /* requests that restored a disk checkpoint */
 };
 
 struct server {
@@ -138,6 +145,13 @@ struct server {
     struct ms_snapshot *snap;
     char *snap_text;
     size_t snap_len;
+    int64_t snap_n;         /* tokens in snap */
+    /* worker-only: the disk KV cache (NULL: none) and what of the session
+     * is on disk already, so eviction and shutdown skip saving it again */
+    struct ms_kvstore *kv;
+    int64_t kv_min_tokens;
+    int64_t live_disk_n;    /* n_past when the live session was saved or restored whole; -1 */
+    bool snap_on_disk;
 };
 
 /* ---- api.c: request parsing and response formatting ---- */
@@ -147,6 +161,13 @@ struct server {
 struct job *api_parse(struct server *sv, enum api_kind k, json_t *req, struct http_err *e);
 /* /v1/messages/count_tokens: the prompt's token count, or -1 with *e. */
 int64_t api_count_tokens(struct server *sv, json_t *req, struct http_err *e);
+/* Tokenizes j's prompt from byte `from` (where a restored disk checkpoint's
+ * text ends, possibly inside a run) to the end: the rest of that run as one
+ * piece of its kind (template text with special tokens, request data as
+ * plain text), then the following runs as the whole prompt was. *ids is
+ * malloc'd (NULL when nothing is left). Errors: tokenizer failures, OOM. */
+int api_tokenize_from(struct server *sv, const struct job *j, size_t from, int32_t **ids,
+                      size_t *n, ms_err *err);
 /* The error body of API k (malloc'd JSON). */
 char *api_error_body(enum api_kind k, const struct http_err *e);
 

@@ -27,6 +27,10 @@ struct ms_server_opts {
     double keepalive_s;     /* SSE keepalive period (default 2 s, at most 5) */
     int64_t default_max_tokens; /* when a request gives none (default 4096, capped by context) */
     const char *port_file;  /* if set, the bound port is written there once listening */
+    /* The disk KV cache (docs/kv-cache.md): NULL, or kv->dir NULL, for none.
+     * The store is opened by ms_server_run and used by the worker thread
+     * only (it is not thread-safe). */
+    const struct ms_kv_params *kv;
     volatile sig_atomic_t *stop; /* set by the caller's SIGTERM/SIGINT handler */
     /* Test hook: when set, generation k emits scripted_outputs[k % n] (its
      * tokens, special-token text parsed, then end of sentence) instead of
@@ -39,9 +43,11 @@ struct ms_server_opts {
 
 /*
  * Serves until *o->stop becomes non-zero, then finishes or cancels the
- * running request (a running generation is cancelled, queued ones get 503),
- * stops listening and returns 0. e stays owned by the caller. Errors: the
- * address cannot be bound, no tokenizer in the model, OOM.
+ * running request (a running prefill finishes, a running generation is
+ * cancelled, queued ones get 503), saves the live session to the disk KV
+ * cache when there is one (reason shutdown), stops listening and returns 0.
+ * e stays owned by the caller. Errors: the address cannot be bound, no
+ * tokenizer in the model, the KV directory cannot be opened, OOM.
  */
 int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_server_opts *o,
                   ms_err *err);

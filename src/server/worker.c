@@ -11,8 +11,14 @@
  * where they are not the canonical tokenization of their text. Failing
  * that, a snapshot taken just before the last prompt token (the generation
  * prompt's "<think>" / "</think>") is tried the same way: it serves the next
- * turn when the template drops the answered turn's reasoning. Otherwise the
- * session is reset and the whole prompt is prefilled.
+ * turn when the template drops the answered turn's reasoning. Otherwise,
+ * with a disk KV cache, the live session (and the snapshot) are saved
+ * first when worth it (reason evict), then the longest checkpoint whose
+ * text starts the prompt is restored and only the rest of the text is
+ * tokenized and prefilled; failing all that the session is reset and the
+ * whole prompt is prefilled. Prefill and generation write the store's cold
+ * and continued checkpoints; the worker saves the live session once more
+ * when it stops (reason shutdown). Only this thread touches the store.
  */
 #include <math.h>
 #include <stdio.h>
@@ -125,63 +131,197 @@ static bool extends(const struct job *j, const char *text, size_t len) {
     return len <= j->prompt_len && !memcmp(j->prompt, text, len);
 }
 
-/* Brings the session to j's prompt (see the file comment). Returns the
- * number of prompt tokens reused, or -1 with err. */
-static int64_t prepare(struct server *sv, struct job *j, ms_err *err) {
-    int64_t from = -1;
+/* ---- the disk KV cache (worker-only: the store is not thread-safe) ---- */
+
+/* Copies the store's figures into the metrics. */
+static void kv_publish(struct server *sv) {
+    if (!sv->kv) return;
+    const struct ms_kv_stats st = ms_kv_get_stats(sv->kv);
+    pthread_mutex_lock(&sv->mu);
+    sv->m.kv = st;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+static void kv_save_warn(struct server *sv, enum ms_kv_reason why, const char *what) {
+    ms_err e = {0};
+    if (ms_kv_save(sv->kv, sv->s, why, &e))
+        fprintf(stderr, "serve: %s checkpoint not saved: %s\n", what, e.msg);
+}
+
+/*
+ * Before the live session is replaced by an unrelated prompt (why = evict)
+ * or the process exits (shutdown): saves what a later request could extend
+ * and the disk does not hold yet. That is the live session (a retry of the
+ * same prompt, or a next turn that keeps the answer, as with tools), and
+ * the snapshot before the last prompt token (a next turn whose template
+ * drops the answer's reasoning). The live session is skipped when it is
+ * the snapshot plus one token (nothing was generated: the snapshot serves
+ * a retry with a one-token prefill). Shorter than --kv-min-tokens: not
+ * worth a file. Leaves the session holding something else (the caller
+ * replaces it next, or exits).
+ */
+static void kv_keep(struct server *sv, enum ms_kv_reason why) {
+    if (!sv->kv) return;
+    const int64_t n = ms_session_n_past(sv->s);
+    const bool snap_in_live = sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
+                              !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
+    const bool want_snap = sv->snap && !sv->snap_on_disk && sv->snap_n >= sv->kv_min_tokens;
+    bool want_live = n >= sv->kv_min_tokens && sv->live_disk_n != n && sv->live.len > 0;
+    if (want_live && want_snap && snap_in_live && n - sv->snap_n <= 1) want_live = false;
+    if (want_live) {
+        kv_save_warn(sv, why, why == MS_KV_EVICT ? "evict" : "shutdown");
+        sv->live_disk_n = n;
+    }
+    if (want_snap) {
+        ms_err e = {0};
+        if (ms_session_restore(sv->s, sv->snap, &e)) {
+            fprintf(stderr, "serve: snapshot not saved: %s\n", e.msg);
+        } else {
+            kv_save_warn(sv, why, why == MS_KV_EVICT ? "evict" : "shutdown");
+            /* the session holds the snapshot now */
+            if (live_set(sv, sv->snap_text, sv->snap_len)) sv->live.len = 0;
+            sv->live_disk_n = ms_session_n_past(sv->s);
+        }
+        sv->snap_on_disk = true;
+    }
+    kv_publish(sv);
+}
+
+/* Evaluates tokens[0..n) into the session, with the store's cold and
+ * continued checkpoints when there is one. */
+static int eval_prompt(struct server *sv, const int32_t *tokens, int64_t n, ms_err *err) {
+    if (n <= 0) return 0;
+    return sv->kv ? ms_kv_prefill(sv->kv, sv->s, tokens, n, NULL, NULL, err)
+                  : ms_session_eval(sv->s, tokens, n, NULL, err);
+}
+
+/* Session state after prepare: tokens of the prompt now in the session and
+ * how many of them were reused (not prefilled). */
+struct prepared {
+    int64_t n_prompt, reused;
+};
+
+/* Brings the session to j's prompt (see the file comment): the live
+ * session, the snapshot, the disk KV cache (the longest checkpoint whose
+ * text starts the prompt; only the rest of the text is tokenized), or an
+ * empty session. Returns 0, or -1 with err (the session is then empty). */
+static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_err *err) {
+    const int32_t *ids = j->ids; /* evaluated: ids[from..n) */
+    int64_t n = (int64_t)j->n_ids, from = -1;
+    int32_t *suffix = NULL;        /* after a disk restore: the rest of the prompt's tokens */
+    int64_t base = 0;              /* tokens in the session before ids[from] (disk restore) */
+    size_t text_from = 0;          /* prompt bytes the session holds before ids[from] */
     if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len))
         from = cut_at(j, sv->live.len);
     if (from >= 0) {
+        text_from = sv->live.len;
         pthread_mutex_lock(&sv->mu);
         sv->m.prefix_hits++;
         pthread_mutex_unlock(&sv->mu);
     } else if (sv->snap && extends(j, sv->snap_text, sv->snap_len) &&
                (from = cut_at(j, sv->snap_len)) >= 0) {
-        if (ms_session_restore(sv->s, sv->snap, err)) return -1;
-        if (live_set(sv, sv->snap_text, sv->snap_len)) return ms_err_set(err, "out of memory");
+        if (ms_session_restore(sv->s, sv->snap, err)) goto broken;
+        if (live_set(sv, sv->snap_text, sv->snap_len)) {
+            ms_err_set(err, "out of memory");
+            goto broken;
+        }
+        sv->live_disk_n = sv->snap_on_disk ? sv->snap_n : -1;
+        text_from = sv->snap_len;
         pthread_mutex_lock(&sv->mu);
         sv->m.snapshot_restores++;
         pthread_mutex_unlock(&sv->mu);
     } else {
-        ms_session_reset(sv->s);
-        sv->live.len = 0;
-        from = 0;
-        pthread_mutex_lock(&sv->mu);
-        sv->m.full_prefills++;
-        pthread_mutex_unlock(&sv->mu);
-    }
-    /* evaluate the rest: up to the last token, snapshot, then the last one */
-    const int64_t reused = from;
-    const int64_t n = (int64_t)j->n_ids;
-    if (n - from >= 2) {
-        if (ms_session_eval(sv->s, j->ids + from, n - 1 - from, NULL, err)) goto broken;
-        /* the last token starts a clean cut (the generation prompt ends in a
-         * special token): keep the state before it */
-        if (j->n_cuts >= 2 && j->cut_tok[j->n_cuts - 2] == (size_t)(n - 1)) {
-            const size_t at = j->cut_off[j->n_cuts - 2];
-            struct ms_snapshot *snap = ms_session_snapshot(sv->s);
-            char *text = malloc(at + 1);
-            if (snap && text) {
-                memcpy(text, j->prompt, at);
-                text[at] = '\0';
-                ms_snapshot_free(sv->snap);
-                free(sv->snap_text);
-                sv->snap = snap;
-                sv->snap_text = text;
-                sv->snap_len = at;
-            } else {
-                ms_snapshot_free(snap);
-                free(text);
+        struct ms_kv_restored kr = {0};
+        if (sv->kv) {
+            kv_keep(sv, MS_KV_EVICT);
+            if (ms_kv_restore_prefix(sv->kv, sv->s, j->prompt, j->prompt_len, j->ids,
+                                     (int64_t)j->n_ids, &kr, err))
+                goto broken;
+            size_t m = 0;
+            const bool tok_ok = kr.n_tokens > 0 &&
+                                api_tokenize_from(sv, j, kr.text_bytes, &suffix, &m, err) == 0;
+            if (tok_ok && kr.n_tokens + (int64_t)m < sv->n_ctx) {
+                ids = suffix;
+                n = (int64_t)m;
+                from = 0;
+                base = kr.n_tokens;
+                text_from = kr.text_bytes;
+                sv->live_disk_n = kr.n_tokens;
+                pthread_mutex_lock(&sv->mu);
+                sv->m.kv_hits++;
+                pthread_mutex_unlock(&sv->mu);
+                fprintf(stderr, "serve: %s: restored %lld tokens from the disk KV cache\n", j->id,
+                        (long long)kr.n_tokens);
+            } else if (kr.n_tokens > 0) {
+                fprintf(stderr, "serve: %s: restored checkpoint not used (%s)\n", j->id,
+                        tok_ok ? "its tokens and the rest exceed the context"
+                               : "the rest of the prompt does not tokenize");
+                free(suffix);
+                suffix = NULL;
             }
+            kv_publish(sv);
         }
-        from = n - 1;
+        if (from < 0) {
+            ms_session_reset(sv->s);
+            sv->live_disk_n = -1;
+            from = 0;
+            pthread_mutex_lock(&sv->mu);
+            sv->m.full_prefills++;
+            pthread_mutex_unlock(&sv->mu);
+        }
+        sv->live.len = 0;
     }
-    if (n - from >= 1 && ms_session_eval(sv->s, j->ids + from, n - from, NULL, err)) goto broken;
-    if (live_set(sv, j->prompt, j->prompt_len)) return ms_err_set(err, "out of memory");
-    return reused;
+    /* evaluate the rest: up to the last token, snapshot, then the last one.
+     * The snapshot is taken when the last token is the prompt's last clean
+     * cut (the generation prompt ends in a special token) and the session
+     * does not hold it yet. */
+    out->reused = base > 0 ? base : from;
+    out->n_prompt = base > 0 ? base + n : (int64_t)j->n_ids;
+    if (n - from >= 1 && j->n_cuts >= 2 && j->cut_tok[j->n_cuts - 2] == j->n_ids - 1) {
+        const size_t at = j->cut_off[j->n_cuts - 2];
+        const char *piece;
+        size_t plen;
+        ms_tokenizer_piece(sv->tok, ids[n - 1], true, &piece, &plen);
+        const bool last_is_cut = at >= text_from && plen == j->prompt_len - at &&
+                                 !memcmp(piece, j->prompt + at, plen);
+        if (eval_prompt(sv, ids + from, n - 1 - from, err)) goto broken;
+        if (n - 1 > from) sv->live_disk_n = -1;
+        from = n - 1;
+        const bool have = sv->snap && sv->snap_len == at && sv->snap_n == ms_session_n_past(sv->s) &&
+                          !memcmp(sv->snap_text, j->prompt, at);
+        struct ms_snapshot *snap = last_is_cut && !have ? ms_session_snapshot(sv->s) : NULL;
+        char *text = snap ? malloc(at + 1) : NULL;
+        if (snap && text) {
+            memcpy(text, j->prompt, at);
+            text[at] = '\0';
+            ms_snapshot_free(sv->snap);
+            free(sv->snap_text);
+            sv->snap = snap;
+            sv->snap_text = text;
+            sv->snap_len = at;
+            sv->snap_n = ms_session_n_past(sv->s);
+            sv->snap_on_disk = sv->live_disk_n == sv->snap_n; /* e.g. just restored from disk */
+        } else {
+            ms_snapshot_free(snap);
+            free(text);
+        }
+    }
+    if (eval_prompt(sv, ids + from, n - from, err)) goto broken;
+    if (n - from > 0) sv->live_disk_n = -1;
+    free(suffix);
+    if (live_set(sv, j->prompt, j->prompt_len)) {
+        ms_err_set(err, "out of memory");
+        goto broken_freed;
+    }
+    kv_publish(sv);
+    return 0;
 broken:
+    free(suffix);
+broken_freed:
     ms_session_reset(sv->s);
     sv->live.len = 0;
+    sv->live_disk_n = -1;
+    kv_publish(sv);
     return -1;
 }
 
@@ -301,16 +441,17 @@ static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
     const double t0 = now_s();
-    const int64_t reused = prepare(sv, j, &err);
+    struct prepared pp;
+    const int prc = prepare(sv, j, &pp, &err);
     const double t_prefill = now_s() - t0;
-    if (reused < 0) {
+    if (prc) {
         j->error = strdup(err.msg);
         j->finish = "error";
         fmt_end(sv, j);
         return;
     }
-    j->n_prompt = (int64_t)j->n_ids;
-    j->n_cached = reused;
+    j->n_prompt = pp.n_prompt;
+    j->n_cached = pp.reused;
     fmt_begin(sv, j);
     struct ms_sampler *smp = NULL;
     if (ms_sampler_new(&smp, &j->sp, (int32_t)ms_tokenizer_n_vocab(sv->tok), &err)) {
@@ -387,13 +528,17 @@ static void run_job(struct server *sv, struct job *j) {
         /* at the token limit the last token is evaluated too, so the live
          * session ends where the client's copy of the answer does */
         if (ms_session_n_past(sv->s) >= ms_session_n_ctx(sv->s)) break;
+        const int64_t n_before = ms_session_n_past(sv->s);
         if (ms_session_eval(sv->s, &tok, 1, NULL, &err)) {
             j->finish = "error";
             j->error = strdup(err.msg);
             ms_session_reset(sv->s);
             sv->live.len = 0;
+            sv->live_disk_n = -1;
             break;
         }
+        /* a continued checkpoint when generation crosses an interval frontier */
+        if (sv->kv) ms_kv_after_eval(sv->kv, sv->s, n_before);
         live_append(sv, piece, plen);
         if (last) break;
     }
@@ -410,6 +555,7 @@ static void run_job(struct server *sv, struct job *j) {
     j->n_completion = n_gen;
     j->t_end = now_s();
     const double t_decode = j->t_end - t1;
+    kv_publish(sv);
     free(script);
     free(masked);
     ms_buf_free(&g.text);
@@ -468,5 +614,7 @@ void *worker_main(void *arg) {
         pthread_mutex_unlock(&sv->mu);
         job_release(j);
     }
+    /* every request is answered: keep the live session for the next start */
+    kv_keep(sv, MS_KV_SHUTDOWN);
     return NULL;
 }

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# cli_serve_kv.sh - `moestream serve --kv-disk-dir` (docs/server.md, the
+# disk KV cache part) on a tiny mkmodel model, driven with curl on loopback:
+#  - a long prompt gets a cold checkpoint during its prefill; SIGTERM saves
+#    the live session (reason shutdown) and exits 0; the directory is 0700
+#    and the files 0600;
+#  - after a restart the same request restores from disk (usage reports the
+#    cached tokens, /metrics the restore) and gives the same greedy text as
+#    a server without --kv-disk-dir;
+#  - an unrelated request in between saves the live session (evict), and
+#    coming back restores it;
+#  - a client that disconnects during a prefill: the prefill finishes and is
+#    kept, so after an unrelated request the retry is a disk hit;
+#  - corrupt and foreign checkpoint files are skipped with a warning and the
+#    request is still served, with the same text.
+# Every wait is bounded.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/server/lib_serve.sh"
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "FAIL: curl and jq are needed (scripts/install-deps.sh)"; exit 1; }
+M="$TMP/m.gguf"
+tiny_model "$M" --seed 3
+CT='Content-Type: application/json'
+KV="$TMP/kv"
+rm -rf "$KV"
+KVF=(--kv-disk-dir "$KV" --kv-min-tokens 64 --kv-align 128 --kv-trim 16)
+words() { for i in $(seq "$2" "$3"); do printf '%s%d ' "$1" "$i"; done; }
+P=$(words word 1 150)
+Q="Something else entirely: $(words other 1 40)"
+P2=$(words long 1 700)
+body() { jq -nc --arg p "$1" --argjson n "${2:-8}" --argjson s "${3:-false}" \
+    '{messages:[{role:"user",content:$p}],max_tokens:$n,temperature:0,ignore_eos:true,reasoning_effort:"none",stream:$s}'; }
+post() { curl -s -m 300 -H "$CT" "$U/v1/chat/completions" -d "$1"; }
+metric() { curl -s -m 10 "$U/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+text() { jq -r '.choices[0].message.content' <<<"$1"; }
+usage() { jq -r ".usage.$2" <<<"$1"; }
+# waits (bounded, 120 s) until /health's busy flag is $1
+wait_busy() {
+    for _ in $(seq 1 2400); do
+        [ "$(curl -s -m 5 "$U/health" | jq -r .busy)" = "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# ---- the reference: no disk cache
+start_server ref -m "$M" -c 4096
+U=$(url ref)
+R0=$(post "$(body "$P")")
+N=$(usage "$R0" prompt_tokens)
+T0=$(text "$R0")
+check "reference answer ($N prompt tokens)" '[ "$N" -gt 300 ] && [ "$(usage "$R0" completion_tokens)" = 8 ]'
+check "no kv metrics without --kv-disk-dir" '! curl -s -m 10 "$U/metrics" | grep -q "^moestream_kv_saves_total"'
+stop_server ref
+
+# ---- a long prompt, then SIGTERM: a shutdown checkpoint
+start_server kv1 -m "$M" -c 4096 "${KVF[@]}"
+U=$(url kv1)
+R1=$(post "$(body "$P")")
+check "kv server: same greedy text as without the cache" '[ "$(text "$R1")" = "$T0" ] && [ "$(usage "$R1" prompt_tokens)" = "$N" ]'
+check "a cold checkpoint during the prefill" 'grep -q "(cold, $(( (N - 16) / 128 * 128 )) tokens" "$TMP/kv1.log"'
+check "metrics: one cold save, no restore" \
+    '[ "$(metric "moestream_kv_saves_total{reason=\"cold\"}")" = 1 ] && [ "$(metric moestream_kv_restores_total)" = 0 ]'
+stop_server kv1
+check "SIGTERM saved the live session (reason shutdown)" 'grep -q "(shutdown, " "$TMP/kv1.log"'
+check "directory 0700, files 0600" \
+    '[ "$(stat -c %a "$KV")" = 700 ] && [ -n "$(ls "$KV"/*.kv)" ] && [ -z "$(stat -c %a "$KV"/*.kv | grep -v "^600$")" ]'
+
+# ---- restart: the same request restores from disk
+start_server kv2 -m "$M" -c 4096 "${KVF[@]}"
+U=$(url kv2)
+R2=$(post "$(body "$P")")
+check "after a restart: cached tokens from disk ($(usage "$R2" prompt_tokens_details.cached_tokens) of $N)" \
+    '[ "$(usage "$R2" prompt_tokens_details.cached_tokens)" -ge $((N - 1)) ] && [ "$(metric moestream_kv_restores_total)" = 1 ] && [ "$(metric moestream_kv_restored_tokens_total)" -ge $((N - 1)) ]'
+check "after a restart: same greedy text" '[ "$(text "$R2")" = "$T0" ]'
+check "metrics: restored bytes and seconds" \
+    '[ "$(metric moestream_kv_restored_bytes_total)" -gt 0 ] && awk "BEGIN{exit !($(metric moestream_kv_restore_seconds_total) > 0)}"'
+
+# ---- an unrelated request evicts (saves) the live session; coming back restores it
+ev0=$(metric 'moestream_kv_saves_total{reason="evict"}')
+R3=$(post "$(body "$Q")")
+check "unrelated request: not cached, served" '[ "$(usage "$R3" prompt_tokens_details.cached_tokens)" = 0 ] && [ "$(usage "$R3" completion_tokens)" = 8 ]'
+check "the live session was saved before it was replaced (evict)" \
+    '[ "$(metric "moestream_kv_saves_total{reason=\"evict\"}")" -gt "$ev0" ]'
+R4=$(post "$(body "$P")")
+check "coming back restores from disk" \
+    '[ "$(usage "$R4" prompt_tokens_details.cached_tokens)" -ge $((N - 1)) ] && [ "$(metric moestream_kv_restores_total)" = 2 ] && [ "$(text "$R4")" = "$T0" ]'
+
+# ---- a disconnect during the prefill: the prefill finishes and is kept
+curl -s -N -m 300 -H "$CT" "$U/v1/chat/completions" -d "$(body "$P2" 8 true)" -o /dev/null &
+c=$!
+wait_busy true || fail "the long request never ran"
+kill "$c" 2>/dev/null
+wait "$c" 2>/dev/null
+wait_busy false || fail "the engine never went idle"
+check "the disconnected request finished its prefill and generated nothing" \
+    'grep -q "prompt [0-9]* tokens (0 cached), prefill [0-9.]* s, 0 generated in .*finish cancelled" "$TMP/kv2.log"'
+R5=$(post "$(body "$Q")")
+kr=$(metric moestream_kv_restores_total)
+N2=$(post "$(body "$P2")")
+check "the retry after an unrelated request is a disk hit ($(usage "$N2" prompt_tokens_details.cached_tokens) of $(usage "$N2" prompt_tokens))" \
+    '[ "$(usage "$N2" prompt_tokens_details.cached_tokens)" -ge $(( $(usage "$N2" prompt_tokens) - 1 )) ] && [ "$(metric moestream_kv_restores_total)" = $((kr + 1)) ]'
+stop_server kv2
+
+# ---- corrupt and foreign files are skipped with a warning; the request is served
+for f in "$KV"/*.kv; do
+    sz=$(stat -c %s "$f")
+    printf '\x5a' | dd of="$f" bs=1 seek=$((sz / 2)) conv=notrunc status=none
+done
+head -c 5000 /dev/urandom >"$KV/$(printf '%040d' 0).kv"
+start_server kv3 -m "$M" -c 4096 "${KVF[@]}"
+U=$(url kv3)
+R6=$(post "$(body "$P")")
+check "corrupt checkpoints: the request is served with the same text" \
+    '[ "$(usage "$R6" completion_tokens)" = 8 ] && [ "$(text "$R6")" = "$T0" ] && [ "$(usage "$R6" prompt_tokens_details.cached_tokens)" = 0 ]'
+check "corrupt checkpoints: skipped with a warning" \
+    'grep -q "kv: skipping .*corrupt" "$TMP/kv3.log" && [ "$(metric moestream_kv_skipped_files_total)" -ge 2 ]'
+stop_server kv3
+
+# ---- bad flags are usage errors
+"$BIN" serve -m "$M" --kv-disk-space-mb 0 >/dev/null 2>"$TMP/e1"
+rc=$?
+check "bad --kv-disk-space-mb exits 2 naming the flag" '[ $rc -eq 2 ] && grep -q "kv-disk-space-mb" "$TMP/e1"'
+"$BIN" serve -m "$M" --kv-disk-dir "" >/dev/null 2>"$TMP/e2"
+rc=$?
+check "empty --kv-disk-dir exits 2" '[ $rc -eq 2 ] && grep -q "kv-disk-dir" "$TMP/e2"'
+finish cli_serve_kv
