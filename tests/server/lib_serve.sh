@@ -10,7 +10,7 @@ start_server() {
     rm -f "$TMP/$name.port"
     "$BIN" serve --port 0 --port-file "$TMP/$name.port" -t 2 "$@" >"$TMP/$name.log" 2>&1 &
     SRV_PID[$name]=$!
-    for _ in $(seq 1 300); do
+    for _ in $(seq 1 1200); do
         [ -s "$TMP/$name.port" ] && break
         kill -0 "${SRV_PID[$name]}" 2>/dev/null || break
         sleep 0.1
@@ -24,9 +24,9 @@ url() { echo "http://127.0.0.1:${SRV_PORT[$1]}"; }
 stop_server() {
     local name=$1 pid=${SRV_PID[$1]} rc
     kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then
-        fail "server $name did not exit within 15 s of SIGTERM"; kill -KILL "$pid"; wait "$pid" 2>/dev/null
+        fail "server $name did not exit within 60 s of SIGTERM"; kill -KILL "$pid"; wait "$pid" 2>/dev/null
         return
     fi
     wait "$pid"; rc=$?

@@ -32,7 +32,7 @@ printf '%s' "$(cat "$TMP/script.in")" >"$TMP/script.txt" # no final newline
 start_server plain -m "$TMP/m.gguf" -c 2048 --api-key test-key --alias tiny
 MOESTREAM_SERVE_SCRIPT="$TMP/script.txt" start_server scripted -m "$TMP/m.gguf" --api-key test-key
 if MS_NPM_DIR="$NPM_DIR" PLAIN_URL=$(url plain) SCRIPTED_URL=$(url scripted) \
-    timeout 300 node "$SRC/tests/server/sdk_test.mjs"; then
+    timeout 900 node "$SRC/tests/server/sdk_test.mjs"; then
     echo "ok: SDK suite"
 else
     fail "SDK suite"

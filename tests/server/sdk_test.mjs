@@ -21,10 +21,10 @@ async function step(what, fn) {
 }
 
 const plain = process.env.PLAIN_URL, scripted = process.env.SCRIPTED_URL;
-const oa = new OpenAI({ baseURL: plain + "/v1", apiKey: "test-key", maxRetries: 0, timeout: 60000 });
-const an = new Anthropic({ baseURL: plain, apiKey: "test-key", maxRetries: 0, timeout: 60000 });
-const oaT = new OpenAI({ baseURL: scripted + "/v1", apiKey: "test-key", maxRetries: 0, timeout: 60000 });
-const anT = new Anthropic({ baseURL: scripted, apiKey: "test-key", maxRetries: 0, timeout: 60000 });
+const oa = new OpenAI({ baseURL: plain + "/v1", apiKey: "test-key", maxRetries: 0, timeout: 300000 });
+const an = new Anthropic({ baseURL: plain, apiKey: "test-key", maxRetries: 0, timeout: 300000 });
+const oaT = new OpenAI({ baseURL: scripted + "/v1", apiKey: "test-key", maxRetries: 0, timeout: 300000 });
+const anT = new Anthropic({ baseURL: scripted, apiKey: "test-key", maxRetries: 0, timeout: 300000 });
 
 await step("openai models", async () => {
   const list = await oa.models.list();
@@ -103,14 +103,30 @@ await step("concurrent", async () => {
   check("4 concurrent requests all answered in order of the queue", rs.every((r) => r.usage.completion_tokens === 6), rs.map((r) => r.usage));
 });
 
+// a counter of /metrics (the server has an API key: send it)
+async function metric(name) {
+  const t = await (await fetch(plain + "/metrics", { headers: { authorization: "Bearer test-key" } })).text();
+  const line = t.split("\n").find((l) => l.startsWith(name + " "));
+  return line ? Number(line.split(" ")[1]) : NaN;
+}
+
 await step("abort", async () => {
+  // The aborted generation must stop far short of its limit: counted in
+  // the metrics (tokens generated, cancellations), not timed, so a loaded
+  // machine cannot fail it (the time bound is only a hang guard).
+  const gen0 = await metric("moestream_completion_tokens_total");
+  const can0 = await metric("moestream_requests_cancelled_total");
   const ac = new AbortController();
-  const s = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "long" }], max_tokens: 2000, stream: true, ignore_eos: true }, { signal: ac.signal });
+  const s = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "long" }], max_tokens: 1900, stream: true, ignore_eos: true }, { signal: ac.signal });
   let n = 0;
   try { for await (const _ of s) { if (++n === 3) ac.abort(); } } catch (e) { /* aborted */ }
   const t0 = Date.now();
   const r = await oa.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "after" }], max_tokens: 3, ignore_eos: true });
-  check("an aborted stream stops the generation (the next request runs at once)", r.usage.completion_tokens === 3 && Date.now() - t0 < 10000, Date.now() - t0);
+  const gen = (await metric("moestream_completion_tokens_total")) - gen0 - 3;
+  const can = (await metric("moestream_requests_cancelled_total")) - can0;
+  check("an aborted stream stops the generation (cancelled, far short of its 1900 tokens; the next request runs)",
+        r.usage.completion_tokens === 3 && can === 1 && gen >= 3 && gen < 1000 && Date.now() - t0 < 120000,
+        { generated: gen, cancelled: can, ms: Date.now() - t0 });
 });
 
 // ---- tool calls (scripted outputs alternate: a get_weather call, then an answer)
