@@ -12,7 +12,8 @@
 #  - a client that disconnects during a prefill: the prefill finishes and is
 #    kept, so after an unrelated request the retry is a disk hit;
 #  - corrupt and foreign checkpoint files are skipped with a warning and the
-#    request is still served, with the same text.
+#    request is still served, with the same text (its prefill, split at
+#    every --kv-interval frontier for continued checkpoints, too).
 # Every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/server/lib_serve.sh"
@@ -107,11 +108,13 @@ for f in "$KV"/*.kv; do
     printf '\x5a' | dd of="$f" bs=1 seek=$((sz / 2)) conv=notrunc status=none
 done
 head -c 5000 /dev/urandom >"$KV/$(printf '%040d' 0).kv"
-start_server kv3 -m "$M" -c 4096 "${KVF[@]}"
+start_server kv3 -m "$M" -c 4096 "${KVF[@]}" --kv-interval 256
 U=$(url kv3)
 R6=$(post "$(body "$P")")
 check "corrupt checkpoints: the request is served with the same text" \
     '[ "$(usage "$R6" completion_tokens)" = 8 ] && [ "$(text "$R6")" = "$T0" ] && [ "$(usage "$R6" prompt_tokens_details.cached_tokens)" = 0 ]'
+check "--kv-interval 256: the prefill of $N tokens wrote a continued checkpoint at each multiple" \
+    '[ "$(metric "moestream_kv_saves_total{reason=\"continued\"}")" = $((N / 256)) ]'
 check "corrupt checkpoints: skipped with a warning" \
     'grep -q "kv: skipping .*corrupt" "$TMP/kv3.log" && [ "$(metric moestream_kv_skipped_files_total)" -ge 2 ]'
 stop_server kv3
