@@ -32,6 +32,7 @@ struct conn {
     int fd;
     double last_write;
     bool finished;
+    uint64_t arrival;   /* the request's place in arrival order (its first callback) */
 };
 
 /* ---- replies ---- */
@@ -168,7 +169,14 @@ static int enqueue(struct server *sv, struct job *j, struct http_err *e) {
     }
     j->refs++; /* the worker's */
     j->t_queued = now_s();
-    sv->queue[(sv->q_head + sv->q_len) % sv->q_cap] = j;
+    /* in arrival order, not parse order: a request that arrived earlier but
+     * took longer to render and tokenize goes before later ones still waiting */
+    size_t pos = sv->q_len;
+    while (pos > 0 && sv->queue[(sv->q_head + pos - 1) % sv->q_cap]->arrival > j->arrival) {
+        sv->queue[(sv->q_head + pos) % sv->q_cap] = sv->queue[(sv->q_head + pos - 1) % sv->q_cap];
+        pos--;
+    }
+    sv->queue[(sv->q_head + pos) % sv->q_cap] = j;
     sv->q_len++;
     sv->m.requests[j->kind]++;
     pthread_cond_broadcast(&sv->cv);
@@ -347,6 +355,7 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
     struct job *j = api_parse(sv, k, req, &e);
     json_decref(req);
     if (!j) return reply_error(sv, c, k, &e);
+    j->arrival = cn->arrival;
     if (enqueue(sv, j, &e)) {
         job_release(j);
         return reply_error(sv, c, k, &e);
@@ -413,6 +422,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         if (!cn) return MHD_NO;
         cn->sv = sv;
         cn->fd = conn_fd(c);
+        cn->arrival = atomic_fetch_add(&sv->arrivals, 1);
         *con_cls = cn;
         atomic_fetch_add(&sv->active, 1);
         return MHD_YES;

@@ -77,6 +77,7 @@ struct job {
     int n_calls;
     char *error;        /* a failure after the response started */
     double t_queued, t_start, t_first, t_end;
+    uint64_t arrival;   /* arrival order (the queue is kept sorted by it) */
 
     /* formatter state */
     int block;          /* Anthropic: current content block index, -1 none */
@@ -134,6 +135,7 @@ struct server {
     struct job *running;
     bool stopping;
     atomic_int active;      /* requests between their first callback and completion */
+    atomic_uint_fast64_t arrivals; /* tickets: each request's first callback takes one */
     struct metrics m;
     uint64_t n_generations; /* worker-only: picks the scripted output */
     struct replay_entry replay[REPLAY_MAX];
