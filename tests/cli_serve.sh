@@ -23,14 +23,6 @@ wait_metric() {
     done
     return 1
 }
-# waits (bounded, 120 s) until /health's busy flag is $1
-wait_busy() {
-    for _ in $(seq 1 1200); do
-        [ "$(curl -s -m 5 "$U/health" | jq -r .busy)" = "$1" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # ---- GET endpoints
 check "health" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'

@@ -34,14 +34,6 @@ post() { curl -s -m 300 -H "$CT" "$U/v1/chat/completions" -d "$1"; }
 metric() { curl -s -m 10 "$U/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 text() { jq -r '.choices[0].message.content' <<<"$1"; }
 usage() { jq -r ".usage.$2" <<<"$1"; }
-# waits (bounded, 120 s) until /health's busy flag is $1
-wait_busy() {
-    for _ in $(seq 1 2400); do
-        [ "$(curl -s -m 5 "$U/health" | jq -r .busy)" = "$1" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 
 # ---- the reference: no disk cache
 start_server ref -m "$M" -c 4096

@@ -253,17 +253,29 @@ int64_t ms_layer_reader_tag(const struct ms_layer_reader *r, int b) {
     return b >= 0 && b < MS_LR_BUFFERS ? r->b[b].tag : -1;
 }
 
-int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *waited,
-                         uint64_t *bytes, ms_err *err) {
-    if (waited) *waited = 0.0;
-    if (bytes) *bytes = 0;
-    if (b < 0 || b >= MS_LR_BUFFERS) return ms_err_set(err, "layer reader: bad buffer %d", b);
+/* Buffer b's job with r->mu held, or NULL (mu not held, err set) when b is
+ * out of range or holds no job: the common entry of the two waits. */
+static struct lbuf *lock_job(struct ms_layer_reader *r, int b, ms_err *err) {
+    if (b < 0 || b >= MS_LR_BUFFERS) {
+        ms_err_set(err, "layer reader: bad buffer %d", b);
+        return NULL;
+    }
     pthread_mutex_lock(&r->mu);
     struct lbuf *lb = &r->b[b];
     if (lb->st == JOB_NONE) {
         pthread_mutex_unlock(&r->mu);
-        return ms_err_set(err, "layer reader: buffer %d holds no job", b);
+        ms_err_set(err, "layer reader: buffer %d holds no job", b);
+        return NULL;
     }
+    return lb;
+}
+
+int ms_layer_reader_wait(struct ms_layer_reader *r, int b, void **data, double *waited,
+                         uint64_t *bytes, ms_err *err) {
+    if (waited) *waited = 0.0;
+    if (bytes) *bytes = 0;
+    struct lbuf *lb = lock_job(r, b, err);
+    if (!lb) return -1;
     const double t0 = now_s();
     wait_idle(r, b);
     if (waited) *waited = now_s() - t0;
@@ -296,13 +308,8 @@ void ms_layer_reader_want(struct ms_layer_reader *r, int b, const bool *want) {
 int ms_layer_reader_wait_ranges(struct ms_layer_reader *r, int b, const uint32_t *idx, size_t n,
                                 void **data, double *waited, ms_err *err) {
     if (waited) *waited = 0.0;
-    if (b < 0 || b >= MS_LR_BUFFERS) return ms_err_set(err, "layer reader: bad buffer %d", b);
-    pthread_mutex_lock(&r->mu);
-    struct lbuf *lb = &r->b[b];
-    if (lb->st == JOB_NONE) {
-        pthread_mutex_unlock(&r->mu);
-        return ms_err_set(err, "layer reader: buffer %d holds no job", b);
-    }
+    struct lbuf *lb = lock_job(r, b, err);
+    if (!lb) return -1;
     const double t0 = now_s();
     int rc = 0;
     for (size_t j = 0; j < n && !rc; j++) {

@@ -4,6 +4,7 @@
 #                               and PID_NAME; stops the test if it never listens
 #   stop_server NAME            SIGTERM, waits (bounded), checks exit status 0
 #   url NAME                    http://127.0.0.1:PORT
+#   wait_busy 0|1               waits (bounded, 120 s) until $U/health's busy flag is that
 declare -A SRV_PID SRV_PORT
 start_server() {
     local name=$1; shift
@@ -21,6 +22,13 @@ start_server() {
     SRV_PORT[$name]=$(cat "$TMP/$name.port")
 }
 url() { echo "http://127.0.0.1:${SRV_PORT[$1]}"; }
+wait_busy() {
+    for _ in $(seq 1 2400); do
+        [ "$(curl -s -m 5 "$U/health" | jq -r .busy)" = "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
 stop_server() {
     local name=$1 pid=${SRV_PID[$1]} rc
     kill -TERM "$pid" 2>/dev/null
