@@ -32,7 +32,7 @@ static void put(const char *rel, const char *text) {
 
 static int setup(void **state) {
     (void)state;
-    const char *tmp = getenv("MS_TMPDIR") ? getenv("MS_TMPDIR") : "/tmp";
+    const char *tmp = getenv("MS_TMPDIR") ? getenv("MS_TMPDIR") : P_tmpdir;
     snprintf(root, sizeof root, "%s/budget-%d", tmp, (int)getpid());
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", root, root);

@@ -99,7 +99,7 @@ static int fresh_tree(void **state) {
     (void)state;
     char sub[64], cmd[2200];
     snprintf(sub, sizeof sub, "cpus-%d", (int)getpid());
-    if (test_tmp_setup(sub, "/tmp")) return -1;
+    if (test_tmp_setup(sub)) return -1;
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g_tmp, g_tmp);
     return system(cmd) ? -1 : 0;
 }

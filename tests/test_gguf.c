@@ -36,7 +36,7 @@
 
 static int setup_tmp(void **state) {
     (void)state;
-    return test_tmp_setup("gguf", "/tmp/ms-test");
+    return test_tmp_setup("gguf");
 }
 
 /* A growable byte buffer with little-endian field encoders. */

@@ -49,7 +49,7 @@ static char g_tiny[1200], g_other[1200];
 
 static int setup(void **state) {
     (void)state;
-    if (test_tmp_setup("kvstore", "/tmp/ms-test")) return -1;
+    if (test_tmp_setup("kvstore")) return -1;
     snprintf(g_tiny, sizeof g_tiny, "%s", tmp_path("tiny.gguf"));
     snprintf(g_other, sizeof g_other, "%s", tmp_path("other.gguf"));
     ms_log_set_level(MS_LOG_ERROR); /* the skipped-file warnings are expected */

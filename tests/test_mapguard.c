@@ -135,7 +135,7 @@ static void test_unguarded_still_dies(void **state) {
 }
 
 int main(void) {
-    if (test_tmp_setup("mapguard", "/tmp/ms-test")) return 1;
+    if (test_tmp_setup("mapguard")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_truncated_read),
         cmocka_unit_test(test_threads),

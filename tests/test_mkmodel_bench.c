@@ -22,7 +22,7 @@
 
 static int setup(void **state) {
     (void)state;
-    return test_tmp_setup("test_mkmodel_bench", "/tmp");
+    return test_tmp_setup("test_mkmodel_bench");
 }
 
 static uint8_t *slurp(const char *path, size_t *len) {

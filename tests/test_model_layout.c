@@ -27,7 +27,7 @@
 
 static int setup_tmp(void **state) {
     (void)state;
-    return test_tmp_setup("test_model_layout", "/tmp");
+    return test_tmp_setup("test_model_layout");
 }
 
 static struct mkmodel_opts tiny_opts(void) {

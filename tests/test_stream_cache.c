@@ -322,7 +322,7 @@ static void test_hotlist_valid(void **state) {
  * and weights, ranked; pairs without hits are left out. */
 static void test_hotlist_write_roundtrip(void **state) {
     (void)state;
-    assert_int_equal(test_tmp_setup("test_stream_cache", "/tmp/ms-test-stream-cache"), 0);
+    assert_int_equal(test_tmp_setup("test_stream_cache"), 0);
     const uint32_t n_layer = 2, n_expert = 3;
     const uint64_t hits[6] = {0, 5, 0, 9, 0, 1};
     const double weight[6] = {0, 1.5, 0, 0.125, 0, 3e-3};

@@ -575,7 +575,7 @@ static void test_chat_plain_content(void **state) {
  * "skipped" - when the vocabulary is not installed, so the summary of
  * `make test` shows the skip instead of a pass. */
 int main(int argc, char **argv) {
-    snprintf(tmpdir, sizeof tmpdir, "%s", env_or("MS_TMPDIR", "/tmp"));
+    snprintf(tmpdir, sizeof tmpdir, "%s", env_or("MS_TMPDIR", P_tmpdir));
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tmpdir);
     if (system(cmd) != 0) return 1;

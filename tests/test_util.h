@@ -14,9 +14,10 @@ static char g_tmp[1024]; /* the test's scratch directory */
 /* Sets g_tmp to $MS_TMPDIR/sub (fallback/sub when MS_TMPDIR is unset or
  * empty) and creates it (mkdir -p). 0, or -1 if it cannot be made: a cmocka
  * group setup. */
-static inline int test_tmp_setup(const char *sub, const char *fallback) {
+static inline int test_tmp_setup(const char *sub) {
     const char *base = getenv("MS_TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/%s", base && *base ? base : fallback, sub);
+    if (!base || !*base) base = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/ms-test/%s", base && *base ? base : P_tmpdir, sub);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_tmp);
     return system(cmd) == 0 ? 0 : -1;

@@ -29,7 +29,9 @@ static struct ms_engine *g_e;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    char path[] = "/tmp/ms-fuzz-server-XXXXXX";
+    const char *dir = getenv("TMPDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ms-fuzz-server-XXXXXX", dir && *dir ? dir : P_tmpdir);
     const int fd = mkstemp(path);
     if (fd < 0) abort();
     close(fd);
