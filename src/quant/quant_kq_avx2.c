@@ -150,6 +150,22 @@ static inline void hsum2_i32(__m256i u, __m256i v, int32_t *su, int32_t *sv) {
     *sv = _mm_extract_epi32(h, 1);
 }
 
+/* Adds one super-block's contribution to sumf[k] for each of the nt tokens:
+ * v[k] holds token k's scaled-code sum lanes, v[4 + k] its min-correction
+ * lanes (Q4_K and Q2_K share this tail; d, dmin are the block's scales). */
+MS_SIMD_INLINE void kq_block_add(float *sumf, const __m256i *v, const block_q8_K *const *a, int64_t i,
+                                 float d, float dmin, int nt) {
+    if (nt == 1) {
+        int32_t si, sm;
+        hsum2_i32(v[0], v[4], &si, &sm);
+        sumf[0] += ms_kq_block_sum_f32(a[0][i].d, d, dmin, si, sm);
+    } else {
+        int32_t r[8];
+        _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
+        MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
+    }
+}
+
 /* Q4_K: byte group g (qs[32g..32g+31]) holds sub-block 2g in its low and
  * 2g+1 in its high nibbles; scale j is picked from the eight unpacked scales
  * (int16, both 128-bit lanes) with a constant byte shuffle. */
@@ -186,16 +202,7 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
                   v[k] = _mm256_add_epi32(v[k], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
                                                                  _mm256_madd_epi16(p_hi, s_hi))););
         }
-        const float d = fp16_scale(w[i].d), dmin = fp16_scale(w[i].dmin);
-        if (nt == 1) {
-            int32_t si, sm;
-            hsum2_i32(v[0], v[4], &si, &sm);
-            sumf[0] += ms_kq_block_sum_f32(a[0][i].d, d, dmin, si, sm);
-        } else {
-            int32_t r[8];
-            _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-            MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
-        }
+        kq_block_add(sumf, v, a, i, fp16_scale(w[i].d), fp16_scale(w[i].dmin), nt);
     }
     MS_XN(k, nt, s[k] = sumf[k];);
 }
@@ -251,16 +258,7 @@ MS_SIMD_INLINE void q2k_dot_n(int64_t n, float *s, const void *x, const void *co
                       v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, sc)););
             }
         }
-        const float d = fp16_scale(w[i].d), dmin = fp16_scale(w[i].dmin);
-        if (nt == 1) {
-            int32_t si, sm;
-            hsum2_i32(v[0], v[4], &si, &sm);
-            sumf[0] += ms_kq_block_sum_f32(a[0][i].d, d, dmin, si, sm);
-        } else {
-            int32_t r[8];
-            _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-            MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
-        }
+        kq_block_add(sumf, v, a, i, fp16_scale(w[i].d), fp16_scale(w[i].dmin), nt);
     }
     MS_XN(k, nt, s[k] = sumf[k];);
 }
