@@ -2,7 +2,7 @@
  * test_stream_cache.c - the decode expert cache and hotlist files: eviction
  * order of both policies, the byte budget checked at every install under
  * random pin/unpin sequences with mixed slot sizes, pinned slots never
- * evicted or overwritten, and hotlist parsing (valid files, every kind of
+ * evicted or overwritten, memory lent and taken back at random times, and hotlist parsing (valid files, every kind of
  * malformed line rejected with its line number, and a written routing
  * profile read back as the same entries).
  */
@@ -203,81 +203,180 @@ static void check(const void *buf, uint64_t bytes, uint32_t il, int32_t e, uint3
             fail_msg("layer %u expert %d: slot overwritten while pinned (word %zu)", il, e, i);
 }
 
+/* One random step on two groups of experts: a held group is checked
+ * (its contents are what was loaded) and released, else a group of 1-4
+ * random experts of a random layer is pinned, filled where missed and
+ * checked. A pin may fail only when the experts do not fit beside the
+ * other group's pins in own_budget (lent memory only adds room). Returns
+ * false when a pin failed for lack of room. */
+struct random_run {
+    struct ms_expert_cache *c;
+    const uint64_t *sb;
+    uint64_t own_budget;
+    struct group g[2];
+    uint32_t tags[NL][NE], next_tag;
+    ms_rng rng;
+};
+static void release_all(struct random_run *r) {
+    for (int k = 0; k < 2; k++) {
+        struct group *gr = &r->g[k];
+        if (!gr->held) continue;
+        for (int i = 0; i < gr->n; i++)
+            check(gr->bufs[i], r->sb[gr->il], gr->il, gr->ids[i], gr->tag[i]);
+        ms_expert_cache_unpin(r->c, gr->il, gr->ids, gr->n);
+        gr->held = false;
+    }
+}
+static bool random_step(struct random_run *r) {
+    struct group *gr = &r->g[(uint32_t)ms_rng_u64(&r->rng) % 2];
+    const uint64_t *sb = r->sb;
+    if (gr->held) { /* release: contents must be what was loaded */
+        for (int i = 0; i < gr->n; i++)
+            check(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], gr->tag[i]);
+        ms_expert_cache_unpin(r->c, gr->il, gr->ids, gr->n);
+        gr->held = false;
+        return true;
+    }
+    gr->il = (uint32_t)ms_rng_u64(&r->rng) % NL;
+    gr->n = 1 + (int)((uint32_t)ms_rng_u64(&r->rng) % 4);
+    int32_t perm[NE];
+    for (int i = 0; i < NE; i++) perm[i] = i;
+    for (int i = NE - 1; i > 0; i--) {
+        const int j = (int)((uint32_t)ms_rng_u64(&r->rng) % (uint32_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    memcpy(gr->ids, perm, sizeof gr->ids);
+    /* Room this request can count on: the budget minus the other group's
+     * pinned slots (shared experts count once). */
+    const struct group *other = &r->g[gr == &r->g[0]];
+    uint64_t pinned = 0, need = (uint64_t)gr->n * sb[gr->il];
+    if (other->held) {
+        pinned = (uint64_t)other->n * sb[other->il];
+        if (other->il == gr->il)
+            for (int i = 0; i < gr->n; i++)
+                for (int j = 0; j < other->n; j++)
+                    if (gr->ids[i] == other->ids[j]) need -= sb[gr->il];
+    }
+    bool miss[NE];
+    ms_err e = {{0}};
+    if (ms_expert_cache_pin(r->c, gr->il, gr->ids, gr->n, gr->bufs, miss, &e)) {
+        if (need + pinned <= r->own_budget) fail_msg("pin failed with room: %s", e.msg);
+        return false;
+    }
+    for (int i = 0; i < gr->n; i++) {
+        uint32_t *tag = &r->tags[gr->il][gr->ids[i]];
+        if (miss[i]) {
+            *tag = r->next_tag++;
+            fill(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], *tag);
+        }
+        gr->tag[i] = *tag;
+        check(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], gr->tag[i]);
+    }
+    ms_expert_cache_loaded(r->c, gr->il, gr->ids, gr->n, miss);
+    gr->held = true;
+    /* The other group's experts are still there, untouched. */
+    if (other->held)
+        for (int i = 0; i < other->n; i++)
+            assert_true(ms_expert_cache_contains(r->c, other->il, (uint32_t)other->ids[i]));
+    const struct ms_cache_stats *st = ms_expert_cache_stats(r->c);
+    assert_true(st->resident_bytes <= st->budget_bytes);
+    assert_true(st->used_bytes <= st->resident_bytes);
+    return true;
+}
+
 static void test_random_budget(void **state) {
     (void)state;
     const uint64_t sb[NL] = {SZ, 3 * SZ, 2 * SZ};
     const uint64_t budget = 11 * SZ;
-    ms_rng rng;
-    ms_rng_seed(&rng, 12345);
-    struct ms_expert_cache *c = new_cache(NL, NE, sb, budget, (struct ms_cache_policy){0});
+    struct random_run r = {.sb = sb, .own_budget = budget, .next_tag = 1};
+    ms_rng_seed(&r.rng, 12345);
+    r.c = new_cache(NL, NE, sb, budget, (struct ms_cache_policy){0});
     struct budget_check bc = {0};
-    ms_expert_cache_set_install_hook(c, on_install, &bc);
-    struct group g[2] = {{0}};
-    uint32_t tags[NL][NE] = {{0}}, next_tag = 1;
+    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
     int n_fail = 0;
-    for (int step = 0; step < 4000; step++) {
-        struct group *gr = &g[(uint32_t)ms_rng_u64(&rng) % 2];
-        if (gr->held) { /* release: contents must be what was loaded */
-            for (int i = 0; i < gr->n; i++)
-                check(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], gr->tag[i]);
-            ms_expert_cache_unpin(c, gr->il, gr->ids, gr->n);
-            gr->held = false;
-            continue;
-        }
-        gr->il = (uint32_t)ms_rng_u64(&rng) % NL;
-        gr->n = 1 + (int)((uint32_t)ms_rng_u64(&rng) % 4);
-        int32_t perm[NE];
-        for (int i = 0; i < NE; i++) perm[i] = i;
-        for (int i = NE - 1; i > 0; i--) {
-            const int j = (int)((uint32_t)ms_rng_u64(&rng) % (uint32_t)(i + 1));
-            const int32_t t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        memcpy(gr->ids, perm, sizeof gr->ids);
-        /* Room this request can count on: the budget minus the other group's
-         * pinned slots (shared experts count once). */
-        const struct group *other = &g[gr == &g[0]];
-        uint64_t pinned = 0, need = (uint64_t)gr->n * sb[gr->il];
-        if (other->held) {
-            pinned = (uint64_t)other->n * sb[other->il];
-            if (other->il == gr->il)
-                for (int i = 0; i < gr->n; i++)
-                    for (int j = 0; j < other->n; j++)
-                        if (gr->ids[i] == other->ids[j]) need -= sb[gr->il];
-        }
-        bool miss[NE];
-        ms_err e = {{0}};
-        if (ms_expert_cache_pin(c, gr->il, gr->ids, gr->n, gr->bufs, miss, &e)) {
-            if (need + pinned <= budget) fail_msg("pin failed with room: %s", e.msg);
-            n_fail++;
-            continue;
-        }
-        for (int i = 0; i < gr->n; i++) {
-            if (miss[i]) {
-                tags[gr->il][gr->ids[i]] = next_tag++;
-                fill(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], tags[gr->il][gr->ids[i]]);
-            }
-            gr->tag[i] = tags[gr->il][gr->ids[i]];
-            check(gr->bufs[i], sb[gr->il], gr->il, gr->ids[i], gr->tag[i]);
-        }
-        ms_expert_cache_loaded(c, gr->il, gr->ids, gr->n, miss);
-        gr->held = true;
-        /* The other group's experts are still there, untouched. */
-        if (other->held)
-            for (int i = 0; i < other->n; i++)
-                assert_true(ms_expert_cache_contains(c, other->il, (uint32_t)other->ids[i]));
-        const struct ms_cache_stats *st = ms_expert_cache_stats(c);
-        assert_true(st->resident_bytes <= budget);
-        assert_true(st->used_bytes <= st->resident_bytes);
-    }
-    const struct ms_cache_stats *st = ms_expert_cache_stats(c);
+    for (int step = 0; step < 4000; step++) n_fail += !random_step(&r);
+    const struct ms_cache_stats *st = ms_expert_cache_stats(r.c);
     assert_true(bc.n_calls > 100);
     assert_true(st->evictions > 100);
     assert_true(st->hits > 100);
     assert_true(bc.max_seen > budget / 2);
     assert_true(st->peak_resident_bytes <= budget);
     assert_true(n_fail > 0); /* the no-room path ran too */
-    ms_expert_cache_free(c);
+    ms_expert_cache_free(r.c);
+}
+
+/* Lent memory (the prefill's layer buffers between prefills): random
+ * pin/unpin sequences while a region is lent and taken back at random
+ * times (both groups released first, as a prefill start does). The own
+ * buffers stay within the own budget at every install (the hook sees
+ * totals: own + lent); only slots of the lent size use the region; after
+ * a reclaim the region is overwritten (the layer reader reads into it) and
+ * no expert the cache still reports may have lived there (the content
+ * checks of later hits would see the scribble). */
+static void test_lend_random(void **state) {
+    (void)state;
+    const uint64_t sb[NL] = {2 * SZ, SZ, 2 * SZ}; /* lent chunks: 2 * SZ */
+    const uint64_t own = 5 * SZ, region_bytes = 7 * SZ; /* 3 chunks, SZ left over */
+    char *region = aligned_alloc(SZ, region_bytes);
+    assert_non_null(region);
+    struct random_run r = {.sb = sb, .own_budget = own, .next_tag = 1};
+    ms_rng_seed(&r.rng, 777);
+    r.c = new_cache(NL, NE, sb, own, (struct ms_cache_policy){0});
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
+    ms_err e = {{0}};
+    bool lent = false;
+    int n_lend = 0, in_region = 0, n_fail = 0;
+    for (int step = 0; step < 6000; step++) {
+        if (ms_rng_u64(&r.rng) % 40 == 0) {
+            if (lent) {
+                /* a pinned lent chunk refuses the reclaim and changes nothing */
+                bool pinned_lent = false;
+                for (int k = 0; k < 2; k++)
+                    for (int i = 0; r.g[k].held && i < r.g[k].n; i++)
+                        pinned_lent |= (char *)r.g[k].bufs[i] >= region &&
+                                       (char *)r.g[k].bufs[i] < region + region_bytes;
+                if (pinned_lent) {
+                    assert_int_equal(ms_expert_cache_reclaim(r.c, &e), -1);
+                    assert_int_equal(ms_expert_cache_lent_bytes(r.c), 6 * SZ);
+                }
+                release_all(&r);
+                if (ms_expert_cache_reclaim(r.c, &e)) fail_msg("%s", e.msg);
+                assert_int_equal(ms_expert_cache_lent_bytes(r.c), 0);
+                assert_int_equal(ms_expert_cache_stats(r.c)->budget_bytes, own);
+                assert_true(ms_expert_cache_stats(r.c)->resident_bytes <= own);
+                memset(region, 0xA5, region_bytes);
+            } else {
+                assert_int_equal(ms_expert_cache_lend(r.c, region, region_bytes, &e),
+                                 (int64_t)(6 * SZ));
+                assert_int_equal(ms_expert_cache_stats(r.c)->budget_bytes, own + 6 * SZ);
+                n_lend++;
+            }
+            lent = !lent;
+            continue;
+        }
+        n_fail += !random_step(&r);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; r.g[k].held && i < r.g[k].n; i++) {
+                const char *b = r.g[k].bufs[i];
+                if (b < region || b >= region + region_bytes) continue;
+                assert_true(lent);
+                assert_int_equal(sb[r.g[k].il], 2 * SZ);
+                assert_int_equal((uint64_t)(b - region) % (2 * SZ), 0);
+                in_region++;
+            }
+    }
+    release_all(&r);
+    print_message("lend: %d lends, %d pinned experts in lent memory, %d pins without room\n",
+                  n_lend, in_region, n_fail);
+    assert_true(n_lend > 20);
+    assert_true(in_region > 100);
+    assert_true(n_fail > 0);
+    /* bad alignment is refused, nothing lent */
+    assert_int_equal(ms_expert_cache_lend(r.c, region + 1, region_bytes - SZ, &e), -1);
+    ms_expert_cache_free(r.c); /* must not free lent memory (ASan would see it) */
+    free(region);
 }
 
 /* ---- hotlists ---------------------------------------------------------- */
@@ -388,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_decay_and_ties),
         cmocka_unit_test(test_too_big_and_pinned),
         cmocka_unit_test(test_random_budget),
+        cmocka_unit_test(test_lend_random),
         cmocka_unit_test(test_hotlist_valid),
         cmocka_unit_test(test_hotlist_malformed),
         cmocka_unit_test(test_hotlist_write_roundtrip),

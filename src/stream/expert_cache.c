@@ -12,6 +12,14 @@
  * Victim choice scans the resident slots: a few thousand at most for a
  * DeepSeek V4 Flash cache, a few microseconds per miss, against the
  * milliseconds a miss costs in I/O.
+ *
+ * Lent memory (ms_expert_cache_lend) is cut into chunks of one slot size,
+ * lent_size (the size most layers use), which sit in the pool beside the
+ * cache's own buffers (flag `lent`) and are preferred for slots of that
+ * size. The budget c->budget limits the cache's own buffers only: a lent
+ * chunk costs the process nothing more, it is memory its owner holds
+ * anyway. The totals in c->st (used, resident, budget) include the lent
+ * chunks, so a caller sees one cache.
  */
 #include "stream/expert_cache.h"
 
@@ -29,17 +37,21 @@ struct slot {
     uint32_t pins;
     bool live;         /* holds an expert (else on the free list) */
     bool loading;      /* installed by the last pin, not filled yet */
+    bool lent;         /* buf is a lent chunk (never freed here) */
 };
 
 struct pooled {
     void *buf;
     uint64_t bytes;
+    bool lent;
 };
 
 struct ms_expert_cache {
     uint32_t n_layer, n_expert;
     uint64_t *slot_bytes;       /* [n_layer] */
-    uint64_t budget;
+    uint64_t budget;            /* limit on the cache's own buffers */
+    uint64_t lent_size;         /* bytes of one lent chunk (a slot size) */
+    uint32_t n_lent, n_lent_free; /* lent chunks held; of them in the pool */
     struct ms_cache_policy pol;
     int32_t *entry_slot;        /* [n_layer * n_expert] */
     uint64_t *mark;             /* [n_layer * n_expert]: duplicate check stamp */
@@ -47,7 +59,7 @@ struct ms_expert_cache {
     uint32_t n_slots, cap_slots;
     uint32_t *free_slots;       /* indices of !live slots */
     uint32_t n_free;
-    struct pooled *pool;        /* capacity >= n_buffers, so drop_slot never fails */
+    struct pooled *pool;        /* capacity >= n_buffers + n_lent, so drop_slot never fails */
     uint32_t n_pool, cap_pool, n_buffers;
     uint64_t tick;
     struct ms_cache_stats st;
@@ -116,8 +128,9 @@ void ms_policy_lru(struct ms_cache_policy *out) {
 void ms_expert_cache_free(struct ms_expert_cache *c) {
     if (!c) return;
     for (uint32_t i = 0; i < c->n_slots; i++)
-        if (c->slots[i].live) ms_free(c->slots[i].buf);
-    for (uint32_t i = 0; i < c->n_pool; i++) ms_free(c->pool[i].buf);
+        if (c->slots[i].live && !c->slots[i].lent) ms_free(c->slots[i].buf);
+    for (uint32_t i = 0; i < c->n_pool; i++)
+        if (!c->pool[i].lent) ms_free(c->pool[i].buf);
     if (c->pol.free) c->pol.free(c->pol.ctx);
     free(c->slot_bytes);
     free(c->entry_slot);
@@ -164,6 +177,16 @@ int ms_expert_cache_new(struct ms_expert_cache **out, const struct ms_expert_cac
         c->slot_bytes[il] = p->slot_bytes[il];
     }
     for (uint64_t k = 0; k < n_keys; k++) c->entry_slot[k] = -1;
+    /* lent memory serves the slot size most layers use (ties: the larger) */
+    uint32_t best_n = 0;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < c->n_layer; j++) n += c->slot_bytes[j] == c->slot_bytes[il];
+        if (n > best_n || (n == best_n && c->slot_bytes[il] > c->lent_size)) {
+            best_n = n;
+            c->lent_size = c->slot_bytes[il];
+        }
+    }
     *out = c;
     return 0;
 }
@@ -174,16 +197,33 @@ static uint32_t key_of(const struct ms_expert_cache *c, uint32_t il, int32_t e) 
     return il * c->n_expert + (uint32_t)e;
 }
 
+static uint64_t lent_total(const struct ms_expert_cache *c) {
+    return (uint64_t)c->n_lent * c->lent_size;
+}
+/* The cache's own buffers: held, and held by slots. */
+static uint64_t own_resident(const struct ms_expert_cache *c) {
+    return c->st.resident_bytes - lent_total(c);
+}
+static uint64_t own_used(const struct ms_expert_cache *c) {
+    return c->st.used_bytes - (uint64_t)(c->n_lent - c->n_lent_free) * c->lent_size;
+}
+/* A slot of `bytes` can be made without evicting: a free lent chunk of its
+ * size, or room in the own budget. */
+static bool room_for(const struct ms_expert_cache *c, uint64_t bytes) {
+    return (bytes == c->lent_size && c->n_lent_free) || own_used(c) + bytes <= c->budget;
+}
+
 static void report(struct ms_expert_cache *c) {
     if (c->st.resident_bytes > c->st.peak_resident_bytes)
         c->st.peak_resident_bytes = c->st.resident_bytes;
-    if (c->hook) c->hook(c->hook_ctx, c->st.resident_bytes, c->budget);
+    if (c->hook) c->hook(c->hook_ctx, c->st.resident_bytes, c->st.budget_bytes);
 }
 
 /* Moves slot s's buffer to the pool and frees the slot. */
 static void drop_slot(struct ms_expert_cache *c, uint32_t s) {
     struct slot *sl = &c->slots[s];
-    c->pool[c->n_pool++] = (struct pooled){sl->buf, sl->bytes};
+    c->pool[c->n_pool++] = (struct pooled){sl->buf, sl->bytes, sl->lent};
+    if (sl->lent) c->n_lent_free++;
     c->entry_slot[sl->key] = -1;
     c->st.used_bytes -= sl->bytes;
     c->st.n_resident--;
@@ -191,14 +231,16 @@ static void drop_slot(struct ms_expert_cache *c, uint32_t s) {
     c->free_slots[c->n_free++] = s;
 }
 
-/* The unpinned slot to evict: lowest rank, then least recent use; -1 if all
- * are pinned. */
-static int64_t pick_victim(struct ms_expert_cache *c) {
+/* The unpinned slot to evict for a new slot of `bytes` (0: to shrink the
+ * own buffers): lowest rank, then least recent use, among the slots whose
+ * eviction makes room for it (a lent chunk only serves its own size); -1
+ * if there is none. */
+static int64_t pick_victim(struct ms_expert_cache *c, uint64_t bytes) {
     int64_t best = -1;
     uint32_t best_rank = 0;
     for (uint32_t s = 0; s < c->n_slots; s++) {
         const struct slot *sl = &c->slots[s];
-        if (!sl->live || sl->pins) continue;
+        if (!sl->live || sl->pins || (sl->lent && bytes != c->lent_size)) continue;
         const uint32_t r = c->pol.rank(c->pol.ctx, sl->key);
         if (best < 0 || r < best_rank ||
             (r == best_rank && sl->last_use < c->slots[best].last_use)) {
@@ -209,23 +251,38 @@ static int64_t pick_victim(struct ms_expert_cache *c) {
     return best;
 }
 
-/* A buffer of `bytes` within the budget: reuses a pooled one of that size,
- * else frees pooled buffers until a new one fits. The caller made sure
- * used_bytes + bytes <= budget. */
-static void *take_buffer(struct ms_expert_cache *c, uint64_t bytes) {
-    for (uint32_t i = 0; i < c->n_pool; i++)
-        if (c->pool[i].bytes == bytes) {
-            void *b = c->pool[i].buf;
+/* Frees one of the cache's own pooled buffers (the last); false if the
+ * pool holds none. */
+static bool free_own_pooled(struct ms_expert_cache *c) {
+    for (uint32_t i = c->n_pool; i-- > 0;)
+        if (!c->pool[i].lent) {
+            ms_free(c->pool[i].buf);
+            c->st.resident_bytes -= c->pool[i].bytes;
+            c->n_buffers--;
             c->pool[i] = c->pool[--c->n_pool];
-            return b;
+            return true;
         }
-    while (c->st.resident_bytes + bytes > c->budget && c->n_pool) {
-        struct pooled pb = c->pool[--c->n_pool];
-        ms_free(pb.buf);
-        c->n_buffers--;
-        c->st.resident_bytes -= pb.bytes;
+    return false;
+}
+
+/* A buffer of `bytes` within the budget: a free lent chunk of that size
+ * first, else a pooled own buffer of that size, else a new one after
+ * freeing pooled own buffers until it fits. The caller made sure
+ * room_for(bytes). *lent tells which kind it is. */
+static void *take_buffer(struct ms_expert_cache *c, uint64_t bytes, bool *lent) {
+    for (int want_lent = 1; want_lent >= 0; want_lent--)
+        for (uint32_t i = 0; i < c->n_pool; i++)
+            if (c->pool[i].bytes == bytes && c->pool[i].lent == (bool)want_lent) {
+                void *b = c->pool[i].buf;
+                *lent = c->pool[i].lent;
+                if (*lent) c->n_lent_free--;
+                c->pool[i] = c->pool[--c->n_pool];
+                return b;
+            }
+    *lent = false;
+    while (own_resident(c) + bytes > c->budget && free_own_pooled(c)) {
     }
-    if (c->n_buffers == c->cap_pool) {
+    if (c->n_buffers + c->n_lent >= c->cap_pool) {
         const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
         struct pooled *np = realloc(c->pool, cap * sizeof *np);
         if (!np) return NULL;
@@ -255,24 +312,25 @@ static int grow(struct ms_expert_cache *c, ms_err *err) {
 /* Installs key (layer il) into a new pinned, loading slot. */
 static int install(struct ms_expert_cache *c, uint32_t il, uint32_t key, ms_err *err) {
     const uint64_t bytes = c->slot_bytes[il];
-    while (c->st.used_bytes + bytes > c->budget) {
-        const int64_t v = pick_victim(c);
+    while (!room_for(c, bytes)) {
+        const int64_t v = pick_victim(c, bytes);
         if (v < 0)
             return ms_err_set(err, "expert cache: no room for an expert of layer %u (%llu "
                               "bytes): %llu of the %llu-byte budget are pinned", il,
                               (unsigned long long)bytes, (unsigned long long)c->st.used_bytes,
-                              (unsigned long long)c->budget);
+                              (unsigned long long)c->st.budget_bytes);
         drop_slot(c, (uint32_t)v);
         c->st.evictions++;
     }
     if (!c->n_free && c->n_slots == c->cap_slots && grow(c, err)) return -1;
-    void *buf = take_buffer(c, bytes);
+    bool lent = false;
+    void *buf = take_buffer(c, bytes, &lent);
     if (!buf)
         return ms_err_set(err, "expert cache: out of memory for a %llu-byte slot",
                           (unsigned long long)bytes);
     const uint32_t s = c->n_free ? c->free_slots[--c->n_free] : c->n_slots++;
     c->slots[s] = (struct slot){.buf = buf, .bytes = bytes, .last_use = c->tick, .key = key,
-                                .pins = 1, .live = true, .loading = true};
+                                .pins = 1, .live = true, .loading = true, .lent = lent};
     c->entry_slot[key] = (int32_t)s;
     c->st.used_bytes += bytes;
     c->st.n_resident++;
@@ -281,21 +339,65 @@ static int install(struct ms_expert_cache *c, uint32_t il, uint32_t key, ms_err 
 }
 
 uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_bytes) {
-    c->budget = c->st.budget_bytes = budget_bytes;
-    while (c->st.used_bytes > c->budget) {
-        const int64_t v = pick_victim(c);
+    c->budget = budget_bytes;
+    c->st.budget_bytes = budget_bytes + lent_total(c);
+    while (own_used(c) > c->budget) {
+        const int64_t v = pick_victim(c, 0);
         if (v < 0) break; /* the rest is pinned */
         drop_slot(c, (uint32_t)v);
         c->st.evictions++;
     }
-    while (c->st.resident_bytes > c->budget && c->n_pool) {
-        struct pooled pb = c->pool[--c->n_pool];
-        ms_free(pb.buf);
-        c->n_buffers--;
-        c->st.resident_bytes -= pb.bytes;
+    while (own_resident(c) > c->budget && free_own_pooled(c)) {
     }
-    return c->st.resident_bytes;
+    return own_resident(c);
 }
+
+int64_t ms_expert_cache_lend(struct ms_expert_cache *c, void *mem, uint64_t bytes, ms_err *err) {
+    if (!mem || (uintptr_t)mem % MS_IO_ALIGN)
+        return ms_err_set(err, "expert cache: lent memory must be %u-byte aligned", MS_IO_ALIGN);
+    const uint64_t n = bytes / c->lent_size;
+    if (!n) return 0;
+    const uint64_t need = (uint64_t)c->n_buffers + c->n_lent + n;
+    if (need > UINT32_MAX) return ms_err_set(err, "expert cache: too many lent chunks");
+    if (need > c->cap_pool) {
+        struct pooled *np = realloc(c->pool, need * sizeof *np);
+        if (!np) return ms_err_set(err, "expert cache: out of memory for %llu lent chunks",
+                                   (unsigned long long)n);
+        c->pool = np;
+        c->cap_pool = (uint32_t)need;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        c->pool[c->n_pool++] =
+            (struct pooled){(char *)mem + i * c->lent_size, c->lent_size, true};
+    c->n_lent += (uint32_t)n;
+    c->n_lent_free += (uint32_t)n;
+    c->st.resident_bytes += n * c->lent_size;
+    c->st.budget_bytes = c->budget + lent_total(c);
+    report(c);
+    return (int64_t)(n * c->lent_size);
+}
+
+int ms_expert_cache_reclaim(struct ms_expert_cache *c, ms_err *err) {
+    for (uint32_t s = 0; s < c->n_slots; s++)
+        if (c->slots[s].live && c->slots[s].lent && c->slots[s].pins)
+            return ms_err_set(err, "expert cache: lent memory is still pinned (layer %u, "
+                              "expert %u)", c->slots[s].key / c->n_expert,
+                              c->slots[s].key % c->n_expert);
+    for (uint32_t s = 0; s < c->n_slots; s++)
+        if (c->slots[s].live && c->slots[s].lent) {
+            drop_slot(c, s);
+            c->st.evictions++;
+        }
+    for (uint32_t i = c->n_pool; i-- > 0;)
+        if (c->pool[i].lent) c->pool[i] = c->pool[--c->n_pool];
+    c->st.resident_bytes -= lent_total(c);
+    c->n_lent = c->n_lent_free = 0;
+    c->st.budget_bytes = c->budget;
+    report(c);
+    return 0;
+}
+
+uint64_t ms_expert_cache_lent_bytes(const struct ms_expert_cache *c) { return lent_total(c); }
 
 /* ---- pin / load / unpin ------------------------------------------------ */
 
@@ -317,11 +419,11 @@ int ms_expert_cache_pin(struct ms_expert_cache *c, uint32_t il, const int32_t *i
             return ms_err_set(err, "layer %u: expert %d is still being loaded", il, ids[i]);
     }
     const uint64_t need = (uint64_t)n * c->slot_bytes[il];
-    if (need > c->budget)
+    if (need > c->st.budget_bytes)
         return ms_err_set(err, "layer %u: %d experts need %llu bytes, more than the expert "
                           "cache budget of %llu bytes (the experts of one step must fit: "
                           "raise the budget or use smaller ubatches)", il, n,
-                          (unsigned long long)need, (unsigned long long)c->budget);
+                          (unsigned long long)need, (unsigned long long)c->st.budget_bytes);
     /* Hits first, so installing the misses cannot evict them. */
     for (int i = 0; i < n; i++) {
         const int32_t s = c->entry_slot[key_of(c, il, ids[i])];
@@ -379,12 +481,24 @@ void ms_expert_cache_unpin(struct ms_expert_cache *c, uint32_t il, const int32_t
     }
 }
 
-/* Bytes unpinned slots and free budget can provide, stopping at `want`. */
-static uint64_t freeable(const struct ms_expert_cache *c, uint64_t want) {
-    uint64_t f = c->budget - c->st.used_bytes;
-    for (uint32_t s = 0; s < c->n_slots && f < want; s++)
-        if (c->slots[s].live && !c->slots[s].pins) f += c->slots[s].bytes;
-    return f;
+/* Whether room for a slot of `bytes` can be made by evicting unpinned
+ * slots (the check before an install that must not fail for lack of room):
+ * a free or evictable lent chunk of its size, or own budget plus unpinned
+ * own slots. */
+static bool can_make_room(const struct ms_expert_cache *c, uint64_t bytes) {
+    if (room_for(c, bytes)) return true;
+    const uint64_t used = own_used(c);
+    uint64_t f = used < c->budget ? c->budget - used : 0;
+    for (uint32_t s = 0; s < c->n_slots && f < bytes; s++) {
+        const struct slot *sl = &c->slots[s];
+        if (!sl->live || sl->pins) continue;
+        if (sl->lent) {
+            if (bytes == c->lent_size) return true;
+        } else {
+            f += sl->bytes;
+        }
+    }
+    return f >= bytes;
 }
 
 /* ---- seeding and counters ---------------------------------------------- */
@@ -397,7 +511,7 @@ int ms_expert_cache_install(struct ms_expert_cache *c, uint32_t il, int32_t expe
     const uint32_t key = key_of(c, il, expert);
     if (c->entry_slot[key] >= 0) return 0;
     /* room check first, so "no room" changes nothing */
-    if (freeable(c, c->slot_bytes[il]) < c->slot_bytes[il]) return 0;
+    if (!can_make_room(c, c->slot_bytes[il])) return 0;
     ++c->tick;
     if (install(c, il, key, err)) return -1;
     struct slot *sl = &c->slots[c->entry_slot[key]];
@@ -413,7 +527,7 @@ int ms_expert_cache_reserve(struct ms_expert_cache *c, uint32_t il, int32_t expe
         return ms_err_set(err, "expert cache: reserve of layer %u expert %d out of range", il,
                           expert);
     const uint32_t key = key_of(c, il, expert);
-    if (c->entry_slot[key] >= 0 || freeable(c, c->slot_bytes[il]) < c->slot_bytes[il]) return 0;
+    if (c->entry_slot[key] >= 0 || !can_make_room(c, c->slot_bytes[il])) return 0;
     ++c->tick;
     if (install(c, il, key, err)) return -1;
     *buf = c->slots[c->entry_slot[key]].buf; /* pinned and loading, from install */

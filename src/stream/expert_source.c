@@ -54,8 +54,10 @@ struct ms_stream_source {
     struct ms_layer_reader *lr;
     int64_t whole_min;       /* smallest whole-layer ubatch (INT64_MAX: never) */
     int64_t whole_il;        /* layer served from a layer buffer now, or -1 */
-    uint64_t base_budget;    /* cache budget while the layer buffers are held */
-    uint64_t headroom;       /* the decode cache's extra budget while they are not */
+    uint64_t base_budget;    /* the cache's own budget */
+    uint64_t headroom;       /* layer buffer bytes the decode cache may use (0: none) */
+    uint64_t lr_buf_bytes;   /* bytes of one layer buffer */
+    bool lent;               /* the layer buffers are lent to the cache (decode) */
     uint32_t seed_quota;     /* experts seeded per layer */
     /* --full-layers: the first n_full layers held whole, read at creation */
     uint32_t n_full;
@@ -399,6 +401,24 @@ static void note_layer_bytes(struct ms_stream_source *s) {
     ms_expert_cache_note_io(s->cache, b, 0.0);
 }
 
+/* Decode starts: the layer buffers' jobs end and their memory serves the
+ * decode cache until the next prefill (they stay allocated and faulted in:
+ * a prefill never pays the first touch of its buffers again). */
+static int lend_buffers(struct ms_stream_source *s, ms_err *err) {
+    ms_layer_reader_drop(s->lr);
+    s->lent = true; /* from here the cache counts the buffers' bytes */
+    for (int b = 0; b < MS_LR_BUFFERS; b++) {
+        void *mem = ms_layer_reader_buffer(s->lr, b);
+        if (mem && ms_expert_cache_lend(s->cache, mem, s->lr_buf_bytes, err) < 0) {
+            ms_err e2 = {{0}};
+            (void)ms_expert_cache_reclaim(s->cache, &e2); /* nothing lent is pinned yet */
+            s->lent = false;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t n,
                           ms_err *err) {
     struct ms_stream_source *s = ctx;
@@ -408,19 +428,18 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
     if (il >= s->m->n_layer) return ms_err_set(err, "expert streaming: layer %u out of range", il);
     if (s->lr) note_layer_bytes(s);
     if (n < s->whole_min) { /* a short step (decode): the headroom goes back */
-        if (s->lr && ms_layer_reader_buffer_bytes(s->lr)) {
-            ms_layer_reader_drop(s->lr);
-            ms_expert_cache_set_budget(s->cache, s->base_budget + s->headroom);
-        }
+        if (s->lr && s->headroom && !s->lent && lend_buffers(s, err)) return -1;
         if (s->pf && il < s->m->hp.n_hash_layer && il >= s->n_full)
             return prefetch_hash_layer(s, il, tokens, n, err);
         return 0;
     }
-    if (s->lr && !ms_layer_reader_buffer_bytes(s->lr) && s->headroom) {
-        /* a prefill starts: the decode cache gives the headroom back to the
-         * layer buffers before they are allocated (never both at once) */
+    if (s->lr && s->lent) {
+        /* a prefill starts: the decode cache gives the layer buffers back
+         * before a read is queued into them (prefetches into them end
+         * first) */
         if (s->pf && s->n_res) reap(s, -1, NULL, 0);
-        ms_expert_cache_set_budget(s->cache, s->base_budget);
+        if (ms_expert_cache_reclaim(s->cache, err)) return -1;
+        s->lent = false;
     }
     if (!layer_cached(s, il)) {
         if (queue_layer(s, il, (int64_t)il - 1, err)) return -1;
@@ -857,10 +876,15 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     if (!p->no_prefetch &&
         ms_prefetch_new(&s->pf, m->gguf->path, &p->io, (size_t)s->cap_res * N_PART, err))
         goto fail;
-    /* no prefill yet: the decode cache may use the headroom */
+    /* no prefill yet: the decode cache may use the headroom, i.e. the layer
+     * buffers, allocated and faulted in now (load time, not the first
+     * prefill's) */
     s->base_budget = budget;
     s->headroom = s->lr ? p->headroom_bytes : 0;
-    if (s->headroom) ms_expert_cache_set_budget(s->cache, budget + s->headroom);
+    s->lr_buf_bytes = max_layer;
+    if (s->headroom &&
+        (ms_layer_reader_alloc(s->lr, true, err) || lend_buffers(s, err)))
+        goto fail;
     free(slot_bytes);
     *out = s;
     return 0;
@@ -895,7 +919,7 @@ const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_sour
     return &s->ctr;
 }
 uint64_t ms_stream_source_layer_buffer_bytes(const struct ms_stream_source *s) {
-    return s->lr ? ms_layer_reader_buffer_bytes(s->lr) : 0;
+    return s->lr && !s->lent ? ms_layer_reader_buffer_bytes(s->lr) : 0;
 }
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s) {
     return s->lr ? s->whole_min : INT64_MAX;

@@ -27,13 +27,17 @@
  * most budget / (n_layer * largest slot) per layer, so that seeding one
  * layer does not evict the seeds of the others, and at most n_expert_used
  * (one token's worth: seeding more cost more than it saved, measured in
- * docs/streaming.md). The layer buffers are
- * allocated at the first long ubatch and freed at the first short one (a
- * decode step): they are the two layers of prefill headroom of the memory
- * plan (stream/budget.h), held only while a long prefill runs; between
- * prefills those bytes belong to the decode cache (headroom_bytes: its
- * budget grows by them after a prefill and is evicted down again before
- * the next prefill allocates the buffers).
+ * docs/streaming.md). The layer buffers are the two layers of prefill
+ * headroom of the memory plan (stream/budget.h). With headroom_bytes they
+ * are allocated and faulted in when the source is made and never freed
+ * until it is: between prefills (from the first short ubatch, a decode
+ * step) they are lent to the decode cache (ms_expert_cache_lend), which
+ * gives them back (dropping what it kept there) before the next prefill
+ * queues a read. So the decode cache has the headroom, and no prefill pays
+ * for zeroing fresh pages (measured on the 4-layer Flash shape: 8.7% of
+ * the prefill's CPU time was page clearing under the direct reads before).
+ * Without headroom_bytes they are allocated at the first long ubatch and
+ * kept.
  *
  * Switch point: n*k >= 3 * n_expert (WHOLE_LAYER_FILL in expert_source.c),
  * from the measurements in docs/streaming.md ("The switch point, measured"):
@@ -93,11 +97,10 @@ struct ms_stream_params {
     uint32_t full_layers;
     /* true: no decode prefetch (see "Decode prefetch" above) */
     bool no_prefetch;
-    /* bytes the decode cache may use beyond budget_bytes while no prefill
-     * holds the layer buffers (the memory plan's prefill headroom); the
-     * cache is evicted down to budget_bytes before a prefill allocates
-     * them, so cache + layer buffers never exceed budget + headroom.
-     * 0 = the cache keeps budget_bytes always. */
+    /* the memory plan's prefill headroom (two layer buffers): nonzero =
+     * the layer buffers are made at creation and lent to the decode cache
+     * while no prefill runs (above), so cache + layer buffers never exceed
+     * budget + the buffers. 0 = the cache keeps budget_bytes always. */
     uint64_t headroom_bytes;
     /* false (the default): once a ubatch that is the whole pass has been
      * routed, the runs of its speculative whole-layer read that no selected
@@ -151,7 +154,8 @@ void ms_stream_source_free(struct ms_stream_source *s);
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s);
 
 const struct ms_stream_counters *ms_stream_source_counters(struct ms_stream_source *s);
-/* Bytes of whole-layer buffers held now. */
+/* Bytes of whole-layer buffers held for prefill reads now (0 while they
+ * are lent to the decode cache, between prefills). */
 uint64_t ms_stream_source_layer_buffer_bytes(const struct ms_stream_source *s);
 /* The smallest ubatch that reads whole layers (INT64_MAX: never). */
 int64_t ms_stream_source_whole_min_tokens(const struct ms_stream_source *s);

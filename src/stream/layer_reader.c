@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util/mem.h"
 
@@ -188,17 +190,40 @@ void ms_layer_reader_drop(struct ms_layer_reader *r) {
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < MS_LR_BUFFERS; i++) {
         wait_idle(r, i);
-        ms_free(r->b[i].mem);
-        r->b[i].mem = NULL;
         r->b[i].st = JOB_NONE;
         r->b[i].tag = -1;
     }
     pthread_mutex_unlock(&r->mu);
 }
 
+int ms_layer_reader_alloc(struct ms_layer_reader *r, bool populate, ms_err *err) {
+    for (int i = 0; i < MS_LR_BUFFERS; i++) {
+        struct lbuf *lb = &r->b[i];
+        if (lb->mem) continue;
+        lb->mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)r->buf_bytes);
+        if (!lb->mem)
+            return ms_err_set(err, "out of memory for a %llu-byte layer buffer",
+                              (unsigned long long)r->buf_bytes);
+        if (!populate) continue;
+#ifdef MADV_POPULATE_WRITE
+        if (madvise(lb->mem, (size_t)r->buf_bytes, MADV_POPULATE_WRITE) == 0) continue;
+#endif
+        /* no MADV_POPULATE_WRITE (before Linux 5.14): one write per page */
+        const long page = sysconf(_SC_PAGESIZE);
+        for (uint64_t off = 0; off < r->buf_bytes; off += (uint64_t)(page > 0 ? page : 4096))
+            ((volatile char *)lb->mem)[off] = 0;
+    }
+    return 0;
+}
+
+void *ms_layer_reader_buffer(const struct ms_layer_reader *r, int b) {
+    return b >= 0 && b < MS_LR_BUFFERS ? r->b[b].mem : NULL;
+}
+
 void ms_layer_reader_free(struct ms_layer_reader *r) {
     if (!r) return;
     ms_layer_reader_drop(r);
+    for (int i = 0; i < MS_LR_BUFFERS; i++) ms_free(r->b[i].mem);
     pthread_mutex_lock(&r->mu);
     r->stop = true;
     pthread_cond_broadcast(&r->cv);

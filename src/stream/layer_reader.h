@@ -12,9 +12,11 @@
  * and may withdraw ranges not started yet (ms_layer_reader_want: a
  * speculative layer read whose routing turned out to need only part of
  * it). The caller owns the layout; the reader only knows buffers, jobs
- * and their state. Buffers are allocated at the first job that needs them
- * and freed by ms_layer_reader_drop (the two layers of prefill headroom the
- * memory plan reserves, stream/budget.h).
+ * and their state. The buffers (the two layers of prefill headroom the
+ * memory plan reserves, stream/budget.h) are allocated by
+ * ms_layer_reader_alloc or at the first job that needs them, and kept until
+ * ms_layer_reader_free: between prefills their owner may lend them out
+ * (the decode cache, ms_expert_cache_lend) after ms_layer_reader_drop.
  *
  * Threads: every function is called from one thread (the forward pass);
  * the reader's own thread only runs the reads. A buffer is never written
@@ -93,8 +95,22 @@ int ms_layer_reader_wait_ranges(struct ms_layer_reader *r, int b, const uint32_t
 /* Bytes read by jobs that ended since the last call. */
 uint64_t ms_layer_reader_take_bytes(struct ms_layer_reader *r);
 
-/* Waits for both buffers' jobs, forgets them and frees the buffers. */
+/* Waits for both buffers' jobs and forgets them (tags -1); the buffers stay
+ * allocated and the caller may use their memory until the next start. */
 void ms_layer_reader_drop(struct ms_layer_reader *r);
+
+/*
+ * Allocates both buffers now if they are not yet and, with populate, faults
+ * every page in (MADV_POPULATE_WRITE, else a write per page), so that no
+ * read or kernel later pays for a first touch. Errors: OOM (a buffer
+ * allocated before stays).
+ */
+int ms_layer_reader_alloc(struct ms_layer_reader *r, bool populate, ms_err *err);
+
+/* Buffer b's memory (buf_bytes bytes, MS_IO_ALIGN aligned), NULL if not
+ * allocated. Only to be used between ms_layer_reader_drop and the next
+ * start (no job may be writing it). */
+void *ms_layer_reader_buffer(const struct ms_layer_reader *r, int b);
 
 /* Seconds the reader thread has spent in reads so far (its device time:
  * bytes read / this = the bandwidth the whole-layer reads reached). */
