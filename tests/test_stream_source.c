@@ -7,6 +7,7 @@
  * injected read error (an error for that step, then normal service).
  * Decode prefetch: with it (the default) logits stay identical, the budget
  * holds at every install, and a failed prefetch read is only a miss.
+ * Read-ahead of a prompt through a small cache: the same, group by group.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -362,6 +363,67 @@ static void test_hotlist_seed(void **state) {
     dsv4_model_free(m);
 }
 
+/* A whole prompt in one step through a cache that holds a fraction of a
+ * layer (no layer buffers: the plan's fallback when two layers do not
+ * fit): each layer's experts are acquired in groups and the next group is
+ * read while the current one computes. Logits equal the resident ones,
+ * the budget holds at every install, every layer after the first group
+ * is read ahead and used; read-ahead reads that all fail only turn into
+ * misses (still exact). */
+static void test_read_ahead(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_tiny);
+    const struct dsv4_expert_source resident = m->experts;
+    enum { N = 48 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 41);
+    float *want = eval(m, tok, N, DSV4_BATCH_WHOLE);
+    const uint64_t budget = ms_stream_min_budget(m);
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.budget_bytes = budget, .whole_layer_min_tokens = -1};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    assert_non_null(m->experts.read_ahead);
+    assert_true(m->experts.max_per_acquire < (int)m->hp.n_expert); /* several groups */
+    struct ms_expert_cache *c = ms_stream_source_cache(src);
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(c, on_install, &bc);
+    float *got = eval(m, tok, N, DSV4_BATCH_WHOLE);
+    assert_same(want, got, (size_t)N * m->hp.n_vocab, "prompt through a small cache");
+    free(got);
+    const struct ms_stream_counters *ctr = ms_stream_source_counters(src);
+    const struct ms_cache_stats *st = ms_expert_cache_stats(c);
+    print_message("read ahead: %llu experts read ahead, %llu used; hits %llu misses %llu\n",
+                  (unsigned long long)ctr->prefetched, (unsigned long long)ctr->prefetch_used,
+                  (unsigned long long)st->hits, (unsigned long long)st->misses);
+    /* all but the first group of a layer come from read-ahead (without it:
+     * 1 of 32 on this model, a hash layer's prefetch) */
+    assert_true(ctr->prefetch_used >= (st->hits + st->misses) / 2);
+    assert_true(ctr->prefetch_used <= ctr->prefetched);
+    assert_true(st->peak_resident_bytes <= budget);
+    assert_true(bc.n > 0);
+
+    uint64_t failed = 0;
+    ms_io_set_fault_hook(ms_stream_source_prefetch_io(src), fail_all, &failed);
+    int32_t tok2[N];
+    random_tokens(tok2, N, 3, (uint32_t)m->hp.n_vocab - 3, 42);
+    m->experts = resident;
+    float *want2 = eval(m, tok2, N, DSV4_BATCH_WHOLE);
+    m->experts = ms_stream_source_iface(src);
+    got = eval(m, tok2, N, DSV4_BATCH_WHOLE);
+    assert_same(want2, got, (size_t)N * m->hp.n_vocab, "every read-ahead failing");
+    assert_true(failed > 0);
+    assert_true(ctr->prefetch_failed > 0);
+    ms_io_set_fault_hook(ms_stream_source_prefetch_io(src), NULL, NULL);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(want2);
+    free(got);
+    dsv4_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_min_cache_identity),
@@ -372,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_hash_prepare),
         cmocka_unit_test(test_full_layers),
+        cmocka_unit_test(test_read_ahead),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

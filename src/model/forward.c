@@ -501,7 +501,11 @@ static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tok
 /* Routed experts: acquired from the expert source in groups it can hold at
  * once (all of them when resident); each group is computed into exp_out
  * [n][k][D], then released. A decode step, once the first group of this
- * layer is pinned, starts the next layer's prefetch. */
+ * layer is pinned, starts the next layer's prefetch. When a layer takes
+ * several groups and the source reads ahead, groups are half as large and
+ * the next group's reads start before this one computes (a long prompt
+ * through a cache smaller than a layer: reads overlap compute instead of
+ * alternating with it). */
 static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                               int64_t n, int n_used, ms_err *err) {
     const struct dsv4_model *m = s->m;
@@ -509,13 +513,18 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
     if (m->experts.routed && m->experts.routed(m->experts.ctx, il, sc->used, n_used, n, err))
         return -1;
     if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
-    const int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
+    int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
+    const bool ahead = m->experts.read_ahead && n_used > group;
+    if (ahead && group > 1) group /= 2;
     for (int g0 = 0; g0 < n_used; g0 += group) {
         const int ng = n_used - g0 < group ? n_used - g0 : group;
         if (m->experts.acquire(m->experts.ctx, il, sc->used + g0, ng, sc->views, err)) return -1;
         int rc = 0;
         if (g0 == 0 && n == 1 && m->experts.prefetch && il + 1 < m->n_layer)
             rc = prefetch_next(s, il + 1, tokens, err);
+        const int next = n_used - (g0 + ng) < group ? n_used - (g0 + ng) : group;
+        if (!rc && ahead && next > 0)
+            rc = m->experts.read_ahead(m->experts.ctx, il, sc->used + g0 + ng, next, err);
         if (!rc) rc = run_experts(s, il, g0, ng, err);
         m->experts.release(m->experts.ctx, il, sc->used + g0, ng);
         if (rc) return -1;

@@ -85,6 +85,15 @@ struct dsv4_expert_source {
      * wrong guess only costs a read, a failed read is a miss later. -1 with
      * err only on OOM. */
     int (*prefetch)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
+    /* Optional. The experts ids[0..n) of layer il the forward pass acquires
+     * next (exact, not a guess), told while the group before them computes
+     * when a layer takes more than one acquire: a streaming source that
+     * serves the layer through its cache starts reading the missing ones so
+     * that the reads overlap that computation. The forward pass then
+     * acquires in groups of at most half of max_per_acquire, so the group
+     * computing and the group being read fit in the cache together. Best
+     * effort, as prefetch; -1 with err only on OOM. */
+    int (*read_ahead)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
 };
 
 /* How many of a ubatch's last tokens tell tail_routed their experts. */

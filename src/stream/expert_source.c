@@ -248,8 +248,28 @@ static int stream_prefetch(void *ctx, uint32_t il, const int32_t *ids, int n, ms
     return start_reads(s, il, ids, n, err);
 }
 
+/* Most experts one acquire may hold: as many of the largest layer's as the
+ * budget holds while a prefill runs (at least one token's worth: the budget
+ * is never below that). */
+static int acquire_fit(const struct ms_stream_source *s) {
+    const uint64_t max_slot = s->max_slot ? s->max_slot : 1;
+    uint64_t fit = s->base_budget / max_slot;
+    if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
+    if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
+    return (int)fit;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Selected-only mode, hash layer: its experts are known from the token ids
- * (tid2eid), so their reads start before the layer's attention. */
+ * (tid2eid), so their reads start before the layer's attention. When they
+ * are more than one acquire holds, only the first group the forward pass
+ * will acquire is read now (it acquires in ascending id order, groups of
+ * half an acquire when it reads ahead): reading more would fill the cache
+ * with later groups' experts that the first group must evict again. */
 static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const int32_t *tokens,
                                int64_t n, ms_err *err) {
     const struct dsv4_tensor *t = &s->m->layers[il].t[DSV4_FFN_GATE_TID2EID];
@@ -266,7 +286,21 @@ static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const in
             s->hash_ids[n_ids++] = e;
         }
     }
+    const int fit = acquire_fit(s);
+    if (n_ids > fit) {
+        qsort(s->hash_ids, (size_t)n_ids, sizeof *s->hash_ids, cmp_i32);
+        n_ids = fit > 1 ? fit / 2 : fit;
+    }
     return start_reads(s, il, s->hash_ids, n_ids, err);
+}
+
+/* The forward pass's next group of layer il (exact ids): read through the
+ * cache in the background unless the layer is served otherwise (a layer
+ * buffer, --full-layers). */
+static int stream_read_ahead(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err) {
+    struct ms_stream_source *s = ctx;
+    if (il >= s->m->n_layer || il < s->n_full || s->whole_il == (int64_t)il || n <= 0) return 0;
+    return start_reads(s, il, ids, n, err);
 }
 
 /* ---- whole-layer mode -------------------------------------------------- */
@@ -896,18 +930,14 @@ fail:
 }
 
 struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
-    /* Group size: as many experts of the largest layer as the budget holds
-     * (at least one token's worth: the budget is never below that). */
-    const uint64_t max_slot = s->max_slot ? s->max_slot : 1;
-    uint64_t fit = s->base_budget / max_slot; /* the budget while a prefill runs */
-    if (fit < s->m->hp.n_expert_used) fit = s->m->hp.n_expert_used;
-    if (fit > s->m->hp.n_expert) fit = s->m->hp.n_expert;
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
-                                       .release = stream_release, .max_per_acquire = (int)fit,
+                                       .release = stream_release,
+                                       .max_per_acquire = acquire_fit(s),
                                        .prepare = s->lr || s->pf ? stream_prepare : NULL,
                                        .tail_routed = s->lr ? stream_tail_routed : NULL,
                                        .routed = s->lr || s->pf ? stream_routed : NULL,
-                                       .prefetch = s->pf ? stream_prefetch : NULL};
+                                       .prefetch = s->pf ? stream_prefetch : NULL,
+                                       .read_ahead = s->pf ? stream_read_ahead : NULL};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
