@@ -65,9 +65,21 @@ static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const fl
                   const float *scale, const float *norm, int64_t n, ms_err *err);
 static void hc_post(struct dsv4_session *s, int64_t n);
 
-static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *x, int64_t ldx,
-              int64_t n, float *y, int64_t ldy, ms_err *err);
-static struct ms_mm_op mm_op(const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
+/* The dense products, by what they feed (see dense_exact) */
+enum dense_class {
+    DC_ATTN,     /* q_a, kv, q_b: the attention queries and keys */
+    DC_ATTN_OUT, /* the grouped output projection (a and b) */
+    DC_COMP,     /* the attention compressor's kv and gate */
+    DC_IDX,      /* the indexer: its compressor, queries, head weights */
+    DC_HC,       /* hyper-connection mixes (sublayers and head) */
+    DC_ROUTER,   /* the MoE router logits */
+    DC_SHEXP,    /* the shared expert */
+    DC_HEAD,     /* the LM head */
+};
+static int mm(struct dsv4_session *s, enum dense_class dc, const struct dsv4_tensor *w,
+              const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy, ms_err *err);
+static struct ms_mm_op mm_op(const struct dsv4_session *s, enum dense_class dc,
+                             const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
                              float *y, int64_t ldy);
 static struct ms_rope_params rope_params(const struct dsv4_hparams *hp, uint32_t ratio);
 
@@ -186,23 +198,23 @@ static int attn_project(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *
     const int64_t Wc = dsv4_coff(r) * d, Wi = dsv4_coff(4) * dI;
     struct ms_mm_op ops[7];
     int n_ops = 0;
-    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_Q_A], sc->sub_in, D, n, sc->q_lora, rq);
-    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_KV], sc->sub_in, D, n, sc->kv, d);
+    ops[n_ops++] = mm_op(s, DC_ATTN, &L->t[DSV4_ATTN_Q_A], sc->sub_in, D, n, sc->q_lora, rq);
+    ops[n_ops++] = mm_op(s, DC_ATTN, &L->t[DSV4_ATTN_KV], sc->sub_in, D, n, sc->kv, d);
     if (r) {
-        ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_COMP_KV], sc->sub_in, D, n, sc->comp_kv, Wc);
-        ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_COMP_GATE], sc->sub_in, D, n, sc->comp_gate, Wc);
+        ops[n_ops++] = mm_op(s, DC_COMP, &L->t[DSV4_ATTN_COMP_KV], sc->sub_in, D, n, sc->comp_kv, Wc);
+        ops[n_ops++] = mm_op(s, DC_COMP, &L->t[DSV4_ATTN_COMP_GATE], sc->sub_in, D, n, sc->comp_gate, Wc);
     }
     if (r == 4) {
-        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_COMP_KV], sc->sub_in, D, n, sc->icomp_kv, Wi);
-        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_COMP_GATE], sc->sub_in, D, n, sc->icomp_gate, Wi);
-        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_PROJ], sc->sub_in, D, n, sc->idx_w, HI);
+        ops[n_ops++] = mm_op(s, DC_IDX, &L->t[DSV4_IDX_COMP_KV], sc->sub_in, D, n, sc->icomp_kv, Wi);
+        ops[n_ops++] = mm_op(s, DC_IDX, &L->t[DSV4_IDX_COMP_GATE], sc->sub_in, D, n, sc->icomp_gate, Wi);
+        ops[n_ops++] = mm_op(s, DC_IDX, &L->t[DSV4_IDX_PROJ], sc->sub_in, D, n, sc->idx_w, HI);
     }
     if (ms_matmul_multi(&s->mm, ops, n_ops, err)) return -1;
     for_tokens(s, n, q_lora_norm_tokens, L);
     n_ops = 0;
-    ops[n_ops++] = mm_op(&L->t[DSV4_ATTN_Q_B], sc->q_lora, rq, n, sc->q, H * d);
+    ops[n_ops++] = mm_op(s, DC_ATTN, &L->t[DSV4_ATTN_Q_B], sc->q_lora, rq, n, sc->q, H * d);
     if (r == 4)
-        ops[n_ops++] = mm_op(&L->t[DSV4_IDX_ATTN_Q_B], sc->q_lora, rq, n, sc->idx_q, HI * dI);
+        ops[n_ops++] = mm_op(s, DC_IDX, &L->t[DSV4_IDX_ATTN_Q_B], sc->q_lora, rq, n, sc->idx_q, HI * dI);
     if (ms_matmul_multi(&s->mm, ops, n_ops, err)) return -1;
     for_tokens(s, n, qkv_norm_rope_tokens, L);
     if (r) for_tokens(s, n, comp_ape_rope_tokens, L);
@@ -324,11 +336,11 @@ static int attn_project_output(struct dsv4_session *s, uint32_t il, int64_t n, m
             wa[i] = L->t[DSV4_ATTN_OUTPUT_A];
             wa[i].mat.data = (const char *)wa[i].mat.data + (size_t)(g * ro) * wa[i].mat.row_stride;
             wa[i].mat.n_rows = ro;
-            ops[i] = mm_op(&wa[i], sc->attn_out + g * gw, H * d, n, sc->out_lora + g * ro, G * ro);
+            ops[i] = mm_op(s, DC_ATTN_OUT, &wa[i], sc->attn_out + g * gw, H * d, n, sc->out_lora + g * ro, G * ro);
         }
         if (ms_matmul_multi(&s->mm, ops, ng, err)) return -1;
     }
-    return mm(s, &L->t[DSV4_ATTN_OUTPUT_B], sc->out_lora, G * ro, n, sc->sub_out, D, err);
+    return mm(s, DC_ATTN_OUT, &L->t[DSV4_ATTN_OUTPUT_B], sc->out_lora, G * ro, n, sc->sub_out, D, err);
 }
 
 /* ---- MoE sublayer ------------------------------------------------------- */
@@ -347,7 +359,7 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
      * experts' fused down job takes it along (one hand-off less), else it
      * runs on its own after them */
     const struct ms_mm_op shexp_down =
-        mm_op(&L->t[DSV4_FFN_DOWN_SHEXP], sc->shexp_gate, Fs, n, sc->sub_out, D);
+        mm_op(s, DC_SHEXP, &L->t[DSV4_FFN_DOWN_SHEXP], sc->shexp_gate, Fs, n, sc->sub_out, D);
     s->shexp_down = &shexp_down;
     const int rc = moe_routed_experts(s, il, tokens, n, n_used, err);
     const bool pending = s->shexp_down != NULL;
@@ -490,7 +502,7 @@ static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tok
         memcpy(ids, L->t[DSV4_FFN_GATE_TID2EID].i32 + (int64_t)tokens[0] * k,
                (size_t)k * sizeof *ids);
     } else {
-        if (mm(s, &L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, 1, sc->router, E, err)) return -1;
+        if (mm(s, DC_ROUTER, &L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, 1, sc->router, E, err)) return -1;
         router_probs(sc->router, E);
         router_pick(sc->router, L->t[DSV4_EXP_PROBS_B].f32, E, k, sc->biased, sc->topidx);
         for (int64_t j = 0; j < k; j++) ids[j] = sc->topidx[j];
@@ -591,8 +603,8 @@ static int moe_router_shared_up(struct dsv4_session *s, uint32_t il, int64_t n, 
     struct swiglu_rows_arg sw = {.gate = sc->shexp_gate, .up = sc->shexp_up, .n_tok = n,
                                  .ld = Fs, .clamp = hp->swiglu_clamp_shexp[il]};
     struct ms_mm_op ops[2];
-    ops[0] = mm_op(&L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, n, sc->router, E);
-    ops[1] = mm_op(&L->t[DSV4_FFN_GATE_SHEXP], sc->sub_in, D, n, sc->shexp_gate, Fs);
+    ops[0] = mm_op(s, DC_ROUTER, &L->t[DSV4_FFN_GATE_INP], sc->sub_in, D, n, sc->router, E);
+    ops[1] = mm_op(s, DC_SHEXP, &L->t[DSV4_FFN_GATE_SHEXP], sc->sub_in, D, n, sc->shexp_gate, Fs);
     ops[1].w2 = &L->t[DSV4_FFN_UP_SHEXP].mat;
     ops[1].y2 = sc->shexp_up;
     ops[1].done = swiglu_rows;
@@ -610,7 +622,7 @@ static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const fl
     const struct dsv4_hparams *hp = &s->m->hp;
     const int64_t nh = hp->n_hc, w = nh * hp->n_embd, nmix = (2 + nh) * nh;
     for_tokens(s, n, hc_flat_tokens, NULL);
-    if (mm(s, fn, s->sc.hc_flat, w, n, s->sc.hc_mix, nmix, err)) return -1;
+    if (mm(s, DC_HC, fn, s->sc.hc_flat, w, n, s->sc.hc_mix, nmix, err)) return -1;
     const float *args[3] = {base, scale, norm};
     for_tokens(s, n, hc_mix_tokens, args);
     return 0;
@@ -690,7 +702,7 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
     const int64_t cnt = n - t0;
     for (int64_t t = t0; t < n; t++)
         ms_rmsnorm(sc->hc_flat + t * w, sc->resid + t * w, NULL, w, hp->rms_eps);
-    if (mm(s, &m->glob[DSV4_OUTPUT_HC_FN], sc->hc_flat + t0 * w, w, cnt, sc->hc_mix, nh, err))
+    if (mm(s, DC_HC, &m->glob[DSV4_OUTPUT_HC_FN], sc->hc_flat + t0 * w, w, cnt, sc->hc_mix, nh, err))
         return -1;
     const float *base = m->glob[DSV4_OUTPUT_HC_BASE].f32, *scale = m->glob[DSV4_OUTPUT_HC_SCALE].f32;
     for (int64_t i = 0; i < cnt; i++) {
@@ -706,29 +718,45 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
         }
         ms_rmsnorm(y, y, m->glob[DSV4_OUTPUT_NORM].f32, D, hp->rms_eps);
     }
-    return mm(s, &m->glob[DSV4_OUTPUT], sc->sub_in, D, cnt, out, (int64_t)hp->n_vocab, err);
+    return mm(s, DC_HEAD, &m->glob[DSV4_OUTPUT], sc->sub_in, D, cnt, out, (int64_t)hp->n_vocab, err);
 }
 
 /* ---- small helpers ------------------------------------------------------ */
 
-/* Dense projections take f32 activations in both modes; only the routed
- * experts (most of the FLOPs and nearly all the bytes of a DeepSeek V4 model)
- * use quantized activations in fast mode. Measured on the tiny test models
- * against llama.cpp on their F32 twins: activation rounding in the dense
- * projections (attention, compressor, HC mix, router, indexer) accounted for
- * most of the fast mode's divergence, because it flips near-tied expert and
- * indexer selections; with f32 activations there the mean KL per position
- * fell 2-3x, below llama.cpp's on the same quantized file. */
-static int mm(struct dsv4_session *s, const struct dsv4_tensor *w, const float *x, int64_t ldx,
-              int64_t n, float *y, int64_t ldy, ms_err *err) {
-    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, true, err);
+/* Dense classes that take int8 activations in fast mode (docs/model.md,
+ * "Numerics and modes"): the LM head and the attention output projection.
+ * Measured on the test models against llama.cpp on their F32 twins (mean KL
+ * per position, tests/test_diff_llama.c): the head adds about 1% to our KL,
+ * the output projection 20-60%; with both our KL stays at most ~0.6 of
+ * llama.cpp's own quantized run. Queries/keys or the shared expert alone
+ * took it to 0.6-0.8 of llama.cpp's and all of them together past it, so
+ * they keep f32 activations, as do the router, HC mixes, compressors and
+ * indexer, whose outputs pick experts and rows. */
+#define DENSE_INT8_CLASSES ((1u << DC_HEAD) | (1u << DC_ATTN_OUT))
+
+/* Whether a dense product of class dc on weight w takes f32 activations: in
+ * quality mode always; in fast mode unless dc is one of DENSE_INT8_CLASSES
+ * and w's dot takes int8 activations (Q8_0 or Q8_K, the activation format
+ * llama.cpp uses with those weights). F16/BF16 weights keep f32 activations
+ * (ggml would round them to F16). */
+static bool dense_exact(const struct dsv4_session *s, enum dense_class dc,
+                        const struct dsv4_tensor *w) {
+    if (s->p.quality || !(DENSE_INT8_CLASSES & (1u << dc))) return true;
+    const enum ms_type vt = ms_type_traits(w->mat.type)->vec_dot_type;
+    return !(vt == MS_TYPE_Q8_0 || vt == MS_TYPE_Q8_K);
+}
+
+static int mm(struct dsv4_session *s, enum dense_class dc, const struct dsv4_tensor *w,
+              const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy, ms_err *err) {
+    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, dense_exact(s, dc, w), err);
 }
 
 /* The same product as mm, as one op of a fused call (ms_matmul_multi). */
-static struct ms_mm_op mm_op(const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
+static struct ms_mm_op mm_op(const struct dsv4_session *s, enum dense_class dc,
+                             const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
                              float *y, int64_t ldy) {
     return (struct ms_mm_op){.w = &w->mat, .x = x, .ldx = ldx, .n_tok = n, .y = y, .ldy = ldy,
-                             .exact = true};
+                             .exact = dense_exact(s, dc, w)};
 }
 
 /* RoPE parameters of a layer: ratio-0 layers use the plain base;

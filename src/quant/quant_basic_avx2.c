@@ -179,24 +179,17 @@ MS_DECL_QUANT(q8_0, avx2) {
     }
 }
 
-/* nb blocks of w (as w32_values) dotted with nb Q8_0 blocks b, two blocks per step. */
+/* nb blocks of w (as w32_values) dotted with nb Q8_0 blocks b: one
+ * accumulator, block by block (the four-token kernel below repeats exactly
+ * these float operations per token, so the order is fixed here). */
 MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb, bool mx) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(w32_scale(w, i, mx) * fp16_scale(b[i].d));
-        const __m256 d1 = _mm256_set1_ps(w32_scale(w, i + 1, mx) * fp16_scale(b[i + 1].d));
-        const __m256 p0 = dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs));
-        const __m256 p1 = dot_i8x32(w32_values(w, i + 1, mx), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(d0, p0, acc0);
-        acc1 = _mm256_fmadd_ps(d1, p1, acc1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256 d = _mm256_set1_ps(w32_scale(w, i, mx) * fp16_scale(b[i].d));
+        acc = _mm256_fmadd_ps(d, dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs)),
+                              acc);
     }
-    for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(w32_scale(w, i, mx) * fp16_scale(b[i].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(w32_values(w, i, mx), _mm256_loadu_si256((const __m256i *)b[i].qs)),
-                               acc0);
-    }
-    return hsum256_f32(_mm256_add_ps(acc0, acc1));
+    return hsum256_f32(acc);
 }
 
 MS_DECL_DOT(q8_0, q8_0, avx2) { *s = dot_w32_q8_0(x, y, n / QK8_0, false); }
@@ -310,32 +303,30 @@ static inline __m256 dot_i8x32_abs(__m256i w, __m256i absw, __m256i a) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-/* dot_w32_q8_0 for four activation rows b[k]. */
+/* dot_w32_q8_0 for four activation rows b[k]. The four tokens' block
+ * scales are converted together (one vcvtph2ps, one multiply by the weight's
+ * scale: each lane is the single kernel's ws * da, the same f32 product) and
+ * broadcast to token k with an in-lane permute; one accumulator per token
+ * keeps every register live without spills. */
 MS_SIMD_INLINE void dot_w32_q8_0_x4(const void *w, const void *const y[4], int64_t nb, bool mx, float *s) {
-    const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
-    __m256 acc0[4], acc1[4];
-    MS_X4(k, acc0[k] = acc1[k] = _mm256_setzero_ps(););
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const float ws0 = w32_scale(w, i, mx), ws1 = w32_scale(w, i + 1, mx);
-        const __m256i w0 = w32_values(w, i, mx), w1 = w32_values(w, i + 1, mx);
-        const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-        MS_X4(k, const block_q8_0 *bk = b[k];
-              const __m256 d0 = _mm256_set1_ps(ws0 * fp16_scale(bk[i].d));
-              const __m256 d1 = _mm256_set1_ps(ws1 * fp16_scale(bk[i + 1].d));
-              const __m256 p0 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)bk[i].qs));
-              const __m256 p1 = dot_i8x32_abs(w1, a1, _mm256_loadu_si256((const __m256i *)bk[i + 1].qs));
-              acc0[k] = _mm256_fmadd_ps(d0, p0, acc0[k]);
-              acc1[k] = _mm256_fmadd_ps(d1, p1, acc1[k]););
-    }
-    for (; i < nb; i++) {
-        const float ws0 = w32_scale(w, i, mx);
+    const block_q8_0 *b0 = y[0], *b1 = y[1], *b2 = y[2], *b3 = y[3];
+    __m256 acc[4];
+    MS_X4(k, acc[k] = _mm256_setzero_ps(););
+    for (int64_t i = 0; i < nb; i++) {
         const __m256i w0 = w32_values(w, i, mx), a0 = _mm256_sign_epi8(w0, w0);
-        MS_X4(k, const __m256 d0 = _mm256_set1_ps(ws0 * fp16_scale(b[k][i].d));
-              acc0[k] = _mm256_fmadd_ps(d0, dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b[k][i].qs)),
-                                        acc0[k]););
+        const __m128i h = _mm_setr_epi16((short)b0[i].d, (short)b1[i].d, (short)b2[i].d, (short)b3[i].d, 0, 0, 0, 0);
+        const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(w32_scale(w, i, mx)));
+        const __m256 d8 = _mm256_set_m128(d4, d4);
+        const __m256 p0 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b0[i].qs));
+        const __m256 p1 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b1[i].qs));
+        const __m256 p2 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b2[i].qs));
+        const __m256 p3 = dot_i8x32_abs(w0, a0, _mm256_loadu_si256((const __m256i *)b3[i].qs));
+        acc[0] = _mm256_fmadd_ps(_mm256_permute_ps(d8, 0x00), p0, acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_permute_ps(d8, 0x55), p1, acc[1]);
+        acc[2] = _mm256_fmadd_ps(_mm256_permute_ps(d8, 0xaa), p2, acc[2]);
+        acc[3] = _mm256_fmadd_ps(_mm256_permute_ps(d8, 0xff), p3, acc[3]);
     }
-    MS_X4(k, s[k] = hsum256_f32(_mm256_add_ps(acc0[k], acc1[k])););
+    MS_X4(k, s[k] = hsum256_f32(acc[k]););
 }
 
 MS_DECL_DOT_X4(q8_0, q8_0, avx2) { dot_w32_q8_0_x4(x, y, n / QK8_0, false, s); }
