@@ -7,7 +7,8 @@
  * injected read error (an error for that step, then normal service).
  * Decode prefetch: with it (the default) logits stay identical, the budget
  * holds at every install, and a failed prefetch read is only a miss.
- * Read-ahead of a prompt through a small cache: the same, group by group.
+ * Read-ahead of a prompt through a small cache: the same, group by group;
+ * ordering a ubatch's experts cache-first reads less, with the same logits.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -424,6 +425,53 @@ static void test_read_ahead(void **state) {
     dsv4_model_free(m);
 }
 
+/* One pass of 48 tokens in ubatches of 12 through the smallest cache: each
+ * ubatch selects nearly every expert of a layer, which the cache cannot
+ * hold, so each ubatch reads the layer again. Ordering a ubatch's experts
+ * with those the cache holds first (the order hook) uses the previous
+ * ubatch's leftovers before they are evicted: fewer bytes read than in
+ * ascending order, and the same logits as resident either way. */
+static uint64_t ubatch_pass_bytes(struct dsv4_model *m, const int32_t *tok, int64_t n,
+                                  const float *want, bool order) {
+    const struct dsv4_expert_source resident = m->experts;
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params p = {.budget_bytes = ms_stream_min_budget(m),
+                                 .whole_layer_min_tokens = -1};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &p, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    assert_non_null(m->experts.order);
+    if (!order) m->experts.order = NULL;
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params sp = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE, .n_ubatch = 12};
+    if (dsv4_session_new(&s, m, &sp, &e)) fail_msg("%s", e.msg);
+    float *got = malloc((size_t)n * m->hp.n_vocab * sizeof *got);
+    if (dsv4_session_eval(s, tok, n, got, &e)) fail_msg("%s", e.msg);
+    assert_same(want, got, (size_t)n * m->hp.n_vocab, order ? "ordered" : "ascending");
+    const uint64_t bytes = ms_expert_cache_stats(ms_stream_source_cache(src))->bytes_read;
+    free(got);
+    dsv4_session_free(s);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    return bytes;
+}
+
+static void test_order(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_tiny);
+    enum { N = 48 };
+    int32_t tok[N];
+    random_tokens(tok, N, 3, (uint32_t)m->hp.n_vocab - 3, 43);
+    float *want = eval(m, tok, N, DSV4_BATCH_WHOLE);
+    const uint64_t ordered = ubatch_pass_bytes(m, tok, N, want, true);
+    const uint64_t ascending = ubatch_pass_bytes(m, tok, N, want, false);
+    print_message("ubatches through the cache: %llu bytes read with the order hook, %llu "
+                  "without\n", (unsigned long long)ordered, (unsigned long long)ascending);
+    assert_true(ordered < ascending);
+    free(want);
+    dsv4_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_min_cache_identity),
@@ -435,6 +483,7 @@ int main(void) {
         cmocka_unit_test(test_hash_prepare),
         cmocka_unit_test(test_full_layers),
         cmocka_unit_test(test_read_ahead),
+        cmocka_unit_test(test_order),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -55,7 +55,7 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
                ms_err *err);
 static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                      ms_err *err);
-static int moe_group_by_expert(struct dsv4_session *s, int64_t n);
+static int moe_group_by_expert(struct dsv4_session *s, uint32_t il, int64_t n);
 static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                               int64_t n, int n_used, ms_err *err);
 static int moe_router_shared_up(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
@@ -354,7 +354,7 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
     const int64_t D = hp->n_embd, Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
     if (moe_router_shared_up(s, il, n, err)) return -1;
     if (moe_route(s, il, tokens, n, err)) return -1;
-    const int n_used = moe_group_by_expert(s, n);
+    const int n_used = moe_group_by_expert(s, il, n);
     /* the shared expert's down projection into sub_out: the routed
      * experts' fused down job takes it along (one hand-off less), else it
      * runs on its own after them */
@@ -436,7 +436,7 @@ static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
  * in expert order, and each used expert u owns gathered rows
  * [expert_row0[u], expert_row0[u + 1]) (one per (token, slot) selecting it,
  * in token order; row_tok/row_slot say which). Returns n_used. */
-static int moe_group_by_expert(struct dsv4_session *s, int64_t n) {
+static int moe_group_by_expert(struct dsv4_session *s, uint32_t il, int64_t n) {
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t E = hp->n_expert, k = hp->n_expert_used;
@@ -451,6 +451,11 @@ static int moe_group_by_expert(struct dsv4_session *s, int64_t n) {
             pos[e] = n_used;
             used[n_used++] = (int32_t)e;
         }
+    const struct dsv4_expert_source *src = &s->m->experts;
+    if (src->order && src->max_per_acquire > 0 && n_used > src->max_per_acquire) {
+        src->order(src->ctx, il, used, n_used); /* a permutation: rows follow it */
+        for (int u = 0; u < n_used; u++) pos[used[u]] = u;
+    }
     for (int u = 0; u <= n_used; u++) row0[u] = 0;
     for (int64_t i = 0; i < n * k; i++) row0[pos[sc->sel[i]] + 1]++;
     for (int u = 0; u < n_used; u++) row0[u + 1] += row0[u];

@@ -94,6 +94,12 @@ struct dsv4_expert_source {
      * computing and the group being read fit in the cache together. Best
      * effort, as prefetch; -1 with err only on OOM. */
     int (*read_ahead)(void *ctx, uint32_t il, const int32_t *ids, int n, ms_err *err);
+    /* Optional. When a layer takes more than one acquire: reorders the
+     * ubatch's distinct experts ids[0..n) (ascending on entry) into the
+     * order they are best acquired in (a cache: the experts it holds
+     * first, so an earlier ubatch's leftovers are used before they are
+     * evicted). Only the processing order changes: the results do not. */
+    void (*order)(void *ctx, uint32_t il, int32_t *ids, int n);
 };
 
 /* How many of a ubatch's last tokens tell tail_routed their experts. */

@@ -287,11 +287,30 @@ static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const in
         }
     }
     const int fit = acquire_fit(s);
-    if (n_ids > fit) {
+    if (n_ids > fit) { /* the forward pass's first group that misses */
         qsort(s->hash_ids, (size_t)n_ids, sizeof *s->hash_ids, cmp_i32);
-        n_ids = fit > 1 ? fit / 2 : fit;
+        int n_miss = 0;
+        for (int i = 0; i < n_ids; i++)
+            if (!ms_expert_cache_contains(s->cache, il, (uint32_t)s->hash_ids[i]))
+                s->hash_ids[n_miss++] = s->hash_ids[i];
+        n_ids = n_miss < fit / 2 ? n_miss : fit > 1 ? fit / 2 : fit;
     }
     return start_reads(s, il, s->hash_ids, n_ids, err);
+}
+
+/* Acquire order through the cache: the experts it holds first (ascending
+ * order kept within both parts), so that a ubatch uses what the previous
+ * ubatch of the pass left in the cache before its own misses evict it.
+ * Layers served from a layer buffer or held whole keep their order. */
+static void stream_order(void *ctx, uint32_t il, int32_t *ids, int n) {
+    struct ms_stream_source *s = ctx;
+    if (il >= s->m->n_layer || il < s->n_full || s->whole_il == (int64_t)il) return;
+    int32_t *tmp = s->hash_ids; /* [n_expert] scratch, free between prepares */
+    int n_hit = 0, n_miss = 0;
+    for (int i = 0; i < n; i++)
+        if (ms_expert_cache_contains(s->cache, il, (uint32_t)ids[i])) ids[n_hit++] = ids[i];
+        else tmp[n_miss++] = ids[i];
+    memcpy(ids + n_hit, tmp, (size_t)n_miss * sizeof *ids);
 }
 
 /* The forward pass's next group of layer il (exact ids): read through the
@@ -937,7 +956,8 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
                                        .tail_routed = s->lr ? stream_tail_routed : NULL,
                                        .routed = s->lr || s->pf ? stream_routed : NULL,
                                        .prefetch = s->pf ? stream_prefetch : NULL,
-                                       .read_ahead = s->pf ? stream_read_ahead : NULL};
+                                       .read_ahead = s->pf ? stream_read_ahead : NULL,
+                                       .order = stream_order};
 }
 
 struct ms_expert_cache *ms_stream_source_cache(struct ms_stream_source *s) { return s->cache; }
