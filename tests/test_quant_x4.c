@@ -12,7 +12,7 @@
  *   random rows of many lengths (1, 2, 3, 7, 16 blocks and more, with tails);
  * - the dispatch table: x4 entries are the active ISA's and NULL in the
  *   scalar reference table;
- * - ms_matmul over 1..11 tokens against the same matmul one token at a time,
+ * - ms_matmul over 1..21 tokens (the token-lane GEMMs included) against the same matmul one token at a time,
  *   fast and quality mode, for every type with an x4 kernel.
  */
 #include <setjmp.h>
@@ -186,8 +186,10 @@ static void test_matmul_batch_invariant(void **state) {
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32,
                                   MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
     /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
-     * columns: three blocks of the 256-element k-quant formats */
-    const int64_t n_rows = 1400, n_cols = 768, n_tok = 11;
+     * columns: three blocks of the 256-element k-quant formats; up to 21
+     * tokens: whole and partial groups of the token-lane GEMMs (8 lanes),
+     * with 1 to 7 tokens left over */
+    const int64_t n_rows = 1400, n_cols = 768, n_tok = 21;
     ms_rng r;
     ms_rng_seed(&r, 0x3a7b1e55ull);
     float *x = xalloc((size_t)(n_tok * n_cols) * sizeof(float));

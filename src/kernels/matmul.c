@@ -38,6 +38,10 @@ struct mm_job {
     size_t act_stride;     /* bytes between tokens' activation rows */
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4; /* NULL: tokens one by one */
+    ms_gemm_tok_fn gemm;   /* token-lane GEMM over the packed groups, or NULL */
+    const void *pack;      /* its packed activations: groups of MS_GEMM_TOK tokens */
+    size_t pack_stride;    /* bytes per packed group */
+    int64_t n_pack;        /* tokens [0, n_pack) go through gemm */
     int64_t n_tok;
     float *y;
     int64_t ldy;
@@ -55,6 +59,14 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     const int64_t n = j->w->n_cols;
     const size_t as = j->act_stride;
     int64_t t = 0;
+    /* token-lane GEMM: every row of the tile against a packed group at once */
+    for (; t < j->n_pack; t += MS_GEMM_TOK) {
+        const int64_t left = j->n_tok - t;
+        j->gemm(n, j->y + t * j->ldy + r0, j->ldy,
+                (const char *)j->w->data + (size_t)r0 * j->w->row_stride, j->w->row_stride, r1 - r0,
+                (const char *)j->pack + (size_t)(t / MS_GEMM_TOK) * j->pack_stride,
+                (int)(left < MS_GEMM_TOK ? left : MS_GEMM_TOK));
+    }
     if (j->dot4) {
         for (; t + 4 <= j->n_tok; t += 4) {
             const char *a = (const char *)j->act + (size_t)t * as;
@@ -154,6 +166,31 @@ static size_t act_row_bytes(const struct ms_mm_op *op) {
     return ms_row_size(tt->vec_dot_type, op->w->n_cols);
 }
 
+/* Tokens of op that go through the type's token-lane GEMM (whole groups
+ * of MS_GEMM_TOK, and a last partial group of at least 5, whose spare lanes
+ * cost less than two four-token calls; 1 to 4 tokens are cheaper through
+ * the dot kernels), 0 when it has none or runs exact. */
+static int64_t pack_tokens(const struct ms_mm_op *op) {
+    const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+    if (op->exact || !tt->gemm_tok || op->n_tok < 5) return 0;
+    const int64_t rem = op->n_tok % MS_GEMM_TOK;
+    return rem >= 5 ? op->n_tok : op->n_tok - rem;
+}
+
+/* The packed groups start at this alignment in the scratch (the kernels
+ * use aligned vector loads; the scratch itself is MS_ALIGN-aligned). */
+#define MM_PACK_ALIGN 64
+
+/* Bytes of op's packed activation groups. */
+static size_t pack_bytes(const struct ms_mm_op *op) {
+    const int64_t nt = pack_tokens(op);
+    if (nt == 0) return 0;
+    const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+    const int64_t bs = ms_type_traits(tt->vec_dot_type)->blck_size;
+    return (size_t)((nt + MS_GEMM_TOK - 1) / MS_GEMM_TOK) * (size_t)(op->w->n_cols / bs) *
+           tt->act_pack_block;
+}
+
 /* Whether op b can use the activations op a converted. */
 static bool same_act(const struct ms_mm_op *a, const struct ms_mm_op *b) {
     return act_row_bytes(a) > 0 && a->x == b->x && a->ldx == b->ldx && a->n_tok == b->n_tok &&
@@ -197,6 +234,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             bool shared = false;
             for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], op);
             if (!shared && op->n_tok > 0) act_bytes += act_row_bytes(op) * (size_t)op->n_tok;
+            if (pack_bytes(op)) act_bytes += pack_bytes(op) + MM_PACK_ALIGN; /* own copy: step 3 */
         }
         if (op->n_tok > 0) total += row_cost(op) * (double)op->w->n_rows;
     }
@@ -250,6 +288,23 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
                     at->from_float(op->x + t * op->ldx, dst + (size_t)t * row, op->w->n_cols);
                 j->act = dst;
                 act_off += row * (size_t)(op->n_tok > 0 ? op->n_tok : 0);
+            }
+            /* the token-lane GEMM's packed groups (a pack per op: ops that
+             * share activations are mostly pairs in one op already) */
+            j->n_pack = pack_tokens(op);
+            if (j->n_pack > 0) {
+                act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
+                char *dst = (char *)c->scratch + act_off;
+                j->gemm = tt->gemm_tok;
+                j->pack = dst;
+                j->pack_stride = pack_bytes(op) / (size_t)((j->n_pack + MS_GEMM_TOK - 1) / MS_GEMM_TOK);
+                for (int64_t t = 0; t < j->n_pack; t += MS_GEMM_TOK) {
+                    const int64_t left = op->n_tok - t;
+                    tt->act_pack(op->w->n_cols, (const char *)j->act + (size_t)t * row, row,
+                                 (int)(left < MS_GEMM_TOK ? left : MS_GEMM_TOK),
+                                 dst + (size_t)(t / MS_GEMM_TOK) * j->pack_stride);
+                }
+                act_off += pack_bytes(op);
             }
         }
         jobs[2 * i + 1] = *j;

@@ -69,4 +69,17 @@ typedef struct {
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 
+/* moestream's own (not a ggml format): one Q8_K block of 8 tokens packed for
+ * the token-lane GEMM, tokens in 32-bit lanes. qs[s][j] holds token t's
+ * values 32 s + 4 j .. 32 s + 4 j + 3 at bytes 4 t .. 4 t + 3; bsp[p] holds
+ * token t's (bsub[2p], bsub[2p + 1]) at int16 2 t, 2 t + 1, with bsub[s] =
+ * bsums[2 s] + bsums[2 s + 1] (the sum of its 32 values of sub-block s, at
+ * most 32 * 128 in magnitude); d[t] its scale. */
+typedef struct {
+    int8_t qs[8][8][32];
+    int16_t bsp[4][16];
+    float d[8];
+} block_q8_Kx8;
+static_assert(sizeof(block_q8_Kx8) == 2208, "block_q8_Kx8 size");
+
 #endif

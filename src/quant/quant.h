@@ -82,6 +82,26 @@ typedef void (*ms_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict
 typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restrict x,
                                  const void *const y[4]);
 
+/* Token-lane GEMM for prefill (optional; see struct ms_type_traits): the
+ * activations of a group of up to MS_GEMM_TOK tokens are packed once per
+ * product so that SIMD lanes hold tokens, then every weight row is
+ * multiplied against the whole group.
+ *
+ * ms_act_pack_fn: packs nt (1..MS_GEMM_TOK) activation rows of n elements
+ *   in vec_dot_type format, a[t] at a + t * a_stride bytes, into dst
+ *   (act_pack_block bytes per QK_K elements; lanes nt.. repeat the last
+ *   token, so every lane holds valid data).
+ * ms_gemm_tok_fn: y[t * ldy + r] = dot(row r, token t) for r < n_rows
+ *   (row r at w + r * w_stride bytes) and t < nt, pack from act_pack.
+ *   Each output is bit for bit the value vec_dot gives for (row r, token t):
+ *   the integer sums are exact and the float step per block is the
+ *   single kernel's, in its order. */
+#define MS_GEMM_TOK 8
+typedef void (*ms_act_pack_fn)(int64_t n, const void *restrict a, size_t a_stride, int nt,
+                               void *restrict dst);
+typedef void (*ms_gemm_tok_fn)(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+
 struct ms_type_traits {
     const char *name;          /* ggml's name, lower case: "q4_K", "mxfp4", ... */
     int64_t blck_size;         /* elements per block */
@@ -97,6 +117,12 @@ struct ms_type_traits {
      * ms_vec_dot_x4_fn); NULL where there is none: call the single kernel. */
     ms_vec_dot_x4_fn vec_dot_x4;
     ms_vec_dot_x4_fn vec_dot_f32_x4;
+    /* Optional token-lane GEMM (fast mode, see ms_gemm_tok_fn): NULL where
+     * there is none; act_pack_block is the packed bytes per QK_K elements
+     * (blck_size of vec_dot_type) of one token group. */
+    ms_act_pack_fn act_pack;
+    ms_gemm_tok_fn gemm_tok;
+    size_t act_pack_block;
 };
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).

