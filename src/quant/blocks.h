@@ -74,12 +74,14 @@ static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
  * values 32 s + 4 j .. 32 s + 4 j + 3 at bytes 4 t .. 4 t + 3; bsp[p] holds
  * token t's (bsub[2p], bsub[2p + 1]) at int16 2 t, 2 t + 1, with bsub[s] =
  * bsums[2 s] + bsums[2 s + 1] (the sum of its 32 values of sub-block s, at
- * most 32 * 128 in magnitude); d[t] its scale. */
+ * most 32 * 128 in magnitude); bs16[q] holds its (bsums[2q], bsums[2q + 1])
+ * the same way; d[t] its scale. */
 typedef struct {
     int8_t qs[8][8][32];
     int16_t bsp[4][16];
+    int16_t bs16[8][16];
     float d[8];
 } block_q8_Kx8;
-static_assert(sizeof(block_q8_Kx8) == 2208, "block_q8_Kx8 size");
+static_assert(sizeof(block_q8_Kx8) == 2464, "block_q8_Kx8 size");
 
 #endif

@@ -234,5 +234,9 @@ void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt,
                 o[i].bsp[p][2 * t] = (int16_t)(bs[0] + bs[1]);
                 o[i].bsp[p][2 * t + 1] = (int16_t)(bs[2] + bs[3]);
             }
+            for (int q = 0; q < 8; q++) {
+                o[i].bs16[q][2 * t] = b->bsums[2 * q];
+                o[i].bs16[q][2 * t + 1] = b->bsums[2 * q + 1];
+            }
         }
 }
