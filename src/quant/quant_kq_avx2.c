@@ -418,13 +418,61 @@ void ms_gemm_q2_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const v
                  nt);
 }
 
-/* IQ2_XXS: quant_kq_iq2.h (shared with the AVX-512 set). */
-MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
-    const void *y1[1] = {y};
-    iq2xxs_dot_n(n, s, x, y1, 1);
+/* IQ2_XXS, AVX2 set: the form of quant_kq_iq2.h (grid rows and +-1 sign
+ * rows read from tables, signs moved onto the activations) in 128-bit
+ * halves, two 8-value groups per register. A Zen 1 core splits 256-bit
+ * integer operations in two anyway, and the halves save the cross-lane
+ * insert per sub-block; the two halves' int16 pair sums (at most 2 * 43 *
+ * 127 each) are added in int16 before the one vpmaddwd by the sub-block's
+ * scale, and each table row pair is one 8-byte load and one load into the
+ * high half. Measured (cache-resident rows, 4096 columns, Zen 1): 37 -> 32
+ * ns per block single-token. The AVX-512 set keeps the header's form. */
+static inline __m128i iq2_rows2(const uint64_t *tab, unsigned i0, unsigned i1) {
+    return _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(tab + i0))),
+                                         (const double *)(tab + i1)));
 }
 
-MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n(n, s, x, y, 4); }
+MS_SIMD_INLINE void iq2xxs_dot_n_avx2(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *q = (const uint8_t *)w[i].qs;
+        uint32_t ls[8];
+        iq2xxs_scales(q, ls);
+        __m128i acc[4];
+        MS_XN(k, nt, acc[k] = _mm_setzero_si128(););
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t s32;
+            memcpy(&s32, q + 8 * ib + 4, 4);
+            const __m128i g0 = iq2_rows2(ms_iq2xxs_grid, q[8 * ib], q[8 * ib + 1]);
+            const __m128i g1 = iq2_rows2(ms_iq2xxs_grid, q[8 * ib + 2], q[8 * ib + 3]);
+            const __m128i s0 = iq2_rows2(ms_iq2_signs64, s32 & 127, (s32 >> 7) & 127);
+            const __m128i s1 = iq2_rows2(ms_iq2_signs64, (s32 >> 14) & 127, (s32 >> 21) & 127);
+            const __m128i sc = _mm_set1_epi32((int)ls[ib]);
+            MS_XN(k, nt, const int8_t *q8 = a[k][i].qs + 32 * ib;
+                  const __m128i p0 = _mm_maddubs_epi16(g0, _mm_sign_epi8(_mm_loadu_si128((const __m128i *)q8), s0));
+                  const __m128i p1 =
+                      _mm_maddubs_epi16(g1, _mm_sign_epi8(_mm_loadu_si128((const __m128i *)(q8 + 16)), s1));
+                  acc[k] = _mm_add_epi32(acc[k], _mm_madd_epi16(_mm_add_epi16(p0, p1), sc)););
+        }
+        const float d = fp16_scale(w[i].d);
+        MS_XN(k, nt, {
+            __m128i h = _mm_add_epi32(acc[k], _mm_shuffle_epi32(acc[k], 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            sumf[k] += a[k][i].d * d * (float)_mm_cvtsi128_si32(h);
+        });
+    }
+    MS_XN(k, nt, s[k] = 0.125f * sumf[k];);
+}
+
+MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
+    const void *y1[1] = {y};
+    iq2xxs_dot_n_avx2(n, s, x, y1, 1);
+}
+
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n_avx2(n, s, x, y, 4); }
 
 /* ---- dots with f32 activations: dequantize one block to the stack, then
  * multiply-add in 8-lane f32 accumulators. */
