@@ -298,6 +298,20 @@ static int prefetch_hash_layer(struct ms_stream_source *s, uint32_t il, const in
     return start_reads(s, il, s->hash_ids, n_ids, err);
 }
 
+/* A long step through the cache (no layer buffers) on a layer routed by
+ * its router: before routing, the experts it will select are unknown, but
+ * a step with n * n_expert_used >= WHOLE_LAYER_FILL * n_expert selects
+ * nearly all of them, so the first group the forward pass will find
+ * missing (the lowest ids not held, see stream_order) is read during the
+ * layer's attention; routing cancels what it does not select. */
+static int prefetch_first_group(struct ms_stream_source *s, uint32_t il, ms_err *err) {
+    const int fit = acquire_fit(s), group = fit > 1 ? fit / 2 : fit;
+    int n_ids = 0;
+    for (uint32_t e = 0; e < s->m->hp.n_expert && n_ids < group; e++)
+        if (!ms_expert_cache_contains(s->cache, il, e)) s->hash_ids[n_ids++] = (int32_t)e;
+    return start_reads(s, il, s->hash_ids, n_ids, err);
+}
+
 /* Acquire order through the cache: the experts it holds first (ascending
  * order kept within both parts), so that a ubatch uses what the previous
  * ubatch of the pass left in the cache before its own misses evict it.
@@ -484,6 +498,9 @@ static int stream_prepare(void *ctx, uint32_t il, const int32_t *tokens, int64_t
         if (s->lr && s->headroom && !s->lent && lend_buffers(s, err)) return -1;
         if (s->pf && il < s->m->hp.n_hash_layer && il >= s->n_full)
             return prefetch_hash_layer(s, il, tokens, n, err);
+        if (s->pf && il >= s->n_full &&
+            n * (int64_t)s->m->hp.n_expert_used >= WHOLE_LAYER_FILL * (int64_t)s->m->hp.n_expert)
+            return prefetch_first_group(s, il, err);
         return 0;
     }
     if (s->lr && s->lent) {
