@@ -452,7 +452,8 @@ static int moe_group_by_expert(struct dsv4_session *s, uint32_t il, int64_t n) {
             used[n_used++] = (int32_t)e;
         }
     const struct dsv4_expert_source *src = &s->m->experts;
-    if (src->order && src->max_per_acquire > 0 && n_used > src->max_per_acquire) {
+    const int limit = src->acquire_limit ? src->acquire_limit(src->ctx, il) : src->max_per_acquire;
+    if (src->order && limit > 0 && n_used > limit) {
         src->order(src->ctx, il, used, n_used); /* a permutation: rows follow it */
         for (int u = 0; u < n_used; u++) pos[used[u]] = u;
     }
@@ -530,7 +531,9 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
     if (m->experts.routed && m->experts.routed(m->experts.ctx, il, sc->used, n_used, n, err))
         return -1;
     if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
-    int group = m->experts.max_per_acquire > 0 ? m->experts.max_per_acquire : n_used;
+    const int limit = m->experts.acquire_limit ? m->experts.acquire_limit(m->experts.ctx, il)
+                                               : m->experts.max_per_acquire;
+    int group = limit > 0 ? limit : n_used;
     const bool ahead = m->experts.read_ahead && n_used > group;
     if (ahead && group > 1) group /= 2;
     for (int g0 = 0; g0 < n_used; g0 += group) {

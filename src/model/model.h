@@ -60,6 +60,11 @@ struct dsv4_expert_source {
     /* Most experts one acquire may hold (the cache's capacity); 0 = no limit.
      * The forward pass acquires a layer's experts in groups of at most this. */
     int max_per_acquire;
+    /* Optional: the limit for layer il's acquires in the step that has just
+     * been prepared, when it differs from max_per_acquire (0 = no limit: a
+     * layer served from memory the source holds whole, such as a layer
+     * buffer, needs no groups). */
+    int (*acquire_limit)(void *ctx, uint32_t il);
     /* Optional (NULL = not needed). Called at the start of every layer, before
      * its attention, with the ubatch's tokens[0..n_tokens): a streaming
      * source decides how it will serve the layer (whole-layer reads for long

@@ -312,6 +312,15 @@ static int prefetch_first_group(struct ms_stream_source *s, uint32_t il, ms_err 
     return start_reads(s, il, s->hash_ids, n_ids, err);
 }
 
+/* Layers served from a layer buffer or held whole take any number of
+ * experts per acquire (views into memory held anyway); others what the
+ * cache holds. */
+static int stream_acquire_limit(void *ctx, uint32_t il) {
+    const struct ms_stream_source *s = ctx;
+    if (il < s->n_full || s->whole_il == (int64_t)il) return 0;
+    return acquire_fit(s);
+}
+
 /* Acquire order through the cache: the experts it holds first (ascending
  * order kept within both parts), so that a ubatch uses what the previous
  * ubatch of the pass left in the cache before its own misses evict it.
@@ -969,6 +978,7 @@ struct dsv4_expert_source ms_stream_source_iface(struct ms_stream_source *s) {
     return (struct dsv4_expert_source){.ctx = s, .acquire = stream_acquire,
                                        .release = stream_release,
                                        .max_per_acquire = acquire_fit(s),
+                                       .acquire_limit = stream_acquire_limit,
                                        .prepare = s->lr || s->pf ? stream_prepare : NULL,
                                        .tail_routed = s->lr ? stream_tail_routed : NULL,
                                        .routed = s->lr || s->pf ? stream_routed : NULL,
