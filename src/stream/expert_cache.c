@@ -289,7 +289,7 @@ static void *take_buffer(struct ms_expert_cache *c, uint64_t bytes, bool *lent) 
         c->pool = np;
         c->cap_pool = cap;
     }
-    void *b = ms_aligned_alloc(MS_IO_ALIGN, bytes);
+    void *b = ms_alloc_large(bytes);
     if (b) {
         c->n_buffers++;
         c->st.resident_bytes += bytes;

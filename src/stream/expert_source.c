@@ -739,7 +739,7 @@ static int read_full_layers(struct ms_stream_source *s, ms_err *err) {
     if (!s->full) return ms_err_set(err, "out of memory");
     for (uint32_t il = 0; il < s->n_full; il++) {
         const struct layer_plan *lp = &s->plan[il];
-        char *mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)lp->layer_bytes);
+        char *mem = ms_alloc_large((size_t)lp->layer_bytes);
         if (!mem)
             return ms_err_set(err, "out of memory for layer %u held whole (%llu bytes)", il,
                               (unsigned long long)lp->layer_bytes);

@@ -200,7 +200,7 @@ int ms_layer_reader_alloc(struct ms_layer_reader *r, bool populate, ms_err *err)
     for (int i = 0; i < MS_LR_BUFFERS; i++) {
         struct lbuf *lb = &r->b[i];
         if (lb->mem) continue;
-        lb->mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)r->buf_bytes);
+        lb->mem = ms_alloc_large((size_t)r->buf_bytes);
         if (!lb->mem)
             return ms_err_set(err, "out of memory for a %llu-byte layer buffer",
                               (unsigned long long)r->buf_bytes);
@@ -250,7 +250,7 @@ int ms_layer_reader_start(struct ms_layer_reader *r, int b, int64_t tag,
     pthread_mutex_lock(&r->mu);
     struct lbuf *lb = &r->b[b];
     wait_idle(r, b);
-    if (!lb->mem) lb->mem = ms_aligned_alloc(MS_IO_ALIGN, (size_t)r->buf_bytes);
+    if (!lb->mem) lb->mem = ms_alloc_large((size_t)r->buf_bytes);
     if (!lb->mem) {
         lb->st = JOB_NONE;
         lb->tag = -1;

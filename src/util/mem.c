@@ -2,6 +2,7 @@
 #include "util/mem.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 void *ms_aligned_alloc(size_t align, size_t size) {
     void *p = NULL;
@@ -10,3 +11,16 @@ void *ms_aligned_alloc(size_t align, size_t size) {
 }
 
 void ms_free(void *p) { free(p); }
+
+void *ms_alloc_large(size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    if (size < huge) return ms_aligned_alloc(MS_IO_ALIGN_LARGE_MIN, size);
+    void *p = ms_aligned_alloc(huge, size);
+#ifdef MADV_HUGEPAGE
+    /* Only whole 2 MiB pages are advised: a partial last one would be
+     * backed by a whole huge page (up to 2 MiB more than asked, per buffer).
+     * Advice only: where THP is off the pages stay 4 KiB. */
+    if (p) (void)madvise(p, size & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}

@@ -21,6 +21,19 @@
 void *ms_aligned_alloc(size_t align, size_t size);
 void ms_free(void *p);
 
+/* For large buffers of weights that direct I/O fills (layer buffers, layers
+ * held whole, the expert cache's slots): `size` bytes; when size >= 2 MiB,
+ * 2 MiB aligned with its whole 2 MiB pages advised MADV_HUGEPAGE, so that a
+ * kernel with transparent huge pages in "madvise" mode (Debian's default)
+ * backs them with huge pages; the tail stays in 4 KiB pages, so no more
+ * memory is used than asked. Why: O_DIRECT pins every page of the
+ * destination per read, and the kernels stream through these bytes once
+ * per token; with 4 KiB pages both pay per page and per TLB miss
+ * (bench/RESULTS.md has the measurement). Below 2 MiB: 4096-byte aligned.
+ * NULL when out of memory; free with ms_free. */
+#define MS_IO_ALIGN_LARGE_MIN 4096
+void *ms_alloc_large(size_t size);
+
 /* *out = a * b; returns false on overflow (then *out is unspecified). */
 static inline bool ms_mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
