@@ -2,7 +2,8 @@
  * test_stream_cache.c - the decode expert cache and hotlist files: eviction
  * order of both policies, the byte budget checked at every install under
  * random pin/unpin sequences with mixed slot sizes, pinned slots never
- * evicted or overwritten, memory lent and taken back at random times, and hotlist parsing (valid files, every kind of
+ * evicted or overwritten, memory lent and taken back at random times,
+ * buffers faulted in ahead within the budget, and hotlist parsing (valid files, every kind of
  * malformed line rejected with its line number, and a written routing
  * profile read back as the same entries).
  */
@@ -379,6 +380,36 @@ static void test_lend_random(void **state) {
     free(region);
 }
 
+/* Prefaulted buffers (the first prefill's seeding at load): as many of the
+ * common slot size as the own budget holds and no more, counted as
+ * resident; then random pin/unpin sequences keep the budget at every
+ * install, with those buffers in the pool. */
+static void test_prefault(void **state) {
+    (void)state;
+    const uint64_t sb[NL] = {2 * SZ, SZ, 2 * SZ}; /* common size: 2 * SZ */
+    const uint64_t own = 5 * SZ;
+    struct random_run r = {.sb = sb, .own_budget = own, .next_tag = 1};
+    ms_rng_seed(&r.rng, 4242);
+    r.c = new_cache(NL, NE, sb, own, (struct ms_cache_policy){0});
+    struct budget_check bc = {0};
+    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
+    ms_err e = {{0}};
+    assert_int_equal(ms_expert_cache_prefault(r.c, 0, &e), 0);
+    assert_int_equal(ms_expert_cache_prefault(r.c, 10, &e), 2);
+    assert_int_equal(ms_expert_cache_stats(r.c)->resident_bytes, 4 * SZ);
+    assert_int_equal(ms_expert_cache_stats(r.c)->used_bytes, 0);
+    assert_int_equal(ms_expert_cache_prefault(r.c, 10, &e), 0); /* 6 * SZ > own */
+    /* a slot of the common size takes a prefaulted buffer: nothing new */
+    assert_true(use(r.c, 0, 1));
+    assert_int_equal(ms_expert_cache_stats(r.c)->resident_bytes, 4 * SZ);
+    int n_fail = 0;
+    for (int step = 0; step < 3000; step++) n_fail += !random_step(&r);
+    release_all(&r);
+    assert_true(bc.n_calls > 100);
+    assert_true(ms_expert_cache_stats(r.c)->peak_resident_bytes <= own);
+    ms_expert_cache_free(r.c);
+}
+
 /* ---- hotlists ---------------------------------------------------------- */
 
 static void test_hotlist_valid(void **state) {
@@ -488,6 +519,7 @@ int main(void) {
         cmocka_unit_test(test_too_big_and_pinned),
         cmocka_unit_test(test_random_budget),
         cmocka_unit_test(test_lend_random),
+        cmocka_unit_test(test_prefault),
         cmocka_unit_test(test_hotlist_valid),
         cmocka_unit_test(test_hotlist_malformed),
         cmocka_unit_test(test_hotlist_write_roundtrip),

@@ -352,6 +352,31 @@ uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_b
     return own_resident(c);
 }
 
+int64_t ms_expert_cache_prefault(struct ms_expert_cache *c, uint32_t n, ms_err *err) {
+    const uint64_t bytes = c->lent_size;
+    uint32_t done = 0;
+    while (done < n && own_resident(c) + bytes <= c->budget) {
+        if (c->n_buffers + c->n_lent >= c->cap_pool) {
+            const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
+            struct pooled *np = realloc(c->pool, cap * sizeof *np);
+            if (!np) return ms_err_set(err, "expert cache: out of memory for its buffer list");
+            c->pool = np;
+            c->cap_pool = cap;
+        }
+        void *b = ms_alloc_large(bytes);
+        if (!b)
+            return ms_err_set(err, "expert cache: out of memory for a %llu-byte buffer",
+                              (unsigned long long)bytes);
+        ms_populate(b, bytes);
+        c->pool[c->n_pool++] = (struct pooled){b, bytes, false};
+        c->n_buffers++;
+        c->st.resident_bytes += bytes;
+        done++;
+    }
+    if (done) report(c);
+    return done;
+}
+
 int64_t ms_expert_cache_lend(struct ms_expert_cache *c, void *mem, uint64_t bytes, ms_err *err) {
     if (!mem || (uintptr_t)mem % MS_IO_ALIGN)
         return ms_err_set(err, "expert cache: lent memory must be %u-byte aligned", MS_IO_ALIGN);

@@ -150,6 +150,18 @@ void ms_expert_cache_seed(struct ms_expert_cache *c, const struct ms_hotlist *h)
 uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_bytes);
 
 /*
+ * Allocates up to n of the cache's own buffers of the common slot size (the
+ * size most layers' slots have), within its own budget, and faults them in
+ * now, into the pool that the next installs of that size take from. Why:
+ * the prefill seeds the cache from the layer buffers on the forward pass's
+ * thread (ms_expert_cache_install), and a copy into fresh pages pays their
+ * zeroing there, at 0.7-2.4 GB/s on a virtual machine, while the other
+ * threads wait. Returns the buffers allocated (fewer than n when the budget
+ * is reached), -1 (err set) on OOM: the buffers allocated before stay.
+ */
+int64_t ms_expert_cache_prefault(struct ms_expert_cache *c, uint32_t n, ms_err *err);
+
+/*
  * Lends the cache `bytes` of memory at mem (MS_IO_ALIGN aligned, owned and
  * kept alive by the caller) until ms_expert_cache_reclaim: it is cut into
  * as many chunks of one slot size (the size most layers' slots have) as fit

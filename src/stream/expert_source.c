@@ -964,6 +964,11 @@ int ms_stream_source_new(struct ms_stream_source **out, const struct dsv4_model 
     if (s->headroom &&
         (ms_layer_reader_alloc(s->lr, true, err) || lend_buffers(s, err)))
         goto fail;
+    /* the buffers the first prefill seeds (seed_quota experts per layer),
+     * faulted in at load like the layer buffers */
+    if (s->lr && s->seed_quota &&
+        ms_expert_cache_prefault(s->cache, s->seed_quota * m->n_layer, err) < 0)
+        goto fail;
     free(slot_bytes);
     *out = s;
     return 0;

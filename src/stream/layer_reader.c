@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "util/mem.h"
 
@@ -204,14 +203,7 @@ int ms_layer_reader_alloc(struct ms_layer_reader *r, bool populate, ms_err *err)
         if (!lb->mem)
             return ms_err_set(err, "out of memory for a %llu-byte layer buffer",
                               (unsigned long long)r->buf_bytes);
-        if (!populate) continue;
-#ifdef MADV_POPULATE_WRITE
-        if (madvise(lb->mem, (size_t)r->buf_bytes, MADV_POPULATE_WRITE) == 0) continue;
-#endif
-        /* no MADV_POPULATE_WRITE (before Linux 5.14): one write per page */
-        const long page = sysconf(_SC_PAGESIZE);
-        for (uint64_t off = 0; off < r->buf_bytes; off += (uint64_t)(page > 0 ? page : 4096))
-            ((volatile char *)lb->mem)[off] = 0;
+        if (populate) ms_populate(lb->mem, (size_t)r->buf_bytes);
     }
     return 0;
 }

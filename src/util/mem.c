@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 void *ms_aligned_alloc(size_t align, size_t size) {
     void *p = NULL;
@@ -23,4 +24,15 @@ void *ms_alloc_large(size_t size) {
     if (p) (void)madvise(p, size & ~(huge - 1), MADV_HUGEPAGE);
 #endif
     return p;
+}
+
+void ms_populate(void *p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+    /* no MADV_POPULATE_WRITE (before Linux 5.14), or p not page aligned:
+     * one write per page */
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t step = page > 0 ? (size_t)page : 4096;
+    for (size_t off = 0; off < bytes; off += step) ((volatile char *)p)[off] = 0;
 }

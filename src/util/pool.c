@@ -39,8 +39,12 @@
  * meant 38 us on one and 114 us on the other. Longer spins cost more than
  * they save when the machine is shared: a spinning thread takes the core
  * from the one doing the work (measured: 2x slower prefill with a spin of
- * 20000 pauses under a load of 4 on 2 cores). */
+ * 20000 pauses under a load of 4 on 2 cores), and on an idle 2-vCPU VM
+ * 1,000 and 20,000 us gave the same tok/s as 50 us (bench/RESULTS.md).
+ * A build may set it (-DMS_POOL_SPIN_NS=...) to measure another value. */
+#ifndef MS_POOL_SPIN_NS
 #define MS_POOL_SPIN_NS 50000
+#endif
 /* Pauses between two reads of the clock while spinning. */
 #define MS_POOL_SPIN_CHECK 32
 
