@@ -286,15 +286,23 @@ static bool random_step(struct random_run *r) {
     return true;
 }
 
+/* A random run over a new cache of own budget `own`, seeded, with the
+ * budget hook installed. */
+static void random_run_init(struct random_run *r, const uint64_t *sb, uint64_t own,
+                            uint64_t seed, struct budget_check *bc) {
+    *r = (struct random_run){.sb = sb, .own_budget = own, .next_tag = 1};
+    ms_rng_seed(&r->rng, seed);
+    r->c = new_cache(NL, NE, sb, own, (struct ms_cache_policy){0});
+    ms_expert_cache_set_install_hook(r->c, on_install, bc);
+}
+
 static void test_random_budget(void **state) {
     (void)state;
     const uint64_t sb[NL] = {SZ, 3 * SZ, 2 * SZ};
     const uint64_t budget = 11 * SZ;
-    struct random_run r = {.sb = sb, .own_budget = budget, .next_tag = 1};
-    ms_rng_seed(&r.rng, 12345);
-    r.c = new_cache(NL, NE, sb, budget, (struct ms_cache_policy){0});
+    struct random_run r;
     struct budget_check bc = {0};
-    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
+    random_run_init(&r, sb, budget, 12345, &bc);
     int n_fail = 0;
     for (int step = 0; step < 4000; step++) n_fail += !random_step(&r);
     const struct ms_cache_stats *st = ms_expert_cache_stats(r.c);
@@ -321,11 +329,9 @@ static void test_lend_random(void **state) {
     const uint64_t own = 5 * SZ, region_bytes = 7 * SZ; /* 3 chunks, SZ left over */
     char *region = aligned_alloc(SZ, region_bytes);
     assert_non_null(region);
-    struct random_run r = {.sb = sb, .own_budget = own, .next_tag = 1};
-    ms_rng_seed(&r.rng, 777);
-    r.c = new_cache(NL, NE, sb, own, (struct ms_cache_policy){0});
+    struct random_run r;
     struct budget_check bc = {0};
-    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
+    random_run_init(&r, sb, own, 777, &bc);
     ms_err e = {{0}};
     bool lent = false;
     int n_lend = 0, in_region = 0, n_fail = 0;
@@ -388,11 +394,9 @@ static void test_prefault(void **state) {
     (void)state;
     const uint64_t sb[NL] = {2 * SZ, SZ, 2 * SZ}; /* common size: 2 * SZ */
     const uint64_t own = 5 * SZ;
-    struct random_run r = {.sb = sb, .own_budget = own, .next_tag = 1};
-    ms_rng_seed(&r.rng, 4242);
-    r.c = new_cache(NL, NE, sb, own, (struct ms_cache_policy){0});
+    struct random_run r;
     struct budget_check bc = {0};
-    ms_expert_cache_set_install_hook(r.c, on_install, &bc);
+    random_run_init(&r, sb, own, 4242, &bc);
     ms_err e = {{0}};
     assert_int_equal(ms_expert_cache_prefault(r.c, 0, &e), 0);
     assert_int_equal(ms_expert_cache_prefault(r.c, 10, &e), 2);

@@ -265,6 +265,24 @@ static bool free_own_pooled(struct ms_expert_cache *c) {
     return false;
 }
 
+/* A new own buffer of `bytes` (counted as resident, not yet in the pool),
+ * with room in the pool list for it to return to; NULL on OOM. */
+static void *new_own_buffer(struct ms_expert_cache *c, uint64_t bytes) {
+    if (c->n_buffers + c->n_lent >= c->cap_pool) {
+        const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
+        struct pooled *np = realloc(c->pool, cap * sizeof *np);
+        if (!np) return NULL;
+        c->pool = np;
+        c->cap_pool = cap;
+    }
+    void *b = ms_alloc_large(bytes);
+    if (b) {
+        c->n_buffers++;
+        c->st.resident_bytes += bytes;
+    }
+    return b;
+}
+
 /* A buffer of `bytes` within the budget: a free lent chunk of that size
  * first, else a pooled own buffer of that size, else a new one after
  * freeing pooled own buffers until it fits. The caller made sure
@@ -282,19 +300,8 @@ static void *take_buffer(struct ms_expert_cache *c, uint64_t bytes, bool *lent) 
     *lent = false;
     while (own_resident(c) + bytes > c->budget && free_own_pooled(c)) {
     }
-    if (c->n_buffers + c->n_lent >= c->cap_pool) {
-        const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
-        struct pooled *np = realloc(c->pool, cap * sizeof *np);
-        if (!np) return NULL;
-        c->pool = np;
-        c->cap_pool = cap;
-    }
-    void *b = ms_alloc_large(bytes);
-    if (b) {
-        c->n_buffers++;
-        c->st.resident_bytes += bytes;
-        report(c);
-    }
+    void *b = new_own_buffer(c, bytes);
+    if (b) report(c);
     return b;
 }
 
@@ -355,23 +362,13 @@ uint64_t ms_expert_cache_set_budget(struct ms_expert_cache *c, uint64_t budget_b
 int64_t ms_expert_cache_prefault(struct ms_expert_cache *c, uint32_t n, ms_err *err) {
     const uint64_t bytes = c->lent_size;
     uint32_t done = 0;
-    while (done < n && own_resident(c) + bytes <= c->budget) {
-        if (c->n_buffers + c->n_lent >= c->cap_pool) {
-            const uint32_t cap = c->cap_pool ? 2 * c->cap_pool : 64;
-            struct pooled *np = realloc(c->pool, cap * sizeof *np);
-            if (!np) return ms_err_set(err, "expert cache: out of memory for its buffer list");
-            c->pool = np;
-            c->cap_pool = cap;
-        }
-        void *b = ms_alloc_large(bytes);
+    for (; done < n && own_resident(c) + bytes <= c->budget; done++) {
+        void *b = new_own_buffer(c, bytes);
         if (!b)
             return ms_err_set(err, "expert cache: out of memory for a %llu-byte buffer",
                               (unsigned long long)bytes);
         ms_populate(b, bytes);
         c->pool[c->n_pool++] = (struct pooled){b, bytes, false};
-        c->n_buffers++;
-        c->st.resident_bytes += bytes;
-        done++;
     }
     if (done) report(c);
     return done;

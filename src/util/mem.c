@@ -15,7 +15,7 @@ void ms_free(void *p) { free(p); }
 
 void *ms_alloc_large(size_t size) {
     const size_t huge = (size_t)2 << 20;
-    if (size < huge) return ms_aligned_alloc(MS_IO_ALIGN_LARGE_MIN, size);
+    if (size < huge) return ms_aligned_alloc(4096, size); /* O_DIRECT's alignment */
     void *p = ms_aligned_alloc(huge, size);
 #ifdef MADV_HUGEPAGE
     /* Only whole 2 MiB pages are advised: a partial last one would be

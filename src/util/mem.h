@@ -29,9 +29,8 @@ void ms_free(void *p);
  * memory is used than asked. Why: O_DIRECT pins every page of the
  * destination per read, and the kernels stream through these bytes once
  * per token; with 4 KiB pages both pay per page and per TLB miss
- * (bench/RESULTS.md has the measurement). Below 2 MiB: 4096-byte aligned.
- * NULL when out of memory; free with ms_free. */
-#define MS_IO_ALIGN_LARGE_MIN 4096
+ * (bench/RESULTS.md has the measurement). Below 2 MiB: 4096-byte aligned
+ * (O_DIRECT's alignment). NULL when out of memory; free with ms_free. */
 void *ms_alloc_large(size_t size);
 
 /* Faults in every page of [p, p + bytes) for writing now (the kernel zeroes
