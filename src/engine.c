@@ -24,6 +24,7 @@ struct ms_engine {
     bool quality;
     int64_t n_ctx;
     int64_t n_batch;                 /* session n_batch (DSV4_BATCH_WHOLE or > 0) */
+    int64_t n_span;                  /* session n_span */
     uint64_t *route_hits;            /* [n_layer][n_expert] with profile_routing */
     double *route_weight;            /* likewise: summed router weights */
     /* The model file as loaded: evaluation stops with an error once it
@@ -45,6 +46,13 @@ _Static_assert(MS_PREFILL_WHOLE == DSV4_BATCH_WHOLE, "one marker for a whole-cal
 static int64_t batch_of(int64_t chunk, bool streaming) {
     if (chunk != 0) return chunk;
     return streaming ? DSV4_BATCH_WHOLE : DSV4_UBATCH_DEFAULT;
+}
+
+/* The session n_span for a moe_span option (0 = default, -1 = off): spans
+ * only serve streamed layers, so resident sessions have none. */
+static int64_t span_of(int64_t moe_span, bool streaming) {
+    if (!streaming || moe_span < 0) return 0;
+    return moe_span ? moe_span : DSV4_SPAN_DEFAULT;
 }
 
 /* Routing observer of profile_routing sessions (dsv4_route_fn). */
@@ -75,19 +83,20 @@ static int64_t default_n_ctx(const struct dsv4_model *m, int64_t n_ctx) {
 /* ---- the memory plan ----------------------------------------------------- */
 
 /* The memory plan of model m under the options p at context n_ctx with
- * limit bytes of memory: fills in (the plan's inputs), mem (the session's
- * parts) and plan. -1 with err when it does not fit. The sessions are sized
- * for the streaming prefill pass when the mode may stream (the larger one
- * when the chunk is left to the mode). */
-static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t n_ctx,
-                   uint64_t limit, struct ms_mem_plan_in *in, struct dsv4_session_mem *mem,
-                   struct ms_mem_plan *plan, ms_err *err) {
+ * limit bytes of memory, for sessions of n_span (dsv4_session_params):
+ * fills in (the plan's inputs), mem (the session's parts) and plan. -1 with
+ * err when it does not fit. The sessions are sized for the streaming
+ * prefill pass when the mode may stream (the larger one when the chunk is
+ * left to the mode). */
+static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t n_ctx,
+                     int64_t n_span, uint64_t limit, struct ms_mem_plan_in *in,
+                     struct dsv4_session_mem *mem, struct ms_mem_plan *plan, ms_err *err) {
     const uint64_t max_slot = ms_stream_max_slot_bytes(m);
     const uint64_t max_layer = max_slot * m->hp.n_expert;
-    const struct dsv4_session_params sp = {
-        .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, p->stream != MS_STREAM_OFF)};
-    *mem = dsv4_session_mem(m, &sp);
     const bool stream = p->stream != MS_STREAM_OFF;
+    const struct dsv4_session_params sp = {
+        .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream), .n_span = n_span};
+    *mem = dsv4_session_mem(m, &sp);
     *in = (struct ms_mem_plan_in){
         .limit_bytes = limit,
         .pct = p->cache_pct,
@@ -104,6 +113,29 @@ static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p,
     return ms_mem_plan(in, plan, err);
 }
 
+/* plan_with for the sessions the engine would make: with spans
+ * (p->moe_span) only when the plan streams and reads layers through the
+ * cache (no layer buffers, not every layer held whole), where they save
+ * reads, and fit; the session n_span chosen goes to *n_span. */
+static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t n_ctx,
+                   uint64_t limit, struct ms_mem_plan_in *in, struct dsv4_session_mem *mem,
+                   struct ms_mem_plan *plan, int64_t *n_span, ms_err *err) {
+    *n_span = 0;
+    if (plan_with(m, p, n_ctx, 0, limit, in, mem, plan, err)) return -1;
+    const int64_t span = span_of(p->moe_span, plan->stream);
+    if (!span || plan->headroom_bytes || p->full_layers >= m->n_layer) return 0;
+    struct ms_mem_plan_in in2;
+    struct dsv4_session_mem mem2;
+    struct ms_mem_plan plan2;
+    ms_err e2;
+    if (plan_with(m, p, n_ctx, span, limit, &in2, &mem2, &plan2, &e2)) return 0; /* no room */
+    *in = in2;
+    *mem = mem2;
+    *plan = plan2;
+    *n_span = span;
+    return 0;
+}
+
 /* When the plan does not fit: appends to err the knobs that would make it
  * fit and the values that would (the largest -c, the largest prefill
  * chunk, the smallest --cache-pct), found by bisection over the plan. */
@@ -112,6 +144,7 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
     struct ms_mem_plan_in in;
     struct dsv4_session_mem mem;
     struct ms_mem_plan plan;
+    int64_t span;
     ms_err e2;
     char advice[256] = "";
     size_t len = 0;
@@ -119,7 +152,7 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
     int64_t lo = 0, hi = n_ctx; /* lo fits (0: none known), hi does not */
     while (hi - lo > 1) {
         const int64_t mid = lo + (hi - lo) / 2;
-        if (plan_at(m, p, mid, limit, &in, &mem, &plan, &e2)) hi = mid;
+        if (plan_at(m, p, mid, limit, &in, &mem, &plan, &span, &e2)) hi = mid;
         else lo = mid;
     }
     if (lo > 0)
@@ -130,7 +163,7 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
         int64_t clo = 0, chi = p->prefill_chunk > 0 ? p->prefill_chunk : n_ctx;
         while (chi - clo > 1) {
             q.prefill_chunk = clo + (chi - clo) / 2;
-            if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) chi = q.prefill_chunk;
+            if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &span, &e2)) chi = q.prefill_chunk;
             else clo = q.prefill_chunk;
         }
         if (clo > 0)
@@ -142,11 +175,11 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
     if (pct < 100 && len < sizeof advice) {
         struct ms_engine_params q = *p;
         q.cache_pct = 100;
-        if (!plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) {
+        if (!plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &span, &e2)) {
             int plo = (int)pct, phi = 100; /* plo does not fit, phi does */
             while (phi - plo > 1) {
                 q.cache_pct = (plo + phi) / 2;
-                if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &e2)) plo = (int)q.cache_pct;
+                if (plan_at(m, &q, n_ctx, limit, &in, &mem, &plan, &span, &e2)) plo = (int)q.cache_pct;
                 else phi = (int)q.cache_pct;
             }
             len += (size_t)snprintf(advice + len, sizeof advice - len, "%s--cache-pct %d fits",
@@ -176,7 +209,7 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     struct ms_mem_plan_in in;
     struct dsv4_session_mem mem;
     struct ms_mem_plan plan;
-    if (plan_at(m, p, e->n_ctx, limit, &in, &mem, &plan, err)) {
+    if (plan_at(m, p, e->n_ctx, limit, &in, &mem, &plan, &e->n_span, err)) {
         plan_advice(m, p, e->n_ctx, limit, err);
         return -1;
     }
@@ -190,6 +223,7 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
                                .kv_bytes = mem.kv,
                                .resid_bytes = mem.resid,
                                .scratch_bytes = mem.scratch + mem.other,
+                               .moe_span = mem.span,
                                .layer_buffer_bytes = plan.headroom_bytes,
                                .cache_bytes = plan.cache_bytes,
                                .n_ctx = e->n_ctx};
@@ -436,6 +470,7 @@ int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, 
     struct ms_session *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, "out of memory");
     const struct dsv4_session_params sp = {.n_ctx = n_ctx, .n_batch = e->n_batch,
+                                           .n_span = e->n_span,
                                            .quality = e->quality, .pool = e->pool,
                                            .on_route = e->route_hits ? observe_route : NULL,
                                            .route_ctx = e};

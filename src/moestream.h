@@ -62,6 +62,13 @@ struct ms_engine_params {
      * streaming; 0 = auto (3 * n_expert / n_expert_used, measured in
      * stream/expert_source.h), -1 = never. */
     int64_t whole_layer_min_tokens;
+    /* Streaming, a layer read through the cache (too small for two whole
+     * layers): prompt tokens whose routed experts run together, each
+     * expert read once per span instead of once per 512-token ubatch
+     * (activation memory of a span: MoE inputs, outputs and one output
+     * row per selected expert per token); 0 = 2048, -1 = off. At most
+     * 512 x n_expert_used. */
+    int64_t moe_span;
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
     uint32_t preload_experts; /* with a hotlist: read its top N experts at load */
     bool no_prefetch;       /* streaming: no decode prefetch of the next layer's experts */
@@ -143,7 +150,10 @@ struct ms_plan {
     uint64_t full_layer_bytes;  /* --full-layers experts, resident */
     uint64_t kv_bytes;          /* attention state of n_ctx positions */
     uint64_t resid_bytes;       /* residual stream of the longest prefill pass */
-    uint64_t scratch_bytes;     /* per-ubatch activations, tokens, logits */
+    uint64_t scratch_bytes;     /* per-ubatch activations, a span's MoE rows,
+                                   tokens, logits */
+    int64_t moe_span;           /* tokens per span (--moe-span as the sessions
+                                   round it); 0 = no spans */
     uint64_t layer_buffer_bytes;/* two whole-layer read buffers (streaming prefill) */
     uint64_t cache_bytes;       /* decode expert cache budget (streaming) */
     int64_t n_ctx;

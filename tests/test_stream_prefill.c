@@ -206,6 +206,67 @@ static void test_two_level(void **state) {
     dsv4_model_free(m);
 }
 
+/* Logits [N_PROMPT][n_vocab] of the prompt in one whole pass in ubatches
+ * of 16 and spans of n_span tokens, through a new streaming source whose
+ * cache holds ms_stream_min_budget (a fraction of a layer) and which never
+ * reads whole layers; returns the passes over the routed weights it read. */
+static double eval_spans(struct dsv4_model *m, const int32_t *tok, int64_t n_span, float *lg) {
+    const struct dsv4_expert_source resident = m->experts;
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params sp = {.budget_bytes = ms_stream_min_budget(m),
+                                  .whole_layer_min_tokens = -1};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE, .n_ubatch = 16,
+                                    .n_span = n_span};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    if (dsv4_session_eval(s, tok, N_PROMPT, lg, &e)) fail_msg("%s", e.msg);
+    dsv4_session_free(s);
+    const uint64_t read = ms_expert_cache_stats(ms_stream_source_cache(src))->bytes_read;
+    m->experts = resident;
+    ms_stream_source_free(src);
+    return (double)read / (double)dsv4_model_routed_bytes(m);
+}
+
+/* Spans: through a cache that holds a fraction of a layer (no whole-layer
+ * reads), a pass in ubatches reads most experts again per ubatch; with
+ * spans each selected expert is read once per span (one pass with one
+ * span over the prompt, about two with two), and the logits
+ * are the resident ones bit for bit. Spans are whole ubatches and at most
+ * n_ubatch x n_expert_used tokens (k = 4 here: 100 -> 64, 40 -> 32). */
+static void test_spans(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 36);
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
+    assert_int_equal(m->hp.n_expert_used, 4);
+    const int64_t spans[] = {0, 40, 100};
+    double passes[3];
+    for (int i = 0; i < 3; i++) {
+        passes[i] = eval_spans(m, tok, spans[i], got);
+        print_message("small through the cache, ubatches of 16, span %lld: passes %.4f\n",
+                      (long long)spans[i], passes[i]);
+        char what[64];
+        snprintf(what, sizeof what, "span %lld", (long long)spans[i]);
+        assert_same(want, got, nl, what);
+    }
+    assert_true(passes[0] > 2.0);            /* the cost spans remove */
+    /* one span: each expert once, plus the 4 KiB rounding of direct I/O
+     * per expert part, about 5% on this model's small parts */
+    assert_true(passes[2] > 0.5 && passes[2] <= 1.1);
+    assert_true(passes[1] > passes[2] && passes[1] <= 2.1 * passes[2]);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
 /* Headroom returned to the decode cache: prefills and decode steps of
  * random lengths; at every cache install and after every eval, cache
  * buffers + layer buffers <= budget + headroom; decode steps run with the
@@ -528,6 +589,7 @@ int main(void) {
         cmocka_unit_test(test_whole_layer_identity),
         cmocka_unit_test(test_one_pass),
         cmocka_unit_test(test_two_level),
+        cmocka_unit_test(test_spans),
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_layer_read_eio),
         cmocka_unit_test(test_layer_drop),

@@ -591,12 +591,13 @@ static int print_plan(const struct inspect_opts *o) {
     }
     if (o->json) {
         json_t *j = json_pack(
-            "{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream",
+            "{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream",
             pl.stream, "limit_source", pl.limit_source, "limit_bytes", (json_int_t)pl.limit_bytes,
             "usable_bytes", (json_int_t)pl.usable_bytes, "n_ctx", (json_int_t)pl.n_ctx,
             "dense_bytes", (json_int_t)pl.dense_bytes, "full_layer_bytes",
             (json_int_t)pl.full_layer_bytes, "kv_bytes", (json_int_t)pl.kv_bytes, "resid_bytes",
             (json_int_t)pl.resid_bytes, "scratch_bytes", (json_int_t)pl.scratch_bytes,
+            "moe_span", (json_int_t)pl.moe_span,
             "layer_buffer_bytes", (json_int_t)pl.layer_buffer_bytes, "cache_bytes",
             (json_int_t)pl.cache_bytes, "routed_bytes", (json_int_t)pl.routed_bytes);
         char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
@@ -617,7 +618,11 @@ static int print_plan(const struct inspect_opts *o) {
            pl.stream ? "" : " (+ routed experts: the whole file is mapped)");
     printf("  KV state         %.2f GiB\n", gib(pl.kv_bytes));
     printf("  residual stream  %.2f GiB (longest prefill pass)\n", gib(pl.resid_bytes));
-    printf("  scratch          %.2f GiB (per ubatch)\n", gib(pl.scratch_bytes));
+    if (pl.moe_span)
+        printf("  scratch          %.2f GiB (per ubatch; MoE rows of %" PRId64
+               "-token spans)\n", gib(pl.scratch_bytes), pl.moe_span);
+    else
+        printf("  scratch          %.2f GiB (per ubatch)\n", gib(pl.scratch_bytes));
     if (pl.stream) {
         printf("  layer buffers    %.2f GiB (two whole layers, prefill; decode: expert cache)\n",
                gib(pl.layer_buffer_bytes));

@@ -89,6 +89,11 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
             return -1;
         p->whole_layer_min_tokens = v;
         return 1;
+    case ENG_OPT_MOE_SPAN:
+        if (!int_arg(cmd, arg, -1, INT32_MAX, "--moe-span must be an integer >= -1", &v))
+            return -1;
+        p->moe_span = v;
+        return 1;
     default: return 0;
     }
 }
@@ -105,6 +110,7 @@ int engine_cli_opt(const char *cmd, int c, const char *arg, struct engine_cli *e
     case ENG_OPT_PRELOAD: name = "--preload-experts"; break;
     case ENG_OPT_FULL_LAYERS: name = "--full-layers"; break;
     case ENG_OPT_WHOLE_LAYER_MIN: name = "--whole-layer-min"; break;
+    case ENG_OPT_MOE_SPAN: name = "--moe-span"; break;
     case ENG_OPT_NO_PREFETCH: name = "--no-prefetch"; break;
     default: break;
     }
@@ -268,6 +274,7 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
     json_object_set_new(plan, "kv_bytes", json_integer((json_int_t)pl->kv_bytes));
     json_object_set_new(plan, "resid_bytes", json_integer((json_int_t)pl->resid_bytes));
     json_object_set_new(plan, "scratch_bytes", json_integer((json_int_t)pl->scratch_bytes));
+    json_object_set_new(plan, "moe_span", json_integer((json_int_t)pl->moe_span));
     json_object_set_new(plan, "layer_buffer_bytes",
                         json_integer((json_int_t)pl->layer_buffer_bytes));
     json_object_set_new(plan, "cache_bytes", json_integer((json_int_t)pl->cache_bytes));

@@ -28,6 +28,7 @@ enum {
     ENG_OPT_NO_PREFETCH,
     ENG_OPT_FULL_LAYERS,
     ENG_OPT_PIN_THREADS,
+    ENG_OPT_MOE_SPAN,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -44,7 +45,8 @@ enum {
         {"preload-experts", required_argument, 0, ENG_OPT_PRELOAD},                              \
         {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH},                                    \
         {"full-layers", required_argument, 0, ENG_OPT_FULL_LAYERS},                              \
-        {"pin-threads", no_argument, 0, ENG_OPT_PIN_THREADS}
+        {"pin-threads", no_argument, 0, ENG_OPT_PIN_THREADS},                                    \
+        {"moe-span", required_argument, 0, ENG_OPT_MOE_SPAN}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -69,7 +71,9 @@ enum {
     "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
     "                       of the routed weights per prompt; default when streaming, else 512)\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
-    "                       (default: 3 * n_expert / n_expert_used; -1 = never)\n"
+    "                       (default: 3 * n_expert / n_expert_used; -1 = never)\n"        \
+    "      --moe-span N     prompt tokens whose experts run together when a layer goes\n"     \
+    "                       through the cache (each read once per span; default 2048, -1 = off)\n"
 
 /* Handles engine option c with argument arg into *p. Returns 1 when c was
  * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on
@@ -93,7 +97,7 @@ int engine_cli_opt(const char *cmd, int c, const char *arg, struct engine_cli *e
  * After parsing, before any work: -m given and readable; --stream and
  * --no-stream not both; no streaming-only option (--cache-experts,
  * --hotlist, --preload-experts, --full-layers, --whole-layer-min,
- * --no-prefetch) with --no-stream; a --hotlist file that exists and parses.
+ * --moe-span, --no-prefetch) with --no-stream; a --hotlist file that exists and parses.
  * 0, or the exit status after printing one line "moestream <cmd>: ..."
  * naming the flag: 2 for a usage error, 1 for a file that cannot be read.
  */

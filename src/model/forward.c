@@ -10,6 +10,9 @@
  * then attention() and moe() split into one function per job, then the
  * hyper-connection and output-head helpers, and last the thread plumbing
  * (job structs and pool callbacks), kept out of the way of the maths.
+ * A layer whose experts come through a cache smaller than the layer runs
+ * a span of ubatches expert-major instead (span_forward: attention per
+ * ubatch, then each routed expert once over the span's tokens).
  *
  * Every projection runs batched over the ubatch's tokens (kernels/matmul);
  * the steps that write the per-layer attention state (compressor frontiers,
@@ -42,6 +45,11 @@
 
 static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                          ms_err *err);
+static int64_t layer_span(struct dsv4_session *s, uint32_t il, int64_t n);
+static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
+                        int64_t ns, ms_err *err);
+static void at_ubatch(struct dsv4_session *s, int64_t t0, int64_t row);
+static int attn_sublayer_ffn_pre(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
 static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out, ms_err *err);
 
 static int attention(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
@@ -56,6 +64,9 @@ static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64
 static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                      ms_err *err);
 static int moe_group_by_expert(struct dsv4_session *s, uint32_t il, int64_t n);
+static int moe_routed(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
+                      ms_err *err);
+static struct ms_mm_op shexp_down_op(const struct dsv4_session *s, uint32_t il, int64_t n);
 static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
                               int64_t n, int n_used, ms_err *err);
 static int moe_router_shared_up(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
@@ -108,7 +119,7 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
     const struct dsv4_model *m = s->m;
     const struct dsv4_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd, nh = hp->n_hc, V = hp->n_vocab, w = nh * D;
-    const int64_t ub = s->p.n_ubatch, pos = s->n_past;
+    const int64_t ub = s->p.n_ubatch;
     const struct dsv4_tensor *emb = &m->glob[DSV4_TOKEN_EMBD];
     const struct ms_type_traits *et = ms_type_traits(emb->mat.type);
     /* residual [n][n_hc][D] for the whole pass: every stream starts as the
@@ -125,14 +136,20 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
         if (m->experts.prepare && m->experts.prepare(m->experts.ctx, il, tokens, n, err))
             return ms_err_prefix(err, "layer %u", il);
         /* the layer's ubatches in position order: each attends to the state
-         * the earlier ones left, as a chunked evaluation would */
-        for (int64_t u0 = 0; u0 < n; u0 += ub) {
-            const int64_t nu = n - u0 < ub ? n - u0 : ub;
-            s->pos0 = pos + u0;
-            s->sc.resid = s->resid + u0 * w;
-            s->pass_tail = u0 + nu == n;
-            if (layer_forward(s, il, tokens + u0, nu, err))
-                return ms_err_prefix(err, "layer %u", il);
+         * the earlier ones left, as a chunked evaluation would; in spans of
+         * several ubatches when the layer's experts come in groups */
+        const int64_t span = layer_span(s, il, n);
+        for (int64_t s0 = 0; s0 < n; s0 += span) {
+            const int64_t ns = n - s0 < span ? n - s0 : span;
+            s->pass_tail = s0 + ns == n;
+            int rc;
+            if (ns > ub) {
+                rc = span_forward(s, il, tokens, s0, ns, err);
+            } else {
+                at_ubatch(s, s0, 0);
+                rc = layer_forward(s, il, tokens + s0, ns, err);
+            }
+            if (rc) return ms_err_prefix(err, "layer %u", il);
         }
     }
     for (int64_t u0 = logits ? 0 : (n - 1) / ub * ub; u0 < n; u0 += ub) {
@@ -153,19 +170,84 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
  * (sub_out -> residual). */
 static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                          ms_err *err) {
+    if (attn_sublayer_ffn_pre(s, il, n, err) || moe(s, il, tokens, n, err)) return -1;
+    hc_post(s, n);
+    return 0;
+}
+
+/* The attention sublayer with its HC-pre and HC-post, then the FFN's HC-pre
+ * (sub_in of the MoE). */
+static int attn_sublayer_ffn_pre(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err) {
     const struct dsv4_layer *L = &s->m->layers[il];
     if (hc_pre(s, &L->t[DSV4_HC_ATTN_FN], L->t[DSV4_HC_ATTN_BASE].f32,
                L->t[DSV4_HC_ATTN_SCALE].f32, L->t[DSV4_ATTN_NORM].f32, n, err))
         return -1;
     if (attention(s, il, n, err)) return -1;
     hc_post(s, n);
+    return hc_pre(s, &L->t[DSV4_HC_FFN_FN], L->t[DSV4_HC_FFN_BASE].f32,
+                  L->t[DSV4_HC_FFN_SCALE].f32, L->t[DSV4_FFN_NORM].f32, n, err);
+}
 
-    if (hc_pre(s, &L->t[DSV4_HC_FFN_FN], L->t[DSV4_HC_FFN_BASE].f32, L->t[DSV4_HC_FFN_SCALE].f32,
-               L->t[DSV4_FFN_NORM].f32, n, err))
-        return -1;
-    if (moe(s, il, tokens, n, err)) return -1;
-    hc_post(s, n);
-    return 0;
+/* Tokens per span of layer il in a pass of n: the session's span when the
+ * layer's experts come in groups smaller than the layer (a cache that
+ * cannot hold it: per ubatch, every ubatch would read most experts again),
+ * else one ubatch. Called after the source prepared the layer. */
+static int64_t layer_span(struct dsv4_session *s, uint32_t il, int64_t n) {
+    const struct dsv4_expert_source *src = &s->m->experts;
+    const int64_t ub = s->p.n_ubatch;
+    if (s->span_cap <= ub || n <= ub) return ub;
+    const int limit = src->acquire_limit ? src->acquire_limit(src->ctx, il) : src->max_per_acquire;
+    return limit > 0 && (uint32_t)limit < s->m->hp.n_expert ? s->span_cap : ub;
+}
+
+/* Points the scratch at the ubatch whose first token is token t0 of the
+ * pass: its residual rows, its position, and the [span] buffers at row
+ * `row` of the span (0 outside spans). */
+static void at_ubatch(struct dsv4_session *s, int64_t t0, int64_t row) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t D = hp->n_embd, nh = hp->n_hc, k = hp->n_expert_used;
+    const struct dsv4_span_rows *r = &s->span;
+    struct dsv4_scratch *sc = &s->sc;
+    s->pos0 = s->n_past + t0;
+    sc->resid = s->resid + t0 * nh * D;
+    sc->hc_wpost = r->hc_wpost + row * nh;
+    sc->hc_comb = r->hc_comb + row * nh * nh;
+    sc->sub_in = r->sub_in + row * D;
+    sc->sub_out = r->sub_out + row * D;
+    sc->sel = r->sel + row * k;
+    sc->selw = r->selw + row * k;
+    sc->exp_out = r->exp_out + row * k * D;
+}
+
+/* One layer over the span of tokens [s0, s0 + ns) of the pass (ns >
+ * n_ubatch), expert-major: each ubatch runs attention, the router and the
+ * shared expert (sub_in, sel, selw, sub_out and the HC weights stay in the
+ * span's rows); then the routed experts run once over the whole span, each
+ * acquired once; then each ubatch's FFN HC-post. Every row's arithmetic is
+ * layer_forward's, so the results are the same bit for bit. */
+static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
+                        int64_t ns, ms_err *err) {
+    const int64_t ub = s->p.n_ubatch;
+    int rc = 0;
+    for (int64_t u0 = 0; u0 < ns && !rc; u0 += ub) {
+        const int64_t nu = ns - u0 < ub ? ns - u0 : ub;
+        at_ubatch(s, s0 + u0, u0);
+        rc = attn_sublayer_ffn_pre(s, il, nu, err) || moe_router_shared_up(s, il, nu, err) ||
+             moe_route(s, il, tokens + s0 + u0, nu, err);
+        if (!rc) {
+            const struct ms_mm_op down = shexp_down_op(s, il, nu);
+            rc = ms_matmul_multi(&s->mm, &down, 1, err);
+        }
+    }
+    at_ubatch(s, s0, 0);
+    if (!rc) rc = moe_routed(s, il, tokens + s0, ns, err);
+    if (!rc) for_tokens(s, ns, moe_sum_tokens, NULL);
+    for (int64_t u0 = 0; u0 < ns && !rc; u0 += ub) {
+        at_ubatch(s, s0 + u0, u0);
+        hc_post(s, ns - u0 < ub ? ns - u0 : ub);
+    }
+    at_ubatch(s, s0, 0);
+    return rc ? -1 : 0;
 }
 
 /* ---- attention sublayer ------------------------------------------------- */
@@ -348,26 +430,34 @@ static int attn_project_output(struct dsv4_session *s, uint32_t il, int64_t n, m
 /* sub_in [n][D] -> sub_out [n][D] = shared expert + the routed slots. */
 static int moe(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
                ms_err *err) {
-    const struct dsv4_hparams *hp = &s->m->hp;
-    const struct dsv4_layer *L = &s->m->layers[il];
-    struct dsv4_scratch *sc = &s->sc;
-    const int64_t D = hp->n_embd, Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
     if (moe_router_shared_up(s, il, n, err)) return -1;
     if (moe_route(s, il, tokens, n, err)) return -1;
-    const int n_used = moe_group_by_expert(s, il, n);
     /* the shared expert's down projection into sub_out: the routed
      * experts' fused down job takes it along (one hand-off less), else it
      * runs on its own after them */
-    const struct ms_mm_op shexp_down =
-        mm_op(s, DC_SHEXP, &L->t[DSV4_FFN_DOWN_SHEXP], sc->shexp_gate, Fs, n, sc->sub_out, D);
+    const struct ms_mm_op shexp_down = shexp_down_op(s, il, n);
     s->shexp_down = &shexp_down;
-    const int rc = moe_routed_experts(s, il, tokens, n, n_used, err);
+    const int rc = moe_routed(s, il, tokens, n, err);
     const bool pending = s->shexp_down != NULL;
     s->shexp_down = NULL;
     if (rc) return -1;
     if (pending && ms_matmul_multi(&s->mm, &shexp_down, 1, err)) return -1;
     for_tokens(s, n, moe_sum_tokens, NULL);
     return 0;
+}
+
+/* The shared expert's down projection shexp_gate [n][Fs] -> sub_out [n][D]. */
+static struct ms_mm_op shexp_down_op(const struct dsv4_session *s, uint32_t il, int64_t n) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    const int64_t D = hp->n_embd, Fs = (int64_t)hp->n_ff_exp * hp->n_expert_shared;
+    return mm_op(s, DC_SHEXP, &s->m->layers[il].t[DSV4_FFN_DOWN_SHEXP], s->sc.shexp_gate, Fs, n,
+                 s->sc.sub_out, D);
+}
+
+/* The routed experts of n routed tokens (sel, selw) into exp_out [n][k][D]. */
+static int moe_routed(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t n,
+                      ms_err *err) {
+    return moe_routed_experts(s, il, tokens, n, moe_group_by_expert(s, il, n), err);
 }
 
 /* Router probabilities pi_e = sqrt(softplus(l_e)), in place over [E]. */
@@ -516,6 +606,17 @@ static int prefetch_next(struct dsv4_session *s, uint32_t il, const int32_t *tok
     return m->experts.prefetch(m->experts.ctx, il, ids, (int)k, err);
 }
 
+/* Experts in the acquire group starting at used[g0]: at most `group`, and
+ * (a span's groups) at most row_cap gathered rows, the ubatch's buffers'
+ * (one expert always fits: a span is at most n_ubatch x k tokens). 0 when
+ * g0 == n_used. */
+static int group_size(const struct dsv4_scratch *sc, int group, int64_t row_cap, int g0,
+                      int n_used) {
+    int ng = n_used - g0 < group ? n_used - g0 : group;
+    while (ng > 1 && sc->expert_row0[g0 + ng] - sc->expert_row0[g0] > row_cap) ng--;
+    return ng;
+}
+
 /* Routed experts: acquired from the expert source in groups it can hold at
  * once (all of them when resident); each group is computed into exp_out
  * [n][k][D], then released. A decode step, once the first group of this
@@ -533,18 +634,20 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
     if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
     const int limit = m->experts.acquire_limit ? m->experts.acquire_limit(m->experts.ctx, il)
                                                : m->experts.max_per_acquire;
+    const int64_t row_cap = s->sc_cap * (int64_t)m->hp.n_expert_used;
     int group = limit > 0 ? limit : n_used;
-    const bool ahead = m->experts.read_ahead && n_used > group;
-    if (ahead && group > 1) group /= 2;
-    for (int g0 = 0; g0 < n_used; g0 += group) {
-        const int ng = n_used - g0 < group ? n_used - g0 : group;
+    if (m->experts.read_ahead && n_used > group && group > 1) group /= 2;
+    const bool ahead = m->experts.read_ahead && group_size(sc, group, row_cap, 0, n_used) < n_used;
+    for (int g0 = 0, ng; g0 < n_used; g0 += ng) {
+        ng = group_size(sc, group, row_cap, g0, n_used);
         if (m->experts.acquire(m->experts.ctx, il, sc->used + g0, ng, sc->views, err)) return -1;
         int rc = 0;
         if (g0 == 0 && n == 1 && m->experts.prefetch && il + 1 < m->n_layer)
             rc = prefetch_next(s, il + 1, tokens, err);
-        const int next = n_used - (g0 + ng) < group ? n_used - (g0 + ng) : group;
+        const int next = group_size(sc, group, row_cap, g0 + ng, n_used);
         if (!rc && ahead && next > 0)
             rc = m->experts.read_ahead(m->experts.ctx, il, sc->used + g0 + ng, next, err);
+        s->row_base = sc->expert_row0[g0];
         if (!rc) rc = run_experts(s, il, g0, ng, err);
         m->experts.release(m->experts.ctx, il, sc->used + g0, ng);
         if (rc) return -1;
@@ -563,7 +666,8 @@ static int expert_ffn(struct dsv4_session *s, struct ms_matmul_ctx *mc, uint32_t
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, k = hp->n_expert_used, F = hp->n_ff_exp;
     const bool exact = s->p.quality;
-    float *x = sc->exp_in + r0 * D, *gate = sc->exp_gate + r0 * F, *up = sc->exp_up + r0 * F;
+    const int64_t i0 = r0 - s->row_base; /* in exp_in/gate/up */
+    float *x = sc->exp_in + i0 * D, *gate = sc->exp_gate + i0 * F, *up = sc->exp_up + i0 * F;
     const int32_t *tok = sc->row_tok + r0, *slot = sc->row_slot + r0;
     for (int64_t i = 0; i < rows; i++)
         memcpy(x + i * D, sc->sub_in + (int64_t)tok[i] * D, (size_t)D * sizeof(float));
@@ -1110,7 +1214,7 @@ static void scatter_rows(void *argp, int64_t c0, int64_t c1) {
     const int64_t D = a->s->m->hp.n_embd, k = a->s->m->hp.n_expert_used;
     for (int64_t i = a->r0; i < a->r0 + a->rows; i++) {
         const int64_t t = sc->row_tok[i], j = sc->row_slot[i];
-        const float w = sc->selw[t * k + j], *down = sc->exp_in + i * D;
+        const float w = sc->selw[t * k + j], *down = sc->exp_in + (i - a->s->row_base) * D;
         float *dst = sc->exp_out + (t * k + j) * D;
         for (int64_t c = c0; c < c1; c++) dst[c] = w * down[c];
     }
@@ -1136,28 +1240,30 @@ static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng
     struct scatter_rows_arg sa[FUSED_EXPERTS_MAX];
     for (int g = 0; g < ng; g++) {
         const int64_t r0 = sc->expert_row0[g0 + g], rows = sc->expert_row0[g0 + g + 1] - r0;
+        const int64_t i0 = r0 - s->row_base; /* in exp_in/gate/up */
         const float *x = sc->sub_in + (int64_t)sc->row_tok[r0] * D;
         if (rows > 1) {
-            float *xg = sc->exp_in + r0 * D;
+            float *xg = sc->exp_in + i0 * D;
             for (int64_t i = 0; i < rows; i++)
                 memcpy(xg + i * D, sc->sub_in + (int64_t)sc->row_tok[r0 + i] * D,
                        (size_t)D * sizeof(float));
             x = xg;
         }
-        sw[g] = (struct swiglu_rows_arg){.gate = sc->exp_gate + r0 * F, .up = sc->exp_up + r0 * F,
+        sw[g] = (struct swiglu_rows_arg){.gate = sc->exp_gate + i0 * F, .up = sc->exp_up + i0 * F,
                                          .n_tok = rows, .ld = F,
                                          .clamp = hp->swiglu_clamp_exp[il]};
         ops[g] = (struct ms_mm_op){.w = &sc->views[g].gate, .w2 = &sc->views[g].up, .x = x,
-                                   .ldx = D, .n_tok = rows, .y = sw[g].gate, .y2 = sc->exp_up + r0 * F,
+                                   .ldx = D, .n_tok = rows, .y = sw[g].gate, .y2 = sc->exp_up + i0 * F,
                                    .ldy = F, .exact = exact, .done = swiglu_rows,
                                    .done_arg = &sw[g]};
     }
     if (ms_matmul_multi(&s->mm, ops, ng, err)) return -1;
     for (int g = 0; g < ng; g++) {
         const int64_t r0 = sc->expert_row0[g0 + g], rows = sc->expert_row0[g0 + g + 1] - r0;
+        const int64_t i0 = r0 - s->row_base;
         sa[g] = (struct scatter_rows_arg){.s = s, .r0 = r0, .rows = rows};
-        ops[g] = (struct ms_mm_op){.w = &sc->views[g].down, .x = sc->exp_gate + r0 * F, .ldx = F,
-                                   .n_tok = rows, .y = sc->exp_in + r0 * D, .ldy = D,
+        ops[g] = (struct ms_mm_op){.w = &sc->views[g].down, .x = sc->exp_gate + i0 * F, .ldx = F,
+                                   .n_tok = rows, .y = sc->exp_in + i0 * D, .ldy = D,
                                    .exact = exact, .done = scatter_rows, .done_arg = &sa[g]};
     }
     int n_ops = ng;

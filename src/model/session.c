@@ -72,11 +72,11 @@ static void free_state(struct dsv4_layer_state *st) {
 }
 
 /* The scratch buffers, as one table: lays out a scratch for ubatches of n
- * tokens over n_threads workers at base (NULL: only counts) and returns
- * its bytes. Each buffer starts MS_ALIGN-aligned. comp_cap: compressed
- * rows per layer (ratio 4). */
+ * tokens and spans of ns >= n tokens over n_threads workers at base (NULL:
+ * only counts) and returns its bytes. Each buffer starts MS_ALIGN-aligned.
+ * comp_cap: compressed rows per layer (ratio 4). */
 static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct dsv4_model *m,
-                             size_t n, size_t nt, size_t cc) {
+                             size_t n, size_t ns, size_t nt, size_t cc) {
     const struct dsv4_hparams *hp = &m->hp;
     const size_t D = hp->n_embd, nh = hp->n_hc;
     const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
@@ -99,10 +99,10 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
     BUF(hc_flat,         n * nh * D);
     BUF(hc_mix,          n * (2 + nh) * nh);
     BUF(hc_wpre,         n * nh);
-    BUF(hc_wpost,        n * nh);
-    BUF(hc_comb,         n * nh * nh);
-    BUF(sub_in,          n * D);
-    BUF(sub_out,         n * D);
+    BUF(hc_wpost,        ns * nh);
+    BUF(hc_comb,         ns * nh * nh);
+    BUF(sub_in,          ns * D);
+    BUF(sub_out,         ns * D);
     BUF(q_lora,          n * rq);
     BUF(q,               n * H * d);
     BUF(kv,              n * d);
@@ -121,14 +121,14 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
     BUF(idx_top,         nt * cc);
     BUF(idx_sel,         nt * cc);
     BUF(router,          n * E);
-    BUF(sel,             n * k);
-    BUF(selw,            n * k);
-    BUF(exp_out,         n * k * D);
+    BUF(sel,             ns * k);
+    BUF(selw,            ns * k);
+    BUF(exp_out,         ns * k * D);
     BUF(exp_in,          n * k * D);
     BUF(exp_gate,        n * k * F);
     BUF(exp_up,          n * k * F);
-    BUF(row_tok,         n * k);
-    BUF(row_slot,        n * k);
+    BUF(row_tok,         ns * k);
+    BUF(row_slot,        ns * k);
     BUF(expert_pos,      E);
     BUF(expert_row0,     E + 1);
     BUF(run_order,       2 * E);
@@ -182,34 +182,48 @@ static bool alloc_resid(struct dsv4_session *s, int64_t n) {
     return true;
 }
 
-/* (Re)allocates the scratch for ubatches of up to n tokens; on OOM the old
- * scratch is kept and false returned. */
-static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok) {
+/* (Re)allocates the scratch for ubatches of up to n_tok tokens and spans
+ * of n_span; on OOM the old scratch is kept and false returned. */
+static bool alloc_scratch(struct dsv4_session *s, int64_t n_tok, int64_t n_span) {
     const size_t nt = (size_t)ms_pool_n_threads(s->p.pool);
     struct dsv4_scratch nsc = {0};
-    const size_t bytes = scratch_layout(&nsc, NULL, s->m, (size_t)n_tok, nt, (size_t)s->comp_cap);
+    const size_t bytes = scratch_layout(&nsc, NULL, s->m, (size_t)n_tok, (size_t)n_span, nt,
+                                        (size_t)s->comp_cap);
     bool ok = true;
     char *base = zalloc(bytes, 1, &ok);
     if (!ok) return false;
-    scratch_layout(&nsc, base, s->m, (size_t)n_tok, nt, (size_t)s->comp_cap);
+    scratch_layout(&nsc, base, s->m, (size_t)n_tok, (size_t)n_span, nt, (size_t)s->comp_cap);
     nsc.base = base;
     free_scratch(&s->sc);
     s->sc = nsc;
     s->sc_cap = n_tok;
+    s->span_cap = n_span;
+    s->span = (struct dsv4_span_rows){.hc_wpost = nsc.hc_wpost, .hc_comb = nsc.hc_comb,
+                                      .sub_in = nsc.sub_in, .sub_out = nsc.sub_out,
+                                      .selw = nsc.selw, .exp_out = nsc.exp_out, .sel = nsc.sel};
     return true;
 }
 
-/* Tokens per pass and per ubatch of a session with these parameters
- * (n_batch: DSV4_BATCH_WHOLE stays). */
-static void batch_sizes(const struct dsv4_session_params *p, int64_t *n_batch,
-                        int64_t *n_ubatch) {
+/* Tokens per pass, per ubatch and per span of a session with these
+ * parameters (n_batch: DSV4_BATCH_WHOLE stays). A span is whole ubatches,
+ * at most n_ubatch x n_expert_used tokens (so any one expert's rows fit
+ * the ubatch's gathered-row buffers), no longer than the longest pass
+ * needs; n_ubatch when spans are off. */
+static void batch_sizes(const struct dsv4_model *m, const struct dsv4_session_params *p,
+                        int64_t *n_batch, int64_t *n_ubatch, int64_t *n_span) {
     int64_t b = p->n_batch ? p->n_batch : DSV4_UBATCH_DEFAULT;
     if (b > p->n_ctx) b = p->n_ctx;
     int64_t u = p->n_ubatch > 0 ? p->n_ubatch : DSV4_UBATCH_DEFAULT;
     if (b > 0 && u > b) u = b;
     if (u > p->n_ctx) u = p->n_ctx;
+    const int64_t longest = b > 0 ? b : p->n_ctx; /* tokens of the longest pass */
+    int64_t sp = p->n_span / u * u;
+    if (sp > (longest + u - 1) / u * u) sp = (longest + u - 1) / u * u;
+    if (sp > u * (int64_t)m->hp.n_expert_used) sp = u * (int64_t)m->hp.n_expert_used;
+    if (sp < u) sp = u;
     *n_batch = b;
     *n_ubatch = u;
+    *n_span = sp;
 }
 
 int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
@@ -226,13 +240,13 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     if (!s) return ms_err_set(err, "out of memory");
     s->m = m;
     s->p = *p;
-    batch_sizes(p, &s->p.n_batch, &s->p.n_ubatch);
+    batch_sizes(m, p, &s->p.n_batch, &s->p.n_ubatch, &s->p.n_span);
     s->mm.pool = p->pool;
     /* pool NULL: each runs on the worker that owns it */
     s->mm_thread = calloc((size_t)ms_pool_n_threads(p->pool), sizeof *s->mm_thread);
     s->comp_cap = s->p.n_ctx / 4 + 1;
 
-    bool ok = alloc_scratch(s, s->p.n_ubatch);
+    bool ok = alloc_scratch(s, s->p.n_ubatch, s->p.n_span);
     /* whole-call sessions start with a ubatch-sized residual and grow it */
     if (ok) ok = alloc_resid(s, s->p.n_batch > 0 ? s->p.n_batch : s->p.n_ubatch);
     const size_t V = m->hp.n_vocab;
@@ -269,17 +283,18 @@ struct dsv4_session_mem dsv4_session_mem(const struct dsv4_model *m,
                                          const struct dsv4_session_params *p) {
     struct dsv4_session_params q = *p;
     if (q.n_ctx <= 0) q.n_ctx = 1;
-    int64_t nb, nu;
-    batch_sizes(&q, &nb, &nu);
+    int64_t nb, nu, ns;
+    batch_sizes(m, &q, &nb, &nu, &ns);
     if (nb < 0) nb = q.n_ctx; /* a whole-call pass may grow to the whole context */
     struct dsv4_scratch sc;
     struct dsv4_session_mem mem = {
         .kv = dsv4_kv_bytes(m, q.n_ctx, false),
         .resid = (uint64_t)nb * resid_floats(m) * sizeof(float),
-        .scratch = scratch_layout(&sc, NULL, m, (size_t)nu, (size_t)ms_pool_n_threads(q.pool),
+        .scratch = scratch_layout(&sc, NULL, m, (size_t)nu, (size_t)ns, (size_t)ms_pool_n_threads(q.pool),
                                   (size_t)(q.n_ctx / 4 + 1)),
         .other = ((uint64_t)m->hp.n_vocab + (uint64_t)q.n_ctx) * sizeof(float)};
     mem.total = mem.kv + mem.resid + mem.scratch + mem.other;
+    mem.span = ns > nu ? ns : 0;
     return mem;
 }
 

@@ -32,6 +32,9 @@ struct dsv4_snapshot;
 #define DSV4_BATCH_WHOLE (-1)
 /* n_batch / n_ubatch 0: this many tokens. */
 #define DSV4_UBATCH_DEFAULT 512
+/* n_span of streaming sessions: a 2048-token prompt runs each expert of a
+ * layer read through the cache once, not once per ubatch. */
+#define DSV4_SPAN_DEFAULT 2048
 
 /* Routing observer: after the router of layer il ran over n tokens, sel and
  * w ([n][k], slot order) hold each token's experts and their weights. */
@@ -45,6 +48,15 @@ struct dsv4_session_params {
                             DSV4_BATCH_WHOLE = the whole eval call */
     int64_t n_ubatch;    /* tokens per compute step inside a pass (activation
                             memory bound); 0 = DSV4_UBATCH_DEFAULT */
+    int64_t n_span;      /* tokens whose routed experts run together when a layer
+                            goes through the expert source in several acquires
+                            (a cache smaller than the layer): the span's ubatches
+                            run attention one by one, then each selected expert
+                            once over all of the span's tokens, so an expert is
+                            read once per span instead of once per ubatch.
+                            Rounded down to whole ubatches, at most n_ubatch x
+                            n_expert_used; <= n_ubatch (0) = off. The results
+                            are the same bit for bit either way. */
     bool quality;        /* F32 activations (exact math on stored weights) */
     struct ms_pool *pool; /* borrowed; NULL = single-threaded */
     dsv4_route_fn on_route; /* NULL = none */
@@ -63,9 +75,11 @@ struct dsv4_session_mem {
     uint64_t kv;      /* attention state of n_ctx positions (dsv4_kv_bytes) */
     uint64_t resid;   /* residual stream of the longest pass: n_batch (whole:
                          n_ctx) x n_hc x n_embd F32 */
-    uint64_t scratch; /* per-ubatch activations and per-thread buffers */
+    uint64_t scratch; /* per-ubatch activations, the MoE buffers of a span
+                         (n_span) and per-thread buffers */
     uint64_t other;   /* tokens [n_ctx] and logits [n_vocab] */
     uint64_t total;
+    int64_t span;     /* tokens per span, as rounded and capped; 0 = no spans */
 };
 struct dsv4_session_mem dsv4_session_mem(const struct dsv4_model *m,
                                          const struct dsv4_session_params *p);

@@ -33,7 +33,9 @@ struct dsv4_layer_state {
 };
 
 /* Scratch for one ubatch of up to sc_cap tokens; one allocation (base),
- * laid out by scratch_layout() in session.c. */
+ * laid out by scratch_layout() in session.c. The buffers marked [span]
+ * hold span_cap tokens (rows span_cap * k): in a span (dsv4_forward) they
+ * point at the ubatch's rows of the span while it runs. */
 struct dsv4_scratch {
     void *base;
     /* hyper-connections */
@@ -42,10 +44,10 @@ struct dsv4_scratch {
     float *hc_flat;    /* [n][n_hc*D] normalised residual; hc_post: the old residual */
     float *hc_mix;     /* [n][(2+n_hc)*n_hc] HC mix logits */
     float *hc_wpre;    /* [n][n_hc] pre weights */
-    float *hc_wpost;   /* [n][n_hc] post weights */
-    float *hc_comb;    /* [n][n_hc][n_hc] Sinkhorn combination matrix */
-    float *sub_in;     /* [n][D] sublayer input after its norm */
-    float *sub_out;    /* [n][D] sublayer output */
+    float *hc_wpost;   /* [span] [n][n_hc] post weights */
+    float *hc_comb;    /* [span] [n][n_hc][n_hc] Sinkhorn combination matrix */
+    float *sub_in;     /* [span] [n][D] sublayer input after its norm */
+    float *sub_out;    /* [span] [n][D] sublayer output */
     /* attention */
     float *q_lora;     /* [n][r_q] normalised query low-rank projection */
     float *q;          /* [n][H][d] queries */
@@ -64,14 +66,14 @@ struct dsv4_scratch {
     uint8_t *idx_sel;     /* [n_threads][comp_cap] selected-row flags */
     /* MoE */
     float *router;     /* [n][E] router probabilities pi */
-    int32_t *sel;      /* [n][k] selected experts, slot order */
-    float *selw;       /* [n][k] their weights */
-    float *exp_out;    /* [n][k][D] weighted routed expert outputs, per slot */
+    int32_t *sel;      /* [span] [n][k] selected experts, slot order */
+    float *selw;       /* [span] [n][k] their weights */
+    float *exp_out;    /* [span] [n][k][D] weighted routed expert outputs, per slot */
     float *exp_in;     /* [n*k][D] gathered rows, by expert; later the down output */
     float *exp_gate;   /* [n*k][F] */
     float *exp_up;     /* [n*k][F] */
-    int32_t *row_tok;  /* [n*k] token of each gathered row */
-    int32_t *row_slot; /* [n*k] slot of each gathered row */
+    int32_t *row_tok;  /* [span] [n*k] token of each gathered row */
+    int32_t *row_slot; /* [span] [n*k] slot of each gathered row */
     int32_t *expert_pos;  /* [E] index in used[] of each expert, -1 if unused */
     int64_t *expert_row0; /* [E+1] first gathered row of each used expert */
     int32_t *run_order;   /* [2E] run order of a group of experts, and scratch */
@@ -82,6 +84,12 @@ struct dsv4_scratch {
     int32_t *used;     /* [E] experts used by the ubatch */
     int32_t *tail_ids; /* [DSV4_TAIL_TOKENS * k] experts of the last tokens */
     struct dsv4_expert_view *views; /* [E] */
+};
+
+/* The starts of the scratch's [span] buffers (row 0 of the span). */
+struct dsv4_span_rows {
+    float *hc_wpost, *hc_comb, *sub_in, *sub_out, *selw, *exp_out;
+    int32_t *sel;
 };
 
 struct dsv4_session {
@@ -95,6 +103,11 @@ struct dsv4_session {
     struct dsv4_layer_state *ls; /* [n_layer] */
     struct dsv4_scratch sc;
     int64_t sc_cap;          /* tokens the scratch holds (n_ubatch) */
+    int64_t span_cap;        /* tokens its [span] buffers hold (>= sc_cap) */
+    struct dsv4_span_rows span;
+    int64_t row_base;        /* first gathered row of the experts running now:
+                                exp_in/gate/up row i holds gathered row
+                                row_base + i */
     float *resid;            /* [resid_cap][n_hc][D] residual stream of a pass */
     int64_t resid_cap;       /* tokens it holds */
     int64_t pos0;            /* position of the ubatch's first token */
