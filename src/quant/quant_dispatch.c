@@ -126,17 +126,21 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
-/* The token-lane GEMMs (ms_gemm_tok_fn): Q4_K and Q2_K, AVX2 only so far.
- * The AVX-512 set keeps its x4 dots (VNNI) until a token-lane form is
- * measured on such a machine; the scalar table has none. IQ2_XXS has none:
+/* The token-lane GEMMs (ms_gemm_tok_fn), AVX2 code: Q4_K and Q2_K on the
+ * AVX2 set; the AVX-512 set takes the Q4_K one too, measured on a Zen 5
+ * core (bench_kernels -t 1 --types q4_K,q2_K --rows 4096 --cols 4096
+ * --batches 512: Q4_K 124-125 against 103-108 GFLOPS for its VNNI x4 dot,
+ * Q2_K 102-112 against 110-112, so Q2_K keeps the x4 dot there). The
+ * scalar table has none. IQ2_XXS has none:
  * its pair sums (grid magnitudes up to 43) do not fit int16 twice, so a
  * token-lane form spends a vpmaddwd per vpmaddubsw and measured no faster
  * than its x4 dot (19.4 vs 18-19 ns per block and token on Zen 1). */
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
-    if (isa != ISA_AVX2) return;
+    if (isa == ISA_SCALAR) return;
     tab[MS_TYPE_Q4_K].act_pack = ms_pack_q8_K_x8;
     tab[MS_TYPE_Q4_K].gemm_tok = ms_gemm_q4_K_q8_Kx8_avx2;
     tab[MS_TYPE_Q4_K].act_pack_block = sizeof(block_q8_Kx8);
+    if (isa != ISA_AVX2) return;
     tab[MS_TYPE_Q2_K].act_pack = ms_pack_q8_K_x8;
     tab[MS_TYPE_Q2_K].gemm_tok = ms_gemm_q2_K_q8_Kx8_avx2;
     tab[MS_TYPE_Q2_K].act_pack_block = sizeof(block_q8_Kx8);
