@@ -247,9 +247,10 @@ static void test_spans(void **state) {
     random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 36);
     eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
     assert_int_equal(m->hp.n_expert_used, 4);
-    const int64_t spans[] = {0, 40, 100};
-    double passes[3];
-    for (int i = 0; i < 3; i++) {
+    /* 48: a span of three ubatches, then one of one (the plain path) */
+    const int64_t spans[] = {0, 40, 100, 48};
+    double passes[4];
+    for (int i = 0; i < 4; i++) {
         passes[i] = eval_spans(m, tok, spans[i], got);
         print_message("small through the cache, ubatches of 16, span %lld: passes %.4f\n",
                       (long long)spans[i], passes[i]);
