@@ -109,6 +109,16 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->act_pack_block = 0;
 }
 
+/* The kernel set Q4_K runs on for a machine's isa: the AVX-512 set takes
+ * the AVX2 kernels, which measured faster on a Zen 5 core (bench_kernels
+ * -t 1 --types q4_K --rows 4096 --cols 4096 --batches 1,512: single-token
+ * dot 47-57 against 37-39 GFLOPS, the token-lane GEMM 124-125 against
+ * 103-108 for the VNNI x4 dot; decode of a Q4_K model +7-19%). The
+ * AVX-512 Q4_K kernels stay built and tested (test_quant_x4 calls them
+ * directly) for parts where they may win. Single, x4 and token-lane
+ * kernels come from one set, so they agree bit for bit. */
+static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
+
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
 #define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
@@ -121,16 +131,16 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(isa, ms_dot_q8_0_q8_0_x4);
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
-    tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q4_K_q8_K_x4);
+    tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(q4_K_isa(isa), ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q2_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn), AVX2 code: Q4_K and Q2_K on the
- * AVX2 set; the AVX-512 set takes the Q4_K one too, measured on a Zen 5
- * core (bench_kernels -t 1 --types q4_K,q2_K --rows 4096 --cols 4096
- * --batches 512: Q4_K 124-125 against 103-108 GFLOPS for its VNNI x4 dot,
- * Q2_K 102-112 against 110-112, so Q2_K keeps the x4 dot there). The
+ * AVX2 set, Q4_K also on the AVX-512 set (which runs Q4_K on the AVX2
+ * kernels, see q4_K_isa); the AVX-512 set keeps the VNNI x4 dot for Q2_K
+ * (measured on a Zen 5 core, bench_kernels -t 1 --rows 4096 --cols 4096
+ * --batches 512: Q2_K token-lane 102-112 against 110-112 GFLOPS). The
  * scalar table has none. IQ2_XXS has none:
  * its pair sums (grid magnitudes up to 43) do not fit int16 twice, so a
  * token-lane form spends a vpmaddwd per vpmaddubsw and measured no faster
@@ -153,7 +163,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     set_kernels(&tab[MS_TYPE_BF16], MS_TYPE_BF16, KSET_ISA(isa, bf16, bf16));
     set_kernels(&tab[MS_TYPE_Q8_0], MS_TYPE_Q8_0, KSET_ISA(isa, q8_0, q8_0));
     set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0, KSET_ISA_REFQ(isa, mxfp4, q8_0));
-    set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q4_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
 
