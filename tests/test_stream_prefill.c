@@ -398,6 +398,65 @@ static void test_layer_read_eio(void **state) {
     dsv4_model_free(m);
 }
 
+static long fail_all(void *ctx, uint64_t seq, long res) {
+    (void)ctx;
+    (void)seq;
+    (void)res;
+    return -EIO;
+}
+
+/* EIO in a span's expert read (through the cache, read-aheads failing too,
+ * so the acquires read and meet the error): that eval fails with the
+ * read's error and resets the session; the next eval, without faults,
+ * gives the resident logits bit for bit. */
+static void test_span_eio(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    const struct dsv4_expert_source resident = m->experts;
+    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
+    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 37);
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
+    struct ms_stream_source *src = NULL;
+    struct ms_stream_params sp = {.budget_bytes = ms_stream_min_budget(m),
+                                  .whole_layer_min_tokens = -1};
+    ms_err e = {{0}};
+    if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
+    m->experts = ms_stream_source_iface(src);
+    struct dsv4_session *s = NULL;
+    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE, .n_ubatch = 16,
+                                    .n_span = 64};
+    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    struct ms_io *pio = ms_stream_source_prefetch_io(src);
+    const uint64_t seqs[] = {0, 150, 400}; /* the first read, and later layers' (3 a slot) */
+    for (int i = 0; i < 3; i++) {
+        const uint64_t seq = seqs[i];
+        struct fault f = {.fail_seq = seq};
+        ms_io_set_fault_hook(ms_stream_source_io(src), fail_once, &f);
+        if (pio) ms_io_set_fault_hook(pio, fail_all, NULL);
+        memset(&e, 0, sizeof e);
+        assert_int_equal(dsv4_session_eval(s, tok, N_PROMPT, got, &e), -1);
+        assert_int_equal(f.hits, 1);
+        assert_int_equal(dsv4_session_n_past(s), 0);
+        assert_non_null(strstr(e.msg, "Input/output error"));
+        print_message("span, injected EIO at read %llu: %s\n", (unsigned long long)seq, e.msg);
+        ms_io_set_fault_hook(ms_stream_source_io(src), NULL, NULL);
+        if (pio) ms_io_set_fault_hook(pio, NULL, NULL);
+        if (dsv4_session_eval(s, tok, N_PROMPT, got, &e)) fail_msg("after EIO: %s", e.msg);
+        assert_same(want, got, nl, "span, after an injected EIO");
+        dsv4_session_reset(s);
+    }
+    dsv4_session_free(s);
+    m->experts = resident;
+    ms_stream_source_free(src);
+    free(want);
+    free(got);
+    dsv4_model_free(m);
+}
+
 /* A slow layer read: every read of the layer reader's engine takes 2 ms. */
 static long slow_read(void *ctx, uint64_t seq, long res) {
     (void)ctx;
@@ -591,6 +650,7 @@ int main(void) {
         cmocka_unit_test(test_one_pass),
         cmocka_unit_test(test_two_level),
         cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_span_eio),
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_layer_read_eio),
         cmocka_unit_test(test_layer_drop),
