@@ -172,6 +172,21 @@ static void eval_batches(const struct dsv4_model *m, const int32_t *tok, int64_t
     dsv4_session_free(s);
 }
 
+/* The resident reference of the two-level and span cases: random prompt
+ * tokens tok[N_PROMPT] (seed), their logits want[N_PROMPT][n_vocab] from
+ * one whole pass, and got of the same size for the case's own run (both
+ * the caller's to free). */
+static void resident_want(const struct dsv4_model *m, int32_t *tok, uint64_t seed, float **want,
+                          float **got) {
+    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
+    *want = malloc(nl * sizeof **want);
+    *got = malloc(nl * sizeof **got);
+    assert_non_null(*want);
+    assert_non_null(*got);
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, seed);
+    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, *want);
+}
+
 /* A whole-prompt pass in ubatches of 10 (not a multiple of the compression
  * ratio 4, so compressed blocks straddle ubatches) gives the logits of a
  * one-ubatch pass and of 10-token chunks bit for bit, resident and
@@ -181,12 +196,9 @@ static void test_two_level(void **state) {
     struct dsv4_model *m = test_load_model(g_small);
     const struct dsv4_expert_source resident = m->experts;
     const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
-    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
-    assert_non_null(want);
-    assert_non_null(got);
     int32_t tok[N_PROMPT];
-    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 35);
-    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
+    float *want, *got;
+    resident_want(m, tok, 35, &want, &got);
     eval_batches(m, tok, DSV4_BATCH_WHOLE, 10, got);
     assert_same(want, got, nl, "resident, whole pass in ubatches of 10");
     eval_batches(m, tok, 10, 0, got);
@@ -206,22 +218,37 @@ static void test_two_level(void **state) {
     dsv4_model_free(m);
 }
 
-/* Logits [N_PROMPT][n_vocab] of the prompt in one whole pass in ubatches
- * of 16 and spans of n_span tokens, through a new streaming source whose
- * cache holds ms_stream_min_budget (a fraction of a layer) and which never
- * reads whole layers; returns the passes over the routed weights it read. */
-static double eval_spans(struct dsv4_model *m, const int32_t *tok, int64_t n_span, float *lg) {
-    const struct dsv4_expert_source resident = m->experts;
+/* A streaming source for m whose cache holds ms_stream_min_budget (a
+ * fraction of a layer) and which never reads whole layers, installed as
+ * m's expert source (the caller restores the old one and frees it). */
+static struct ms_stream_source *cache_only_on(struct dsv4_model *m) {
     struct ms_stream_source *src = NULL;
     struct ms_stream_params sp = {.budget_bytes = ms_stream_min_budget(m),
                                   .whole_layer_min_tokens = -1};
     ms_err e = {{0}};
     if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
     m->experts = ms_stream_source_iface(src);
+    return src;
+}
+
+/* A session of whole-call passes in ubatches of 16 and spans of n_span. */
+static struct dsv4_session *span_session(const struct dsv4_model *m, int64_t n_span) {
     struct dsv4_session *s = NULL;
     struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE, .n_ubatch = 16,
                                     .n_span = n_span};
+    ms_err e = {{0}};
     if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
+    return s;
+}
+
+/* Logits [N_PROMPT][n_vocab] of the prompt in one span_session pass
+ * through a new cache_only_on source; returns the passes over the routed
+ * weights it read. */
+static double eval_spans(struct dsv4_model *m, const int32_t *tok, int64_t n_span, float *lg) {
+    const struct dsv4_expert_source resident = m->experts;
+    struct ms_stream_source *src = cache_only_on(m);
+    struct dsv4_session *s = span_session(m, n_span);
+    ms_err e = {{0}};
     if (dsv4_session_eval(s, tok, N_PROMPT, lg, &e)) fail_msg("%s", e.msg);
     dsv4_session_free(s);
     const uint64_t read = ms_expert_cache_stats(ms_stream_source_cache(src))->bytes_read;
@@ -240,12 +267,9 @@ static void test_spans(void **state) {
     (void)state;
     struct dsv4_model *m = test_load_model(g_small);
     const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
-    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
-    assert_non_null(want);
-    assert_non_null(got);
     int32_t tok[N_PROMPT];
-    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 36);
-    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
+    float *want, *got;
+    resident_want(m, tok, 36, &want, &got);
     assert_int_equal(m->hp.n_expert_used, 4);
     /* 48: a span of three ubatches, then one of one (the plain path) */
     const int64_t spans[] = {0, 40, 100, 48};
@@ -414,22 +438,12 @@ static void test_span_eio(void **state) {
     struct dsv4_model *m = test_load_model(g_small);
     const struct dsv4_expert_source resident = m->experts;
     const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
-    float *want = malloc(nl * sizeof *want), *got = malloc(nl * sizeof *got);
-    assert_non_null(want);
-    assert_non_null(got);
     int32_t tok[N_PROMPT];
-    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 37);
-    eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, want);
-    struct ms_stream_source *src = NULL;
-    struct ms_stream_params sp = {.budget_bytes = ms_stream_min_budget(m),
-                                  .whole_layer_min_tokens = -1};
+    float *want, *got;
+    resident_want(m, tok, 37, &want, &got);
+    struct ms_stream_source *src = cache_only_on(m);
+    struct dsv4_session *s = span_session(m, 64);
     ms_err e = {{0}};
-    if (ms_stream_source_new(&src, m, &sp, &e)) fail_msg("%s", e.msg);
-    m->experts = ms_stream_source_iface(src);
-    struct dsv4_session *s = NULL;
-    struct dsv4_session_params p = {.n_ctx = 128, .n_batch = DSV4_BATCH_WHOLE, .n_ubatch = 16,
-                                    .n_span = 64};
-    if (dsv4_session_new(&s, m, &p, &e)) fail_msg("%s", e.msg);
     struct ms_io *pio = ms_stream_source_prefetch_io(src);
     const uint64_t seqs[] = {0, 150, 400}; /* the first read, and later layers' (3 a slot) */
     for (int i = 0; i < 3; i++) {
