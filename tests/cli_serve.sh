@@ -185,7 +185,9 @@ check "api key: x-api-key" '[ "$(curl -s -m 5 -o /dev/null -w "%{http_code}" -H 
 check "api key: wrong key on a POST -> 401 Anthropic shape" \
     '[ "$(curl -s -m 5 -H "x-api-key: nope" -H "$CT" $U/v1/messages -d "{}" | jq -r .error.type)" = authentication_error ]'
 K=(-H "Authorization: Bearer sekret" -H "$CT")
-LONGREQ='{"messages":[{"role":"user","content":"go"}],"max_tokens":250,"reasoning_effort":"none","ignore_eos":true}'
+# long enough to outlast several keepalive periods on a fast machine (250
+# tokens once took under 0.2 s, and the queued stream saw no keepalive)
+LONGREQ='{"messages":[{"role":"user","content":"go"}],"max_tokens":1500,"reasoning_effort":"none","ignore_eos":true}'
 # waits (bounded, 120 s) until /health reports busy and QUEUED waiting requests
 wait_health() {
     for _ in $(seq 1 1200); do
@@ -203,7 +205,7 @@ wait_health 1 || fail "the second request never queued"
 code=$(curl -s -m 30 -D "$TMP/q3.h" -o "$TMP/q3.json" -w '%{http_code}' "${K[@]}" $U/v1/chat/completions -d "$LONGREQ")
 check "queue full -> 503 with Retry-After and a JSON error" '[ "$code" = 503 ] && grep -qi "^retry-after:" "$TMP/q3.h" && jq -e .error.message "$TMP/q3.json" >/dev/null'
 wait $q1 $q2
-check "the running request finished" '[ "$(jq .usage.completion_tokens "$TMP/q1.json")" = 250 ]'
+check "the running request finished" '[ "$(jq .usage.completion_tokens "$TMP/q1.json")" = 1500 ]'
 check "keepalive comments while queued, then the stream" 'grep -q "^: keepalive" "$TMP/q2.sse" && grep -q "data: \[DONE\]" "$TMP/q2.sse"'
 
 # ---- SIGTERM during a generation: the request ends, exit status 0
