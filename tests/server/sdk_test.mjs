@@ -125,7 +125,9 @@ await step("abort", async () => {
   const gen = (await metric("moestream_completion_tokens_total")) - gen0 - 3;
   const can = (await metric("moestream_requests_cancelled_total")) - can0;
   check("an aborted stream stops the generation (cancelled, far short of its 1900 tokens; the next request runs)",
-        r.usage.completion_tokens === 3 && can === 1 && gen >= 3 && gen < 1000 && Date.now() - t0 < 120000,
+        // gen >= 2: of the 3 chunks seen, the first carries only the role,
+        // and a fast server may stop right after the second token
+        r.usage.completion_tokens === 3 && can === 1 && gen >= 2 && gen < 1000 && Date.now() - t0 < 120000,
         { generated: gen, cancelled: can, ms: Date.now() - t0 });
 });
 
