@@ -172,19 +172,23 @@ static void eval_batches(const struct dsv4_model *m, const int32_t *tok, int64_t
     dsv4_session_free(s);
 }
 
-/* The resident reference of the two-level and span cases: random prompt
- * tokens tok[N_PROMPT] (seed), their logits want[N_PROMPT][n_vocab] from
- * one whole pass, and got of the same size for the case's own run (both
- * the caller's to free). */
-static void resident_want(const struct dsv4_model *m, int32_t *tok, uint64_t seed, float **want,
-                          float **got) {
+/* The resident reference of the two-level and span cases: the small
+ * model (returned, the caller's to free), random prompt tokens
+ * tok[N_PROMPT] (seed), their logits want[N_PROMPT][n_vocab] from one
+ * whole pass, and got of the same size for the case's own run (both the
+ * caller's to free); *nl = N_PROMPT x n_vocab. */
+static struct dsv4_model *resident_want(int32_t *tok, uint64_t seed, float **want, float **got,
+                                        size_t *nl_out) {
+    struct dsv4_model *m = test_load_model(g_small);
     const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
+    *nl_out = nl;
     *want = malloc(nl * sizeof **want);
     *got = malloc(nl * sizeof **got);
     assert_non_null(*want);
     assert_non_null(*got);
     random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, seed);
     eval_batches(m, tok, DSV4_BATCH_WHOLE, 0, *want);
+    return m;
 }
 
 /* A whole-prompt pass in ubatches of 10 (not a multiple of the compression
@@ -193,12 +197,11 @@ static void resident_want(const struct dsv4_model *m, int32_t *tok, uint64_t see
  * streamed, and streamed it still reads the routed weights once. */
 static void test_two_level(void **state) {
     (void)state;
-    struct dsv4_model *m = test_load_model(g_small);
-    const struct dsv4_expert_source resident = m->experts;
-    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
     int32_t tok[N_PROMPT];
     float *want, *got;
-    resident_want(m, tok, 35, &want, &got);
+    size_t nl;
+    struct dsv4_model *m = resident_want(tok, 35, &want, &got, &nl);
+    const struct dsv4_expert_source resident = m->experts;
     eval_batches(m, tok, DSV4_BATCH_WHOLE, 10, got);
     assert_same(want, got, nl, "resident, whole pass in ubatches of 10");
     eval_batches(m, tok, 10, 0, got);
@@ -265,11 +268,10 @@ static double eval_spans(struct dsv4_model *m, const int32_t *tok, int64_t n_spa
  * n_ubatch x n_expert_used tokens (k = 4 here: 100 -> 64, 40 -> 32). */
 static void test_spans(void **state) {
     (void)state;
-    struct dsv4_model *m = test_load_model(g_small);
-    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
     int32_t tok[N_PROMPT];
     float *want, *got;
-    resident_want(m, tok, 36, &want, &got);
+    size_t nl;
+    struct dsv4_model *m = resident_want(tok, 36, &want, &got, &nl);
     assert_int_equal(m->hp.n_expert_used, 4);
     /* 48: a span of three ubatches, then one of one (the plain path) */
     const int64_t spans[] = {0, 40, 100, 48};
@@ -438,12 +440,11 @@ static long fail_all(void *ctx, uint64_t seq, long res) {
  * gives the resident logits bit for bit. */
 static void test_span_eio(void **state) {
     (void)state;
-    struct dsv4_model *m = test_load_model(g_small);
-    const struct dsv4_expert_source resident = m->experts;
-    const size_t nl = (size_t)N_PROMPT * m->hp.n_vocab;
     int32_t tok[N_PROMPT];
     float *want, *got;
-    resident_want(m, tok, 37, &want, &got);
+    size_t nl;
+    struct dsv4_model *m = resident_want(tok, 37, &want, &got, &nl);
+    const struct dsv4_expert_source resident = m->experts;
     struct ms_stream_source *src = cache_only_on(m);
     struct dsv4_session *s = span_session(m, 64);
     ms_err e = {{0}};

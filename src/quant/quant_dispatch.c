@@ -145,15 +145,15 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * its pair sums (grid magnitudes up to 43) do not fit int16 twice, so a
  * token-lane form spends a vpmaddwd per vpmaddubsw and measured no faster
  * than its x4 dot (19.4 vs 18-19 ns per block and token on Zen 1). */
+static void set_gemm_tok(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
+    t->act_pack = ms_pack_q8_K_x8;
+    t->gemm_tok = gemm;
+    t->act_pack_block = sizeof(block_q8_Kx8);
+}
+
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
-    if (isa == ISA_SCALAR) return;
-    tab[MS_TYPE_Q4_K].act_pack = ms_pack_q8_K_x8;
-    tab[MS_TYPE_Q4_K].gemm_tok = ms_gemm_q4_K_q8_Kx8_avx2;
-    tab[MS_TYPE_Q4_K].act_pack_block = sizeof(block_q8_Kx8);
-    if (isa != ISA_AVX2) return;
-    tab[MS_TYPE_Q2_K].act_pack = ms_pack_q8_K_x8;
-    tab[MS_TYPE_Q2_K].gemm_tok = ms_gemm_q2_K_q8_Kx8_avx2;
-    tab[MS_TYPE_Q2_K].act_pack_block = sizeof(block_q8_Kx8);
+    if (q4_K_isa(isa) == ISA_AVX2) set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
+    if (isa == ISA_AVX2) set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa) {
