@@ -12,7 +12,7 @@
  *   random rows of many lengths (1, 2, 3, 7, 16 blocks and more, with tails);
  * - the dispatch table: x4 entries are the active ISA's and NULL in the
  *   scalar reference table;
- * - ms_matmul over 1..21 tokens (the token-lane GEMMs included) against the same matmul one token at a time,
+ * - ms_matmul over 1..37 tokens (the token-lane GEMMs included) against the same matmul one token at a time,
  *   fast and quality mode, for every type with an x4 kernel.
  */
 #include <setjmp.h>
@@ -162,10 +162,11 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx512);
         assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx512);
-        /* Q4_K runs on the AVX2 set there (measured faster), all three forms */
+        /* Q4_K's single and x4 dots run on the AVX2 set there (measured
+         * faster), its token-lane GEMM on the AVX-512 one (16 lanes) */
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot, ms_dot_q4_K_q8_K_avx2);
-        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx8_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx512);
     } else if (!strcmp(isa, "avx2")) {
@@ -190,9 +191,9 @@ static void test_matmul_batch_invariant(void **state) {
                                   MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
     /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
      * columns: three blocks of the 256-element k-quant formats; up to 21
-     * tokens: whole and partial groups of the token-lane GEMMs (8 lanes),
-     * with 1 to 7 tokens left over */
-    const int64_t n_rows = 1400, n_cols = 768, n_tok = 21;
+     * tokens: whole and partial groups of the token-lane GEMMs (8 or 16
+     * lanes), with 1 to 15 tokens left over */
+    const int64_t n_rows = 1400, n_cols = 768, n_tok = 37;
     ms_rng r;
     ms_rng_seed(&r, 0x3a7b1e55ull);
     float *x = xalloc((size_t)(n_tok * n_cols) * sizeof(float));

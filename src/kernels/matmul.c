@@ -39,7 +39,8 @@ struct mm_job {
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4; /* NULL: tokens one by one */
     ms_gemm_tok_fn gemm;   /* token-lane GEMM over the packed groups, or NULL */
-    const void *pack;      /* its packed activations: groups of MS_GEMM_TOK tokens */
+    const void *pack;      /* its packed activations: groups of `lanes` tokens */
+    int lanes;             /* the GEMM's tokens per group */
     size_t pack_stride;    /* bytes per packed group */
     int64_t n_pack;        /* tokens [0, n_pack) go through gemm */
     int64_t n_tok;
@@ -60,12 +61,12 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     const size_t as = j->act_stride;
     int64_t t = 0;
     /* token-lane GEMM: every row of the tile against a packed group at once */
-    for (; t < j->n_pack; t += MS_GEMM_TOK) {
+    for (; t < j->n_pack; t += j->lanes) {
         const int64_t left = j->n_tok - t;
         j->gemm(n, j->y + t * j->ldy + r0, j->ldy,
                 (const char *)j->w->data + (size_t)r0 * j->w->row_stride, j->w->row_stride, r1 - r0,
-                (const char *)j->pack + (size_t)(t / MS_GEMM_TOK) * j->pack_stride,
-                (int)(left < MS_GEMM_TOK ? left : MS_GEMM_TOK));
+                (const char *)j->pack + (size_t)(t / j->lanes) * j->pack_stride,
+                (int)(left < j->lanes ? left : j->lanes));
     }
     if (j->dot4) {
         for (; t + 4 <= j->n_tok; t += 4) {
@@ -167,14 +168,14 @@ static size_t act_row_bytes(const struct ms_mm_op *op) {
 }
 
 /* Tokens of op that go through the type's token-lane GEMM (whole groups
- * of MS_GEMM_TOK, and a last partial group of at least 5, whose spare lanes
- * cost less than two four-token calls; 1 to 4 tokens are cheaper through
- * the dot kernels), 0 when it has none or runs exact. */
+ * of gemm_tok_lanes, and a last partial group of at least gemm_tok_min,
+ * whose spare lanes cost less than the four-token calls it replaces), 0
+ * when it has none or runs exact. */
 static int64_t pack_tokens(const struct ms_mm_op *op) {
     const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-    if (op->exact || !tt->gemm_tok || op->n_tok < 5) return 0;
-    const int64_t rem = op->n_tok % MS_GEMM_TOK;
-    return rem >= 5 ? op->n_tok : op->n_tok - rem;
+    if (op->exact || !tt->gemm_tok || op->n_tok < tt->gemm_tok_min) return 0;
+    const int64_t rem = op->n_tok % tt->gemm_tok_lanes;
+    return rem >= tt->gemm_tok_min ? op->n_tok : op->n_tok - rem;
 }
 
 /* The packed groups start at this alignment in the scratch (the kernels
@@ -187,7 +188,7 @@ static size_t pack_bytes(const struct ms_mm_op *op) {
     if (nt == 0) return 0;
     const struct ms_type_traits *tt = ms_type_traits(op->w->type);
     const int64_t bs = ms_type_traits(tt->vec_dot_type)->blck_size;
-    return (size_t)((nt + MS_GEMM_TOK - 1) / MS_GEMM_TOK) * (size_t)(op->w->n_cols / bs) *
+    return (size_t)((nt + tt->gemm_tok_lanes - 1) / tt->gemm_tok_lanes) * (size_t)(op->w->n_cols / bs) *
            tt->act_pack_block;
 }
 
@@ -295,14 +296,15 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             if (j->n_pack > 0) {
                 act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
                 char *dst = (char *)c->scratch + act_off;
+                const int lanes = tt->gemm_tok_lanes;
                 j->gemm = tt->gemm_tok;
+                j->lanes = lanes;
                 j->pack = dst;
-                j->pack_stride = pack_bytes(op) / (size_t)((j->n_pack + MS_GEMM_TOK - 1) / MS_GEMM_TOK);
-                for (int64_t t = 0; t < j->n_pack; t += MS_GEMM_TOK) {
+                j->pack_stride = pack_bytes(op) / (size_t)((j->n_pack + lanes - 1) / lanes);
+                for (int64_t t = 0; t < j->n_pack; t += lanes) {
                     const int64_t left = op->n_tok - t;
                     tt->act_pack(op->w->n_cols, (const char *)j->act + (size_t)t * row, row,
-                                 (int)(left < MS_GEMM_TOK ? left : MS_GEMM_TOK),
-                                 dst + (size_t)(t / MS_GEMM_TOK) * j->pack_stride);
+                                 (int)(left < lanes ? left : lanes), dst + (size_t)(t / lanes) * j->pack_stride);
                 }
                 act_off += pack_bytes(op);
             }

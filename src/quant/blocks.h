@@ -84,4 +84,16 @@ typedef struct {
 } block_q8_Kx8;
 static_assert(sizeof(block_q8_Kx8) == 2464, "block_q8_Kx8 size");
 
+/* moestream's own: block_q8_Kx8's layout for 16 tokens (the AVX-512
+ * token-lane GEMMs, one token per 32-bit lane of a 64-byte vector):
+ * qs[s][j] holds token t's values 32 s + 4 j .. + 3 at bytes 4 t .. 4 t + 3,
+ * bsp, bs16 and d as in block_q8_Kx8 with 16 tokens. */
+typedef struct {
+    int8_t qs[8][8][64];
+    int16_t bsp[4][32];
+    int16_t bs16[8][32];
+    float d[16];
+} block_q8_Kx16;
+static_assert(sizeof(block_q8_Kx16) == 4928, "block_q8_Kx16 size");
+
 #endif

@@ -83,11 +83,11 @@ typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restr
                                  const void *const y[4]);
 
 /* Token-lane GEMM for prefill (optional; see struct ms_type_traits): the
- * activations of a group of up to MS_GEMM_TOK tokens are packed once per
- * product so that SIMD lanes hold tokens, then every weight row is
- * multiplied against the whole group.
+ * activations of a group of up to gemm_tok_lanes tokens (8 or 16, at most
+ * MS_GEMM_TOK_MAX) are packed once per product so that SIMD lanes hold
+ * tokens, then every weight row is multiplied against the whole group.
  *
- * ms_act_pack_fn: packs nt (1..MS_GEMM_TOK) activation rows of n elements
+ * ms_act_pack_fn: packs nt (1..gemm_tok_lanes) activation rows of n elements
  *   in vec_dot_type format, a[t] at a + t * a_stride bytes, into dst
  *   (act_pack_block bytes per QK_K elements; lanes nt.. repeat the last
  *   token, so every lane holds valid data).
@@ -96,7 +96,7 @@ typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restr
  *   Each output is bit for bit the value vec_dot gives for (row r, token t):
  *   the integer sums are exact and the float step per block is the
  *   single kernel's, in its order. */
-#define MS_GEMM_TOK 8
+#define MS_GEMM_TOK_MAX 16
 typedef void (*ms_act_pack_fn)(int64_t n, const void *restrict a, size_t a_stride, int nt,
                                void *restrict dst);
 typedef void (*ms_gemm_tok_fn)(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
@@ -118,11 +118,15 @@ struct ms_type_traits {
     ms_vec_dot_x4_fn vec_dot_x4;
     ms_vec_dot_x4_fn vec_dot_f32_x4;
     /* Optional token-lane GEMM (fast mode, see ms_gemm_tok_fn): NULL where
-     * there is none; act_pack_block is the packed bytes per QK_K elements
-     * (blck_size of vec_dot_type) of one token group. */
+     * there is none; act_pack_block is the packed bytes per blck_size of
+     * vec_dot_type elements of one group of gemm_tok_lanes tokens; a last
+     * group of fewer tokens goes through it when it has at least
+     * gemm_tok_min (fewer are cheaper through the x4 / single dots). */
     ms_act_pack_fn act_pack;
     ms_gemm_tok_fn gemm_tok;
     size_t act_pack_block;
+    int gemm_tok_lanes;
+    int gemm_tok_min;
 };
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).

@@ -107,6 +107,8 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->act_pack = NULL; /* attach_gemm_tok sets the ones that exist */
     t->gemm_tok = NULL;
     t->act_pack_block = 0;
+    t->gemm_tok_lanes = 0;
+    t->gemm_tok_min = 0;
 }
 
 /* The kernel set Q4_K runs on for a machine's isa: the AVX-512 set takes
@@ -145,15 +147,26 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * its pair sums (grid magnitudes up to 43) do not fit int16 twice, so a
  * token-lane form spends a vpmaddwd per vpmaddubsw and measured no faster
  * than its x4 dot (19.4 vs 18-19 ns per block and token on Zen 1). */
-static void set_gemm_tok(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
+static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->act_pack = ms_pack_q8_K_x8;
     t->gemm_tok = gemm;
     t->act_pack_block = sizeof(block_q8_Kx8);
+    t->gemm_tok_lanes = 8;
+    t->gemm_tok_min = 5;
+}
+
+static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
+    t->act_pack = ms_pack_q8_K_x16;
+    t->gemm_tok = gemm;
+    t->act_pack_block = sizeof(block_q8_Kx16);
+    t->gemm_tok_lanes = 16;
+    t->gemm_tok_min = 9;
 }
 
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
-    if (q4_K_isa(isa) == ISA_AVX2) set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
-    if (isa == ISA_AVX2) set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
+    if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512);
+    if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
+    if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa) {

@@ -314,3 +314,103 @@ static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
 MS_DEFINE_DOT_F32_AVX512(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_AVX512(q2_K, block_q2_K)
 MS_DEFINE_DOT_F32_AVX512(iq2_xxs, block_iq2_xxs)
+
+/* ---- token-lane GEMM (prefill): Q4_K rows x 16 packed Q8_K tokens
+ *
+ * The AVX2 token-lane form (quant_kq_avx2.c) with a token per 32-bit lane
+ * of a 64-byte vector and VNNI: four codes of the row are broadcast to
+ * every lane (codes 0..15 are the unsigned operand of vpdpbusd, the
+ * packed activations the signed one), and one vpdpbusd adds the four
+ * products of each token straight into int32, where the AVX2 form needs a
+ * vpmaddubsw and an int16 add. A sub-block's eight steps build its int32
+ * sum per token, vpmulld applies the 6-bit scale. The integer sums are
+ * exact, and the float step per block is the reference's operations in its
+ * order lane by lane, so every output is bit-identical to the single
+ * kernel. The two rows of a pair share each activation load. */
+MS_SIMD_INLINE void q4k_block_x16(const block_q4_K *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
+                                  const int R) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* codes in value order: sub-block s at codes[2 (s / 4) + s % 2] + 32 ((s / 2) % 2)
+     * (low nibbles are the even sub-blocks, high nibbles the odd ones) */
+    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    uint64_t scw[2], mw[2];
+    for (int k = 0; k < R; k++) {
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(b[k]->qs + 64 * h));
+            _mm512_store_si512((void *)codes[k][2 * h], _mm512_and_si512(q, m4));
+            _mm512_store_si512((void *)codes[k][2 * h + 1], _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        }
+        ms_q4k_unpack_scales_u64(b[k]->scales, &scw[k], &mw[k]);
+    }
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) {
+        const int ci = 2 * (s / 4) + s % 2, co = 32 * ((s / 2) % 2);
+        __m512i t[2][2];
+        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[s][j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, codes[k][ci] + co + 4 * j, 4);
+                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++) {
+            const int sc = (int)((scw[k] >> (8 * s)) & 0xff);
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
+        }
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* the min term: bsp[p] holds (bsub[2p], bsub[2p + 1]) per token,
+         * times the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
+        }
+        /* lane t: the reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ) */
+        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
+        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
+                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+    }
+}
+
+/* y[t * ldy + r] from the 16 lanes of one row's result */
+static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
+    float o[16];
+    _mm512_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+}
+
+void ms_gemm_q4_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    const block_q8_Kx16 *a = pack;
+    const int64_t nb = n / QK_K;
+    int64_t r = 0;
+    for (; r + 2 <= n_rows; r += 2) {
+        const block_q4_K *b0 = (const block_q4_K *)((const char *)w + (size_t)r * w_stride);
+        const block_q4_K *b1 = (const block_q4_K *)((const char *)b0 + w_stride);
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t i = 0; i < nb; i++) {
+            const block_q4_K *const bb[2] = {&b0[i], &b1[i]};
+            q4k_block_x16(bb, &a[i], acc, 2);
+        }
+        x16_store(y, ldy, r, acc[0], nt);
+        x16_store(y, ldy, r + 1, acc[1], nt);
+    }
+    for (; r < n_rows; r++) {
+        const block_q4_K *b0 = (const block_q4_K *)((const char *)w + (size_t)r * w_stride);
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t i = 0; i < nb; i++) {
+            const block_q4_K *const bb[2] = {&b0[i], &b0[i]};
+            q4k_block_x16(bb, &a[i], acc, 1);
+        }
+        x16_store(y, ldy, r, acc[0], nt);
+    }
+}

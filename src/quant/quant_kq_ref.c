@@ -220,23 +220,44 @@ MS_DEFINE_DOT_F32_REF(iq2_xxs, block_iq2_xxs)
 /* ---- Q8_K rows packed for the token-lane GEMMs (block_q8_Kx8, blocks.h).
  * Plain C for every ISA: a product packs its activations once and runs
  * every weight row against them, so this costs a small fraction of it. */
-void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
-    block_q8_Kx8 *o = dst;
-    for (int64_t i = 0; i < n / QK_K; i++)
-        for (int t = 0; t < 8; t++) {
+/* nt rows of Q8_K, a[t] at a + t * a_stride, into groups of `lanes` tokens
+ * laid out as block_q8_Kx8 (lanes 8) or block_q8_Kx16 (lanes 16): the
+ * field offsets scale with the lane count. */
+static void pack_q8_K_lanes(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst,
+                            const int lanes) {
+    const size_t qs_b = (size_t)64 * 4 * lanes, bsp_b = (size_t)4 * 2 * lanes * 2, bs16_b = (size_t)8 * 2 * lanes * 2;
+    const size_t blk = qs_b + bsp_b + bs16_b + (size_t)lanes * sizeof(float);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t *qs = (int8_t *)dst + (size_t)i * blk;
+        int16_t *bsp = (int16_t *)(qs + qs_b), *bs16 = (int16_t *)(qs + qs_b + bsp_b);
+        float *d = (float *)(qs + qs_b + bsp_b + bs16_b);
+        for (int t = 0; t < lanes; t++) {
             const int src = t < nt ? t : nt - 1; /* spare lanes repeat the last token */
             const block_q8_K *b = (const block_q8_K *)((const char *)a + (size_t)src * a_stride) + i;
-            o[i].d[t] = b->d;
+            d[t] = b->d;
             for (int s = 0; s < 8; s++)
-                for (int j = 0; j < 8; j++) memcpy(&o[i].qs[s][j][4 * t], b->qs + 32 * s + 4 * j, 4);
+                for (int j = 0; j < 8; j++) memcpy(qs + ((size_t)(8 * s + j) * lanes + t) * 4, b->qs + 32 * s + 4 * j, 4);
             for (int p = 0; p < 4; p++) {
                 const int16_t *bs = b->bsums + 4 * p;
-                o[i].bsp[p][2 * t] = (int16_t)(bs[0] + bs[1]);
-                o[i].bsp[p][2 * t + 1] = (int16_t)(bs[2] + bs[3]);
+                bsp[p * 2 * lanes + 2 * t] = (int16_t)(bs[0] + bs[1]);
+                bsp[p * 2 * lanes + 2 * t + 1] = (int16_t)(bs[2] + bs[3]);
             }
             for (int q = 0; q < 8; q++) {
-                o[i].bs16[q][2 * t] = b->bsums[2 * q];
-                o[i].bs16[q][2 * t + 1] = b->bsums[2 * q + 1];
+                bs16[q * 2 * lanes + 2 * t] = b->bsums[2 * q];
+                bs16[q * 2 * lanes + 2 * t + 1] = b->bsums[2 * q + 1];
             }
         }
+    }
+}
+
+void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    static_assert(sizeof(block_q8_Kx8) == 64 * 4 * 8 + 4 * 2 * 8 * 2 + 8 * 2 * 8 * 2 + 8 * sizeof(float),
+                  "block_q8_Kx8 is pack_q8_K_lanes' layout for 8 lanes");
+    pack_q8_K_lanes(n, a, a_stride, nt, dst, 8);
+}
+
+void ms_pack_q8_K_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    static_assert(sizeof(block_q8_Kx16) == 64 * 4 * 16 + 4 * 2 * 16 * 2 + 8 * 2 * 16 * 2 + 16 * sizeof(float),
+                  "block_q8_Kx16 is pack_q8_K_lanes' layout for 16 lanes");
+    pack_q8_K_lanes(n, a, a_stride, nt, dst, 16);
 }
