@@ -144,6 +144,48 @@ static void test_x4_bit_identical(void **state) {
     if (ran == 0) skip(); /* no AVX2 on this CPU: nothing to compare */
 }
 
+/* The Q8_0 token-lane GEMM of the AVX-512 set against that set's single
+ * kernel, bit for bit: 1-5 rows (pairs and a lone row) read at a stride
+ * with a gap, 1-16 tokens per packed group, every block count of
+ * block_counts (tails of the 4-block and 16-block groups), weights with
+ * -128. */
+static void test_gemm_q8_0_x16(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x9e3779b9ull);
+    for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
+        const int64_t n = block_counts[li] * QK8_0, nr = 5;
+        const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
+        char *w = xalloc(stride * (size_t)nr);
+        char *a = xalloc(row * 16);
+        block_q8_0x16 *pack = xalloc(sizeof *pack * (size_t)block_counts[li]);
+        for (int64_t i = 0; i < nr; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
+        for (int t = 0; t < 16; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+        for (int nt = 1; nt <= 16; nt++) {
+            ms_pack_q8_0_x16(n, a, row, nt, pack);
+            for (int64_t rows = 1; rows <= nr; rows += 2) {
+                float y[16 * 5], want;
+                for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
+                ms_gemm_q8_0_q8_0x16_avx512(n, y, rows, w, stride, rows, pack, nt);
+                bool nonzero = false;
+                for (int t = 0; t < nt; t++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        ms_dot_q8_0_q8_0_avx512(n, &want, w + (size_t)i * stride, a + (size_t)t * row);
+                        if (memcmp(&want, &y[t * rows + i], sizeof want))
+                            fail_msg("q8_0 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs single %.9g",
+                                     (long long)block_counts[li], (long long)rows, nt, t, (long long)i,
+                                     (double)y[t * rows + i], (double)want);
+                        nonzero |= want != 0.0f;
+                    }
+                assert_true(nonzero);
+                for (int64_t k = nt * rows; k < 16 * rows; k++) assert_true(y[k] == -1.0f); /* untouched */
+            }
+        }
+        ms_free(w), ms_free(a), ms_free(pack);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
@@ -232,6 +274,7 @@ static void test_matmul_batch_invariant(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_x4_bit_identical),
+        cmocka_unit_test(test_gemm_q8_0_x16),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

@@ -96,4 +96,15 @@ typedef struct {
 } block_q8_Kx16;
 static_assert(sizeof(block_q8_Kx16) == 4928, "block_q8_Kx16 size");
 
+/* moestream's own: one Q8_0 block of 16 tokens packed for the AVX-512
+ * token-lane GEMM: qs[j] holds token t's values 4 j .. 4 j + 3 at bytes
+ * 4 t .. 4 t + 3, asum128[t] is 128 times the sum of its 32 values, d[t]
+ * its scale as f32. */
+typedef struct {
+    int8_t qs[8][64];
+    int32_t asum128[16];
+    float d[16];
+} block_q8_0x16;
+static_assert(sizeof(block_q8_0x16) == 640, "block_q8_0x16 size");
+
 #endif

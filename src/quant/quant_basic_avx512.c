@@ -356,9 +356,100 @@ MS_SIMD_INLINE void dot_w32_q8_0_n(const void *w, const block_q8_0 *const b[4], 
     MS_XN(k, nt, s[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[k], acc1[k])););
 }
 
+/*
+ * Q8_0 x Q8_0, the AVX-512 set's numerics (single, x4 and the token-lane
+ * GEMM below perform exactly these float operations, so they agree bit for
+ * bit): per block i the exact int32 dot sumi_i, then
+ *     p_i = (float)sumi_i * (d_w[i] * d_a[i])
+ * added to acc[i % 4] in block order, and the result is
+ * (acc[0] + acc[2]) + (acc[1] + acc[3]). Four sums in block order are what
+ * a token-lane kernel can keep per token (four registers per row), and
+ * enough independent chains for the single-token form, which makes 16
+ * blocks' sums at a time: vpdpbusd(|w|, a with w's sign) over block pairs,
+ * then three rounds of pairwise lane sums bring 8 registers of 8 partial
+ * sums per block down to one register with block j's sum in lane j.
+ */
+/* Eight registers of partial sums (p[q]: block 2q in lanes 0-7, block
+ * 2q + 1 in lanes 8-15) to one with block j's sum in lane j: in-lane
+ * unpacks add 4 partials per 128-bit lane (register B lane 4m + k is
+ * 128-bit lane m of p[k]), one 128-bit shuffle pair adds the two halves of
+ * each block, and a last permute puts the blocks in order. */
+static inline __m512i block_sums16(const __m512i p[8]) {
+    __m512i b[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i *q = p + 4 * h;
+        const __m512i a0 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]), _mm512_unpackhi_epi32(q[0], q[1]));
+        const __m512i a1 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
+        b[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(a0, a1), _mm512_unpackhi_epi64(a0, a1));
+    }
+    /* lane 4u + k: u = 0 block 2k, 1 block 2k + 1, 2 block 8 + 2k, 3 block 9 + 2k */
+    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    return _mm512_permutexvar_epi32(order, c);
+}
+
+/* int32 partial sums of w * a, 8 lanes per block (low block in lanes 0-7) */
+static inline __m512i dot_i8x64_i32(struct w64_prep w, __m512i a) {
+    const __m512i sa = _mm512_mask_sub_epi8(a, w.neg, _mm512_setzero_si512(), a);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.absw, sa);
+}
+
+/* acc[i % 4] += p_i for the nc <= 16 blocks of p (lane j = block c + j, c a
+ * multiple of 4), lanes past nc being +0 (which leaves a sum unchanged: it
+ * starts at +0 and is never -0). */
+static inline __m128 add_by4(__m128 acc, __m512 p) {
+    acc = _mm_add_ps(acc, _mm512_castps512_ps128(p));
+    acc = _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 1));
+    acc = _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 2));
+    return _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 3));
+}
+
+/* (acc[0] + acc[2]) + (acc[1] + acc[3]) */
+static inline float reduce_by4(__m128 acc) {
+    const __m128 h = _mm_add_ps(acc, _mm_movehl_ps(acc, acc));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const b[4], int nt, int64_t nb,
+                                    float *s) {
+    __m128 acc[4];
+    MS_XN(k, nt, acc[k] = _mm_setzero_ps(););
+    for (int64_t c = 0; c < nb; c += 16) {
+        const int64_t nc = nb - c < 16 ? nb - c : 16;
+        const __m512 ws = q8_0_scales16(w + c, nc);
+        struct w64_prep wp[8];
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) {
+            /* a lone last block takes zeros in the high half, and block
+             * pairs past the end zeros in both */
+            const int64_t i = c + 2 * q;
+            wp[q] = w64_prepare(i + 1 < nb   ? load2x32(w[i].qs, w[i + 1].qs)
+                                : i < nb     ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs))
+                                             : _mm512_setzero_si512());
+        }
+        MS_XN(k, nt, {
+            const block_q8_0 *bk = b[k];
+            __m512i part[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                const int64_t i = c + 2 * q;
+                part[q] = dot_i8x64_i32(
+                    wp[q], i + 1 < nb ? load2x32(bk[i].qs, bk[i + 1].qs)
+                           : i < nb   ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bk[i].qs))
+                                      : _mm512_setzero_si512());
+            }
+            const __m512i sumi = block_sums16(part);
+            const __m512 d = _mm512_mul_ps(ws, q8_0_scales16(bk + c, nc));
+            acc[k] = add_by4(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        });
+    }
+    MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
+}
+
 MS_DECL_DOT(q8_0, q8_0, avx512) {
     const block_q8_0 *b[4] = {y, NULL, NULL, NULL};
-    dot_w32_q8_0_n(x, b, 1, n / QK8_0, false, s);
+    dot_q8_0_q8_0_n(x, b, 1, n / QK8_0, s);
 }
 
 /*
@@ -486,7 +577,7 @@ MS_DECL_DOT_X4(bf16, f32, avx512) { dot_half_f32_x4(x, y, n, true, s); }
 
 MS_DECL_DOT_X4(q8_0, q8_0, avx512) {
     const block_q8_0 *b[4] = {y[0], y[1], y[2], y[3]};
-    dot_w32_q8_0_n(x, b, 4, n / QK8_0, false, s);
+    dot_q8_0_q8_0_n(x, b, 4, n / QK8_0, s);
 }
 
 MS_DECL_DOT_X4(mxfp4, q8_0, avx512) {
@@ -497,4 +588,83 @@ MS_DECL_DOT_X4(mxfp4, q8_0, avx512) {
 MS_DECL_DOT_X4(q8_0, f32, avx512) {
     const float *b[4] = {y[0], y[1], y[2], y[3]};
     dot_q8_0_f32_n(x, b, 4, n / QK8_0, s);
+}
+
+/* ---- token-lane GEMM (prefill): Q8_0 rows x 16 packed Q8_0 tokens
+ *
+ * Tokens in the 32-bit lanes (block_q8_0x16): four weights of the row are
+ * broadcast to every lane and one vpdpbusd adds each token's four products
+ * into int32. vpdpbusd multiplies unsigned by signed bytes, so the weights
+ * go in as w + 128 (a copy of the row pair's block with the top bit
+ * flipped, from which the broadcasts load) and the pack's 128 * sum(a) per
+ * token is subtracted from the block's sum: exact for any int8 weight and
+ * activation. The float step is the single kernel's, lane by lane (see
+ * dot_q8_0_q8_0_n). Two rows share each activation load.
+ */
+MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q8_0x16 *ab, __m512 acc[2],
+                                   const int R) {
+    uint8_t wu[2][32] __attribute__((aligned(32)));
+    for (int k = 0; k < R; k++)
+        _mm256_store_si256((__m256i *)wu[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[k][i].qs),
+                                                              _mm256_set1_epi8((char)0x80)));
+    __m512i t[2][2];
+    for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++) {
+        const __m512i av = _mm512_load_si512((const void *)ab->qs[j]);
+        for (int k = 0; k < R; k++) {
+            uint32_t wv;
+            memcpy(&wv, wu[k] + 4 * j, 4);
+            t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+        }
+    }
+    const __m512i corr = _mm512_load_si512((const void *)ab->asum128);
+    const __m512 da = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(t[k][0], t[k][1]), corr);
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(fp16_scale(w[k][i].d)), da);
+        acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+    }
+}
+
+/* Rows r0 .. r0 + R - 1 over all nb blocks: acc[k][i % 4] in block order,
+ * then (acc[0] + acc[2]) + (acc[1] + acc[3]) per row. */
+MS_SIMD_INLINE void q8_0_rows_x16(const block_q8_0 *const w[2], int64_t nb, const block_q8_0x16 *a, __m512 out[2],
+                                  const int R) {
+    __m512 acc[4][2];
+    for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 4) {
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < 4; q++)
+            if (i + q < nb) q8_0_block_x16(w, i + q, &a[i + q], acc[q], R);
+    }
+    for (int k = 0; k < R; k++)
+        out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k]));
+}
+
+/* y[t * ldy + r] from the 16 lanes of one row's result */
+static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
+    float o[16];
+    _mm512_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+}
+
+void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    const int64_t nb = n / QK8_0;
+    int64_t r = 0;
+    __m512 out[2];
+    for (; r + 2 <= n_rows; r += 2) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
+        const block_q8_0 *const wr[2] = {w0, (const block_q8_0 *)((const char *)w0 + w_stride)};
+        q8_0_rows_x16(wr, nb, pack, out, 2);
+        x16_store(y, ldy, r, out[0], nt);
+        x16_store(y, ldy, r + 1, out[1], nt);
+    }
+    if (r < n_rows) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
+        const block_q8_0 *const wr[2] = {w0, w0};
+        q8_0_rows_x16(wr, nb, pack, out, 1);
+        x16_store(y, ldy, r, out[0], nt);
+    }
 }

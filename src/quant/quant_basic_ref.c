@@ -133,6 +133,21 @@ MS_DECL_DOT(q8_0, q8_0, ref) {
     *s = (float)sum;
 }
 
+/* Q8_0 rows packed for the token-lane GEMM (block_q8_0x16, blocks.h); spare
+ * lanes repeat the last token. */
+void ms_pack_q8_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q8_0x16 *o = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        for (int t = 0; t < 16; t++) {
+            const block_q8_0 *b = (const block_q8_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride) + i;
+            int32_t sum = 0;
+            for (int j = 0; j < QK8_0; j++) sum += b->qs[j];
+            for (int j = 0; j < 8; j++) memcpy(&o[i].qs[j][4 * t], b->qs + 4 * j, 4);
+            o[i].asum128[t] = 128 * sum;
+            o[i].d[t] = ms_fp16_to_f32_inline(b->d);
+        }
+}
+
 MS_DECL_DOT(q8_0, f32, ref) {
     const block_q8_0 *a = x;
     const float *b = y;

@@ -160,10 +160,18 @@ static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->gemm_tok = gemm;
     t->act_pack_block = sizeof(block_q8_Kx16);
     t->gemm_tok_lanes = 16;
-    t->gemm_tok_min = 9;
+    t->gemm_tok_min = 6;
 }
 
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
+    if (isa == ISA_AVX512) {
+        struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
+        t->act_pack = ms_pack_q8_0_x16;
+        t->gemm_tok = ms_gemm_q8_0_q8_0x16_avx512;
+        t->act_pack_block = sizeof(block_q8_0x16);
+        t->gemm_tok_lanes = 16;
+        t->gemm_tok_min = 6;
+    }
     if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
