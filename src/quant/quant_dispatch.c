@@ -138,15 +138,17 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
-/* The token-lane GEMMs (ms_gemm_tok_fn), AVX2 code: Q4_K and Q2_K on the
- * AVX2 set, Q4_K also on the AVX-512 set (which runs Q4_K on the AVX2
- * kernels, see q4_K_isa); the AVX-512 set keeps the VNNI x4 dot for Q2_K
+/* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
+ * per 256-bit vector (vpmaddubsw, int16 sums per sub-block). AVX-512 set:
+ * Q4_K, Q2_K and Q8_0, 16 tokens per 512-bit vector with VNNI's vpdpbusd
  * (measured on a Zen 5 core, bench_kernels -t 1 --rows 4096 --cols 4096
- * --batches 512: Q2_K token-lane 102-112 against 110-112 GFLOPS). The
- * scalar table has none. IQ2_XXS has none:
- * its pair sums (grid magnitudes up to 43) do not fit int16 twice, so a
- * token-lane form spends a vpmaddwd per vpmaddubsw and measured no faster
- * than its x4 dot (19.4 vs 18-19 ns per block and token on Zen 1). */
+ * --batches 16,512, GFLOPS at 16 / 512 tokens: Q4_K 149-172 / 179-193
+ * against the AVX2 token-lane form's 106-130 / 124-134, Q2_K 158-166 /
+ * 163-169 against the VNNI x4 dot's 102-116 / 95-102, Q8_0 150-154 /
+ * 183-188 against 69-73 / 75-78). The 16-lane forms take a last partial
+ * group from 6 tokens on (below that the x4 dots cost less: one 16-lane
+ * pass costs about what 6 tokens of x4 do). The scalar table has none.
+ * IQ2_XXS has none yet. */
 static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->act_pack = ms_pack_q8_K_x8;
     t->gemm_tok = gemm;
@@ -173,6 +175,7 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         t->gemm_tok_min = 6;
     }
     if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512);
+    if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
 }

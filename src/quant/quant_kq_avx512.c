@@ -381,6 +381,59 @@ MS_SIMD_INLINE void q4k_block_x16(const block_q4_K *const b[2], const block_q8_K
     }
 }
 
+/* Q2_K the same way: codes unpacked per row to bytes in value order
+ * (value 128 h + 32 j + l is (qs[32 h + l] >> 2 j) & 3, kept at
+ * codes[j][32 h + l]), each 16-value sub-block k four vpdpbusd steps and
+ * its 4-bit scale by vpmulld; the min term is the 16 bsums times the 4-bit
+ * mins (bs16 pairs). */
+MS_SIMD_INLINE void q2k_block_x16(const block_q2_K *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
+                                  const int R) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    for (int k = 0; k < R; k++) {
+        const __m512i q = _mm512_loadu_si512((const void *)b[k]->qs);
+        _mm512_store_si512((void *)codes[k][0], _mm512_and_si512(q, m3));
+        _mm512_store_si512((void *)codes[k][1], _mm512_and_si512(_mm512_srli_epi16(q, 2), m3));
+        _mm512_store_si512((void *)codes[k][2], _mm512_and_si512(_mm512_srli_epi16(q, 4), m3));
+        _mm512_store_si512((void *)codes[k][3], _mm512_and_si512(_mm512_srli_epi16(q, 6), m3));
+    }
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < 16; sb++) {
+        const uint8_t *c[2];
+        __m512i t[2];
+        for (int k = 0; k < R; k++) {
+            c[k] = codes[k][(sb % 8) / 2] + 32 * (sb / 8) + 16 * (sb % 2);
+            t[k] = _mm512_setzero_si512();
+        }
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, c[k] + 4 * j, 4);
+                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(b[k]->scales[sb] & 15)));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) {
+            const int mp = (b[k]->scales[2 * q] >> 4) | ((b[k]->scales[2 * q + 1] >> 4) << 16);
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(mp)));
+        }
+        /* lane t: the reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ) */
+        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
+        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
+                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+    }
+}
+
 /* y[t * ldy + r] from the 16 lanes of one row's result */
 static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
     float o[16];
@@ -388,29 +441,34 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
     for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
 }
 
-void ms_gemm_q4_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
-                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
-    const block_q8_Kx16 *a = pack;
-    const int64_t nb = n / QK_K;
-    int64_t r = 0;
-    for (; r + 2 <= n_rows; r += 2) {
-        const block_q4_K *b0 = (const block_q4_K *)((const char *)w + (size_t)r * w_stride);
-        const block_q4_K *b1 = (const block_q4_K *)((const char *)b0 + w_stride);
-        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t i = 0; i < nb; i++) {
-            const block_q4_K *const bb[2] = {&b0[i], &b1[i]};
-            q4k_block_x16(bb, &a[i], acc, 2);
-        }
-        x16_store(y, ldy, r, acc[0], nt);
-        x16_store(y, ldy, r + 1, acc[1], nt);
+/* Rows in pairs (a last odd row alone), each over all nb blocks. */
+#define MS_DEFINE_GEMM_X16(fmt, blk)                                                                       \
+    void ms_gemm_##fmt##_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, \
+                                        size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) { \
+        const block_q8_Kx16 *a = pack;                                                                     \
+        const int64_t nb = n / QK_K;                                                                       \
+        for (int64_t r = 0; r < n_rows; r += 2) {                                                          \
+            const int R = r + 1 < n_rows ? 2 : 1;                                                          \
+            const blk *b0 = (const blk *)((const char *)w + (size_t)r * w_stride);                         \
+            const blk *b1 = R == 2 ? (const blk *)((const char *)b0 + w_stride) : b0;                     \
+            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                    \
+            if (R == 2) {                                                                                  \
+                for (int64_t i = 0; i < nb; i++) {                                                         \
+                    const blk *const bb[2] = {&b0[i], &b1[i]};                                             \
+                    fmt##_block_x16_fn(bb, &a[i], acc, 2);                                                 \
+                }                                                                                          \
+                x16_store(y, ldy, r + 1, acc[1], nt);                                                      \
+            } else {                                                                                       \
+                for (int64_t i = 0; i < nb; i++) {                                                         \
+                    const blk *const bb[2] = {&b0[i], &b0[i]};                                             \
+                    fmt##_block_x16_fn(bb, &a[i], acc, 1);                                                 \
+                }                                                                                          \
+            }                                                                                              \
+            x16_store(y, ldy, r, acc[0], nt);                                                              \
+        }                                                                                                  \
     }
-    for (; r < n_rows; r++) {
-        const block_q4_K *b0 = (const block_q4_K *)((const char *)w + (size_t)r * w_stride);
-        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t i = 0; i < nb; i++) {
-            const block_q4_K *const bb[2] = {&b0[i], &b0[i]};
-            q4k_block_x16(bb, &a[i], acc, 1);
-        }
-        x16_store(y, ldy, r, acc[0], nt);
-    }
-}
+
+#define q4_K_block_x16_fn q4k_block_x16
+#define q2_K_block_x16_fn q2k_block_x16
+MS_DEFINE_GEMM_X16(q4_K, block_q4_K)
+MS_DEFINE_GEMM_X16(q2_K, block_q2_K)
