@@ -145,10 +145,11 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * --batches 16,512, GFLOPS at 16 / 512 tokens: Q4_K 149-172 / 179-193
  * against the AVX2 token-lane form's 106-130 / 124-134, Q2_K 158-166 /
  * 163-169 against the VNNI x4 dot's 102-116 / 95-102, Q8_0 150-154 /
- * 183-188 against 69-73 / 75-78). The 16-lane forms take a last partial
- * group from 6 tokens on (below that the x4 dots cost less: one 16-lane
- * pass costs about what 6 tokens of x4 do). The scalar table has none.
- * IQ2_XXS has none yet. */
+ * 183-188 against 69-73 / 75-78, IQ2_XXS 139-156 / 150-158 against the
+ * x4 dot's 78-84 / 68-77). A last partial group goes through a 16-lane
+ * form from 6 tokens on (IQ2_XXS, whose row expansion costs more: 8);
+ * below that the x4 dots cost less (one 16-lane pass costs about what
+ * 6-8 tokens of x4 do). The scalar table has none. */
 static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->act_pack = ms_pack_q8_K_x8;
     t->gemm_tok = gemm;
@@ -157,12 +158,12 @@ static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->gemm_tok_min = 5;
 }
 
-static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
+static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm, int min) {
     t->act_pack = ms_pack_q8_K_x16;
     t->gemm_tok = gemm;
     t->act_pack_block = sizeof(block_q8_Kx16);
     t->gemm_tok_lanes = 16;
-    t->gemm_tok_min = 6;
+    t->gemm_tok_min = min;
 }
 
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
@@ -174,8 +175,11 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         t->gemm_tok_lanes = 16;
         t->gemm_tok_min = 6;
     }
-    if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512);
-    if (isa == ISA_AVX512) set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512);
+    if (isa == ISA_AVX512) {
+        set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512, 6);
+        set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512, 6);
+        set_gemm_tok16(&tab[MS_TYPE_IQ2_XXS], ms_gemm_iq2_xxs_q8_Kx16_avx512, 8);
+    }
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
 }

@@ -72,6 +72,8 @@ void ms_gemm_q4_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, cons
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 void ms_gemm_q2_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_iq2_xxs_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                    size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 MS_DECL_QUANT(q8_K, ref);     MS_DECL_QUANT(q8_K, avx2);     MS_DECL_QUANT(q8_K, avx512);
 MS_DECL_DEQUANT(q4_K, ref);   MS_DECL_DEQUANT(q4_K, avx2);   MS_DECL_DEQUANT(q4_K, avx512);
 MS_DECL_QUANT(q4_K, ref);

@@ -434,6 +434,65 @@ MS_SIMD_INLINE void q2k_block_x16(const block_q2_K *const b[2], const block_q8_K
     }
 }
 
+/* IQ2_XXS: the row's block is expanded once into signed weights (grid
+ * magnitudes with their signs, -43..43) and stored offset by 128 as the
+ * unsigned operand of vpdpbusd, four of them broadcast per step against
+ * the 16 tokens' activations. A 32-value sub-block's sum per token then
+ * holds 128 times the sum of its activations too, which the pack already
+ * has (bsp: bsub[ib] = bsums[2 ib] + bsums[2 ib + 1]): the block's
+ * sum_ib ls_ib * sumi_ib is sum_ib ls_ib * T_ib minus 128 * sum_ib ls_ib *
+ * bsub_ib, all exact in int32 (|T_ib| <= 32 * 171 * 128, ls_ib <= 31).
+ * The float step is the reference's, (ad * d) * bsum per block, 0.125 *
+ * the row's sum at the end. */
+MS_SIMD_INLINE void iq2xxs_block_x16(const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
+                                     const int R) {
+    uint8_t wu[2][QK_K] __attribute__((aligned(64)));
+    uint32_t ls[2][8];
+    for (int k = 0; k < R; k++) {
+        const uint8_t *q = (const uint8_t *)b[k]->qs;
+        iq2xxs_scales(q, ls[k]);
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t s32;
+            memcpy(&s32, q + 8 * ib + 4, 4);
+            const __m256i v = _mm256_sign_epi8(iq2xxs_grid4(q + 8 * ib), iq2xxs_signs4(s32));
+            _mm256_store_si256((__m256i *)(wu[k] + 32 * ib), _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
+        }
+    }
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 8")
+    for (int ib = 0; ib < 8; ib++) {
+        __m512i t[2][2];
+        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[ib][j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, wu[k] + 32 * ib + 4 * j, 4);
+                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        /* ls[k][ib] holds 2 s + 1 in both int16 halves: the low one is the scale */
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]),
+                                                                   _mm512_set1_epi32((int)(ls[k][ib] & 0xffff))));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* 128 * sum_ib ls_ib * bsub_ib: bsp[p] pairs (bsub[2p], bsub[2p + 1]) */
+        __m512i corr = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            const int lp = (int)((ls[k][2 * p] & 0xffff) | (ls[k][2 * p + 1] << 16));
+            corr = _mm512_add_epi32(corr, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(lp)));
+        }
+        const __m512i bsum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(corr, 7));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
+                                                       _mm512_cvtepi32_ps(bsum)));
+    }
+}
+
 /* y[t * ldy + r] from the 16 lanes of one row's result */
 static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
     float o[16];
@@ -457,18 +516,25 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
                     const blk *const bb[2] = {&b0[i], &b1[i]};                                             \
                     fmt##_block_x16_fn(bb, &a[i], acc, 2);                                                 \
                 }                                                                                          \
-                x16_store(y, ldy, r + 1, acc[1], nt);                                                      \
+                x16_store(y, ldy, r + 1, fmt##_x16_finish(acc[1]), nt);                                   \
             } else {                                                                                       \
                 for (int64_t i = 0; i < nb; i++) {                                                         \
                     const blk *const bb[2] = {&b0[i], &b0[i]};                                             \
                     fmt##_block_x16_fn(bb, &a[i], acc, 1);                                                 \
                 }                                                                                          \
             }                                                                                              \
-            x16_store(y, ldy, r, acc[0], nt);                                                              \
+            x16_store(y, ldy, r, fmt##_x16_finish(acc[0]), nt);                                           \
         }                                                                                                  \
     }
 
+/* the row's sum -> the result: IQ2_XXS's grid is 8 x its values (the
+ * reference's 0.125 * sumf), the others are final */
+static inline __m512 q4_K_x16_finish(__m512 v) { return v; }
+static inline __m512 q2_K_x16_finish(__m512 v) { return v; }
+static inline __m512 iq2_xxs_x16_finish(__m512 v) { return _mm512_mul_ps(_mm512_set1_ps(0.125f), v); }
 #define q4_K_block_x16_fn q4k_block_x16
 #define q2_K_block_x16_fn q2k_block_x16
+#define iq2_xxs_block_x16_fn iq2xxs_block_x16
 MS_DEFINE_GEMM_X16(q4_K, block_q4_K)
 MS_DEFINE_GEMM_X16(q2_K, block_q2_K)
+MS_DEFINE_GEMM_X16(iq2_xxs, block_iq2_xxs)
