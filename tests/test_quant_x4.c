@@ -202,8 +202,13 @@ static void test_x4_table(void **state) {
     const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
     if (!strcmp(isa, "avx512")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx512);
-        assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx512);
-        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx512);
+        /* the f32-activation dots run on the AVX2 set there (measured
+         * faster), single and x4 */
+        assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx2);
+        assert_ptr_equal(q8->vec_dot_f32, ms_dot_q8_0_f32_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32, ms_dot_f16_f32_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_BF16)->vec_dot_f32, ms_dot_bf16_f32_avx2);
         /* Q4_K's single and x4 dots run on the AVX2 set there (measured
          * faster), its token-lane GEMM on the AVX-512 one (16 lanes) */
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);

@@ -121,6 +121,18 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
  * kernels come from one set, so they agree bit for bit. */
 static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
 
+/* The kernel set the f32-activation dots of Q8_0, F16 and BF16 (exact
+ * mode, and the dense products fast mode keeps in f32) run on: the
+ * AVX-512 set takes the AVX2 kernels, which measured faster on a Zen 5
+ * core where it matters most, a decode step streaming its dense weights
+ * from DRAM (bench_kernels -t 1 --activations f32 --rows 256 --cols 4096
+ * --batches 1 --working-set 256: Q8_0 12.0-13.0 against 9.2 GB/s, F16
+ * 18.3-19.1 against 15.0-15.9), and equal or better at 4 and 512 tokens
+ * (Q8_0 34-36 / 46-49 against 34-35 / 44-46 GFLOPS, F16 24-25 / 44-45
+ * against 24-25 / 41-44). Single and x4 come from one set, so they agree
+ * bit for bit; the int8 dots keep the AVX-512 kernels. */
+static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
+
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
 #define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
@@ -128,10 +140,10 @@ static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : i
 static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_F32].vec_dot_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
     tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
-    tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f16_f32_x4);
-    tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_bf16_f32_x4);
+    tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_f16_f32_x4);
+    tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
     tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(isa, ms_dot_q8_0_q8_0_x4);
-    tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_q8_0_f32_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(q4_K_isa(isa), ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q2_K_q8_K_x4);
@@ -190,6 +202,9 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     set_kernels(&tab[MS_TYPE_F16], MS_TYPE_F16, KSET_ISA(isa, f16, f16));
     set_kernels(&tab[MS_TYPE_BF16], MS_TYPE_BF16, KSET_ISA(isa, bf16, bf16));
     set_kernels(&tab[MS_TYPE_Q8_0], MS_TYPE_Q8_0, KSET_ISA(isa, q8_0, q8_0));
+    tab[MS_TYPE_F16].vec_dot_f32 = PICK_ISA(dot_f32_isa(isa), ms_dot_f16_f32);
+    tab[MS_TYPE_BF16].vec_dot_f32 = PICK_ISA(dot_f32_isa(isa), ms_dot_bf16_f32);
+    tab[MS_TYPE_Q8_0].vec_dot_f32 = PICK_ISA(dot_f32_isa(isa), ms_dot_q8_0_f32);
     set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0, KSET_ISA_REFQ(isa, mxfp4, q8_0));
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
