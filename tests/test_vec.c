@@ -61,10 +61,73 @@ static void test_axpy(void **state) {
     }
 }
 
+/* The row forms against the single calls, bit for bit, per ISA: lengths with
+ * every tail (and past the 64/128-float blocks), 0..9 rows (odd counts
+ * leave a lone last row for the paired dot). */
+static void test_rows(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 23);
+    enum { N = 300, R = 9 };
+    static float x[N], rows_data[R][N], w[R], y0[N], y1[N], y2[N];
+    ms_rng_fill_normal(&r, x, N, 1.0f);
+    ms_rng_fill_normal(&r, &rows_data[0][0], R * N, 1.0f);
+    ms_rng_fill_normal(&r, w, R, 1.0f);
+    ms_rng_fill_normal(&r, y0, N, 1.0f);
+    const float *rows[R];
+    for (int k = 0; k < R; k++) rows[k] = rows_data[k];
+    for (int n = 1; n <= N; n += (n < 70 ? 1 : 23)) {
+        for (int isa = 0; isa <= isa_max(); isa++) {
+            for (int nr = 0; nr <= R; nr++) {
+                float got[R], want[R];
+                ms_vec_dot_rows_isa(isa, n, x, rows, nr, got);
+                for (int k = 0; k < nr; k++) want[k] = ms_vec_dot_isa(isa, n, x, rows[k]);
+                assert_memory_equal(got, want, sizeof(float) * (size_t)nr);
+                for (int i = 0; i < N; i++) y1[i] = y2[i] = y0[i];
+                ms_vec_axpy_rows_isa(isa, n, w, rows, nr, y1);
+                for (int k = 0; k < nr; k++) ms_vec_axpy_isa(isa, n, w[k], rows[k], y2);
+                assert_memory_equal(y1, y2, sizeof y1);
+            }
+        }
+    }
+    /* the multi-query forms against the single-query row forms */
+    for (int n = 1; n <= N; n += (n < 70 ? 1 : 23))
+        for (int isa = 0; isa <= isa_max(); isa++)
+            for (int nr = 0; nr <= R; nr += 3) {
+                const float *xq[4] = {rows[0], rows[3], x, rows[8]};
+                static float out4[4][R], want4[R];
+                float *const o4[4] = {out4[0], out4[1], out4[2], out4[3]};
+                ms_vec_dot_rows_x4_isa(isa, n, xq, rows, nr, o4);
+                for (int h = 0; h < 4; h++) {
+                    ms_vec_dot_rows_isa(isa, n, xq[h], rows, nr, want4);
+                    assert_memory_equal(out4[h], want4, sizeof(float) * (size_t)nr);
+                }
+                static float ya[N], yb[N], yc[N], yd[N];
+                for (int i = 0; i < N; i++) ya[i] = yc[i] = y0[i], yb[i] = yd[i] = -y0[i];
+                const float *w2[2] = {w, rows[2]};
+                float *const y2p[2] = {ya, yb};
+                ms_vec_axpy_rows_x2_isa(isa, n, w2, rows, nr, y2p);
+                ms_vec_axpy_rows_isa(isa, n, w2[0], rows, nr, yc);
+                ms_vec_axpy_rows_isa(isa, n, w2[1], rows, nr, yd);
+                assert_memory_equal(ya, yc, sizeof ya);
+                assert_memory_equal(yb, yd, sizeof yb);
+            }
+    /* the dispatched entry points are one of the above */
+    float got[R], want[R];
+    ms_vec_dot_rows(N, x, rows, R, got);
+    for (int k = 0; k < R; k++) want[k] = ms_vec_dot(N, x, rows[k]);
+    assert_memory_equal(got, want, sizeof got);
+    for (int i = 0; i < N; i++) y1[i] = y2[i] = y0[i];
+    ms_vec_axpy_rows(N, w, rows, R, y1);
+    for (int k = 0; k < R; k++) ms_vec_axpy(N, w[k], rows[k], y2);
+    assert_memory_equal(y1, y2, sizeof y1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot),
         cmocka_unit_test(test_axpy),
+        cmocka_unit_test(test_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,10 @@ float ms_vec_dot_avx2(int64_t n, const float *x, const float *y);
 float ms_vec_dot_avx512(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 void ms_vec_axpy_avx512(int64_t n, float a, const float *x, float *y);
+void ms_vec_dot_rows_avx2(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
+void ms_vec_dot_rows_avx512(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
+void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
+void ms_vec_axpy_rows_avx512(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
 
 static float dot_scalar(int64_t n, const float *x, const float *y) {
     float s = 0.0f;
@@ -23,8 +27,49 @@ static void axpy_scalar(int64_t n, float a, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void dot_rows_scalar(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out) {
+    for (int64_t k = 0; k < n_rows; k++) out[k] = dot_scalar(n, x, rows[k]);
+}
+
+static void axpy_rows_scalar(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y) {
+    for (int64_t k = 0; k < n_rows; k++) axpy_scalar(n, w[k], rows[k], y);
+}
+
+void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                               float *const out[4]);
+void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                                float *const y[2]);
+
+typedef void (*dot_rows_fn)(int64_t, const float *, const float *const *, int64_t, float *);
+typedef void (*axpy_rows_fn)(int64_t, const float *, const float *const *, int64_t, float *);
+
+typedef void (*dot_rows_x4_fn)(int64_t, const float *const[4], const float *const *, int64_t, float *const[4]);
+typedef void (*axpy_rows_x2_fn)(int64_t, const float *const[2], const float *const *, int64_t, float *const[2]);
+
+/* The AVX2 and scalar sets: their row forms, query by query. */
+static void dot_rows_x4_avx2(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                             float *const out[4]) {
+    for (int h = 0; h < 4; h++) ms_vec_dot_rows_avx2(n, x[h], rows, n_rows, out[h]);
+}
+static void axpy_rows_x2_avx2(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                              float *const y[2]) {
+    for (int h = 0; h < 2; h++) ms_vec_axpy_rows_avx2(n, w[h], rows, n_rows, y[h]);
+}
+static void dot_rows_x4_scalar(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                               float *const out[4]) {
+    for (int h = 0; h < 4; h++) dot_rows_scalar(n, x[h], rows, n_rows, out[h]);
+}
+static void axpy_rows_x2_scalar(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                                float *const y[2]) {
+    for (int h = 0; h < 2; h++) axpy_rows_scalar(n, w[h], rows, n_rows, y[h]);
+}
+
 static float (*g_dot)(int64_t, const float *, const float *) = dot_scalar;
 static void (*g_axpy)(int64_t, float, const float *, float *) = axpy_scalar;
+static dot_rows_fn g_dot_rows = dot_rows_scalar;
+static axpy_rows_fn g_axpy_rows = axpy_rows_scalar;
+static dot_rows_x4_fn g_dot_rows_x4 = dot_rows_x4_scalar;
+static axpy_rows_x2_fn g_axpy_rows_x2 = axpy_rows_x2_scalar;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
@@ -32,9 +77,17 @@ static void pick(void) {
     if (!strcmp(isa, "avx512")) {
         g_dot = ms_vec_dot_avx512;
         g_axpy = ms_vec_axpy_avx512;
+        g_dot_rows = ms_vec_dot_rows_avx512;
+        g_axpy_rows = ms_vec_axpy_rows_avx512;
+        g_dot_rows_x4 = ms_vec_dot_rows_x4_avx512;
+        g_axpy_rows_x2 = ms_vec_axpy_rows_x2_avx512;
     } else if (!strcmp(isa, "avx2")) {
         g_dot = ms_vec_dot_avx2;
         g_axpy = ms_vec_axpy_avx2;
+        g_dot_rows = ms_vec_dot_rows_avx2;
+        g_axpy_rows = ms_vec_axpy_rows_avx2;
+        g_dot_rows_x4 = dot_rows_x4_avx2;
+        g_axpy_rows_x2 = axpy_rows_x2_avx2;
     }
 }
 
@@ -48,6 +101,28 @@ void ms_vec_axpy(int64_t n, float a, const float *x, float *y) {
     g_axpy(n, a, x, y);
 }
 
+void ms_vec_dot_rows(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out) {
+    pthread_once(&g_once, pick);
+    g_dot_rows(n, x, rows, n_rows, out);
+}
+
+void ms_vec_axpy_rows(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y) {
+    pthread_once(&g_once, pick);
+    g_axpy_rows(n, w, rows, n_rows, y);
+}
+
+void ms_vec_dot_rows_x4(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                        float *const out[4]) {
+    pthread_once(&g_once, pick);
+    g_dot_rows_x4(n, x, rows, n_rows, out);
+}
+
+void ms_vec_axpy_rows_x2(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                         float *const y[2]) {
+    pthread_once(&g_once, pick);
+    g_axpy_rows_x2(n, w, rows, n_rows, y);
+}
+
 float ms_vec_dot_isa(int isa, int64_t n, const float *x, const float *y) {
     return isa == 2 ? ms_vec_dot_avx512(n, x, y) : isa == 1 ? ms_vec_dot_avx2(n, x, y)
                                                            : dot_scalar(n, x, y);
@@ -57,4 +132,28 @@ void ms_vec_axpy_isa(int isa, int64_t n, float a, const float *x, float *y) {
     if (isa == 2) ms_vec_axpy_avx512(n, a, x, y);
     else if (isa == 1) ms_vec_axpy_avx2(n, a, x, y);
     else axpy_scalar(n, a, x, y);
+}
+
+void ms_vec_dot_rows_isa(int isa, int64_t n, const float *x, const float *const *rows, int64_t n_rows,
+                         float *out) {
+    const dot_rows_fn f = isa == 2 ? ms_vec_dot_rows_avx512 : isa == 1 ? ms_vec_dot_rows_avx2 : dot_rows_scalar;
+    f(n, x, rows, n_rows, out);
+}
+
+void ms_vec_axpy_rows_isa(int isa, int64_t n, const float *w, const float *const *rows, int64_t n_rows,
+                          float *y) {
+    const axpy_rows_fn f = isa == 2 ? ms_vec_axpy_rows_avx512 : isa == 1 ? ms_vec_axpy_rows_avx2 : axpy_rows_scalar;
+    f(n, w, rows, n_rows, y);
+}
+
+void ms_vec_dot_rows_x4_isa(int isa, int64_t n, const float *const x[4], const float *const *rows,
+                            int64_t n_rows, float *const out[4]) {
+    const dot_rows_x4_fn f = isa == 2 ? ms_vec_dot_rows_x4_avx512 : isa == 1 ? dot_rows_x4_avx2 : dot_rows_x4_scalar;
+    f(n, x, rows, n_rows, out);
+}
+
+void ms_vec_axpy_rows_x2_isa(int isa, int64_t n, const float *const w[2], const float *const *rows,
+                             int64_t n_rows, float *const y[2]) {
+    const axpy_rows_x2_fn f = isa == 2 ? ms_vec_axpy_rows_x2_avx512 : isa == 1 ? axpy_rows_x2_avx2 : axpy_rows_x2_scalar;
+    f(n, w, rows, n_rows, y);
 }

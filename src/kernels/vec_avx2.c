@@ -1,10 +1,13 @@
 /* vec_avx2.c - AVX2/FMA versions of the vec.h primitives (8 floats a step,
- * four accumulators for the dot to hide FMA latency). */
+ * four accumulators for the dot to hide FMA latency). The row forms
+ * perform each row's operations exactly as the single calls do. */
 #include <immintrin.h>
 #include <stdint.h>
 
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
+void ms_vec_dot_rows_avx2(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
+void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
 
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -25,10 +28,40 @@ float ms_vec_dot_avx2(int64_t n, const float *x, const float *y) {
     return r;
 }
 
+void ms_vec_dot_rows_avx2(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out) {
+    for (int64_t k = 0; k < n_rows; k++) out[k] = ms_vec_dot_avx2(n, x, rows[k]);
+}
+
 void ms_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y kept in registers, 8 vectors (64 floats) at a time, across all rows;
+ * the scalar tail as ms_vec_axpy's (a multiply, then an add). */
+void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm256_loadu_ps(y + i + 8 * v);
+        for (int64_t k = 0; k < n_rows; k++) {
+            const __m256 wk = _mm256_set1_ps(w[k]);
+            const float *x = rows[k] + i;
+            for (int v = 0; v < 8; v++) acc[v] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(x + 8 * v), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) _mm256_storeu_ps(y + i + 8 * v, acc[v]);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int64_t k = 0; k < n_rows; k++) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(rows[k] + i), acc);
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < n; i++) {
+        float acc = y[i];
+        for (int64_t k = 0; k < n_rows; k++) acc += w[k] * rows[k][i];
+        y[i] = acc;
+    }
 }

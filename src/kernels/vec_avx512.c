@@ -1,28 +1,60 @@
 /* vec_avx512.c - AVX-512 versions of the vec.h primitives (16 floats a step,
- * four accumulators for the dot, masked tails). */
+ * four accumulators for the dot, masked tails). The row forms perform each
+ * row's operations exactly as the single calls do. */
 #include <immintrin.h>
 #include <stdint.h>
 
 float ms_vec_dot_avx512(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx512(int64_t n, float a, const float *x, float *y);
+void ms_vec_dot_rows_avx512(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
+void ms_vec_axpy_rows_avx512(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
+void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                               float *const out[4]);
+void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                                float *const y[2]);
 
-float ms_vec_dot_avx512(int64_t n, const float *x, const float *y) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
+static inline float reduce4(const __m512 acc[4]) {
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+/* dot(x, y[k]) for k < R (1 or 2, a constant): x's loads shared. */
+static inline __attribute__((always_inline)) void dot_n(int64_t n, const float *x, const float *const y[2],
+                                                        float *s, const int R) {
+    __m512 acc[2][4];
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < 4; k++) acc[r][k] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 4; k++)
-            acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * k),
-                                     _mm512_loadu_ps(y + i + 16 * k), acc[k]);
-    for (; i + 16 <= n; i += 16)
-        acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc[0]);
+        for (int k = 0; k < 4; k++) {
+            const __m512 xv = _mm512_loadu_ps(x + i + 16 * k);
+            for (int r = 0; r < R; r++) acc[r][k] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y[r] + i + 16 * k), acc[r][k]);
+        }
+    for (; i + 16 <= n; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + i);
+        for (int r = 0; r < R; r++) acc[r][0] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y[r] + i), acc[r][0]);
+    }
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc[1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i),
-                                 acc[1]);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+        for (int r = 0; r < R; r++) acc[r][1] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, y[r] + i), acc[r][1]);
     }
-    return _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (int r = 0; r < R; r++) s[r] = reduce4(acc[r]);
+}
+
+float ms_vec_dot_avx512(int64_t n, const float *x, const float *y) {
+    const float *const y1[2] = {y, y};
+    float s;
+    dot_n(n, x, y1, &s, 1);
+    return s;
+}
+
+void ms_vec_dot_rows_avx512(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out) {
+    int64_t k = 0;
+    for (; k + 2 <= n_rows; k += 2) dot_n(n, x, rows + k, out + k, 2);
+    if (k < n_rows) {
+        const float *const y1[2] = {rows[k], rows[k]};
+        dot_n(n, x, y1, out + k, 1);
+    }
 }
 
 void ms_vec_axpy_avx512(int64_t n, float a, const float *x, float *y) {
@@ -35,5 +67,105 @@ void ms_vec_axpy_avx512(int64_t n, float a, const float *x, float *y) {
         _mm512_mask_storeu_ps(y + i, m,
                               _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i),
                                               _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+/* y kept in registers, 8 vectors (128 floats) at a time, across all rows:
+ * each element sees the FMAs of n_rows ms_vec_axpy calls, in row order. */
+void ms_vec_axpy_rows_avx512(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y) {
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm512_loadu_ps(y + i + 16 * v);
+        for (int64_t k = 0; k < n_rows; k++) {
+            const __m512 wk = _mm512_set1_ps(w[k]);
+            const float *x = rows[k] + i;
+            for (int v = 0; v < 8; v++) acc[v] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(x + 16 * v), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) _mm512_storeu_ps(y + i + 16 * v, acc[v]);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 acc = _mm512_loadu_ps(y + i);
+        for (int64_t k = 0; k < n_rows; k++) acc = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), _mm512_loadu_ps(rows[k] + i), acc);
+        _mm512_storeu_ps(y + i, acc);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 acc = _mm512_maskz_loadu_ps(m, y + i);
+        for (int64_t k = 0; k < n_rows; k++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), _mm512_maskz_loadu_ps(m, rows[k] + i), acc);
+        _mm512_mask_storeu_ps(y + i, m, acc);
+    }
+}
+
+/* dot(x[h], rows[k]) for four x at once: each row's loads shared by the
+ * four, each dot the single call's operations (16 accumulators). */
+void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
+                               float *const out[4]) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *y = rows[r];
+        __m512 acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int k = 0; k < 4; k++) acc[h][k] = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64)
+            for (int k = 0; k < 4; k++) {
+                const __m512 yv = _mm512_loadu_ps(y + i + 16 * k);
+                for (int h = 0; h < 4; h++) acc[h][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x[h] + i + 16 * k), yv, acc[h][k]);
+            }
+        for (; i + 16 <= n; i += 16) {
+            const __m512 yv = _mm512_loadu_ps(y + i);
+            for (int h = 0; h < 4; h++) acc[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x[h] + i), yv, acc[h][0]);
+        }
+        if (i < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            const __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
+            for (int h = 0; h < 4; h++) acc[h][1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x[h] + i), yv, acc[h][1]);
+        }
+        for (int h = 0; h < 4; h++) out[h][r] = reduce4(acc[h]);
+    }
+}
+
+/* ms_vec_axpy_rows for two outputs over the same rows: 64 floats of each
+ * held in registers, each row's loads shared by the two. */
+void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
+                                float *const y[2]) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 acc[2][4];
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 4; v++) acc[h][v] = _mm512_loadu_ps(y[h] + i + 16 * v);
+        for (int64_t k = 0; k < n_rows; k++) {
+            const __m512 w0 = _mm512_set1_ps(w[0][k]), w1 = _mm512_set1_ps(w[1][k]);
+            const float *x = rows[k] + i;
+            for (int v = 0; v < 4; v++) {
+                const __m512 xv = _mm512_loadu_ps(x + 16 * v);
+                acc[0][v] = _mm512_fmadd_ps(w0, xv, acc[0][v]);
+                acc[1][v] = _mm512_fmadd_ps(w1, xv, acc[1][v]);
+            }
+        }
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 4; v++) _mm512_storeu_ps(y[h] + i + 16 * v, acc[h][v]);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 a0 = _mm512_loadu_ps(y[0] + i), a1 = _mm512_loadu_ps(y[1] + i);
+        for (int64_t k = 0; k < n_rows; k++) {
+            const __m512 xv = _mm512_loadu_ps(rows[k] + i);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[0][k]), xv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[1][k]), xv, a1);
+        }
+        _mm512_storeu_ps(y[0] + i, a0);
+        _mm512_storeu_ps(y[1] + i, a1);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 a0 = _mm512_maskz_loadu_ps(m, y[0] + i), a1 = _mm512_maskz_loadu_ps(m, y[1] + i);
+        for (int64_t k = 0; k < n_rows; k++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, rows[k] + i);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[0][k]), xv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[1][k]), xv, a1);
+        }
+        _mm512_mask_storeu_ps(y[0] + i, m, a0);
+        _mm512_mask_storeu_ps(y[1] + i, m, a1);
     }
 }

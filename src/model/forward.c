@@ -1017,9 +1017,12 @@ static inline const float *attn_key(const struct attn_job *j, int64_t q) {
 /* Sink softmax attention of heads [h0, h1) of token t, then inverse RoPE
  * of each head's output at the query position. sel: ratio 4, the
  * compressed rows the indexer kept (NULL: all). score: this thread's
- * [n_swa + comp_cap] scratch. */
+ * [4][n_swa + comp_cap] scratch, rows its [n_swa + comp_cap]. The keys (= values) a token sees are the
+ * same for all heads: listed once, then each head's scores and weighted
+ * sum run over the list (ms_vec_dot_rows / ms_vec_axpy_rows: the same
+ * operations, in the same order, as a dot and an axpy per key). */
 static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, int64_t h1,
-                             const uint8_t *sel, float *score) {
+                             const uint8_t *sel, float *score, const float **rows) {
     const struct dsv4_session *s = j->s;
     const struct dsv4_hparams *hp = &s->m->hp;
     const int64_t d = hp->n_embd_head, n_swa = hp->n_swa, H = hp->n_head;
@@ -1027,39 +1030,56 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
     const float kq_scale = 1.0f / sqrtf((float)d);
     const int64_t lo = p - n_swa + 1 > 0 ? p - n_swa + 1 : 0;
     const struct ms_rope_params rp = rope_params(hp, j->ratio);
-    for (int64_t h = h0; h < h1; h++) {
-        const float *q = s->sc.q + (t * H + h) * d;
-        float *o = s->sc.attn_out + (t * H + h) * d;
-        int ns = 0;
-        float mx = -INFINITY;
-        for (int64_t q_pos = lo; q_pos <= p; q_pos++) {
-            score[ns] = ms_vec_dot(d, q, attn_key(j, q_pos)) * kq_scale;
-            mx = fmaxf(mx, score[ns++]);
+    int64_t nk = 0;
+    for (int64_t q_pos = lo; q_pos <= p; q_pos++) rows[nk++] = attn_key(j, q_pos);
+    for (int64_t m = 0; m < n_comp; m++)
+        if (!sel || sel[m]) rows[nk++] = j->st->comp + m * d;
+    /* heads four at a time for the scores, two at a time for the sums
+     * (each key loaded once for them), the rest one by one */
+    for (int64_t h = h0; h < h1;) {
+        const int nh = h1 - h >= 4 ? 4 : 1;
+        float *sc[4];
+        for (int g = 0; g < nh; g++) sc[g] = score + (size_t)g * (size_t)nk;
+        if (nh == 4) {
+            const float *const q4[4] = {s->sc.q + (t * H + h) * d, s->sc.q + (t * H + h + 1) * d,
+                                        s->sc.q + (t * H + h + 2) * d, s->sc.q + (t * H + h + 3) * d};
+            ms_vec_dot_rows_x4(d, q4, rows, nk, sc);
+        } else {
+            ms_vec_dot_rows(d, s->sc.q + (t * H + h) * d, rows, nk, sc[0]);
         }
-        for (int64_t m = 0; m < n_comp; m++) {
-            if (sel && !sel[m]) continue;
-            score[ns] = ms_vec_dot(d, q, j->st->comp + m * d) * kq_scale;
-            mx = fmaxf(mx, score[ns++]);
+        float den[4];
+        for (int g = 0; g < nh; g++) {
+            float mx = -INFINITY;
+            for (int64_t k = 0; k < nk; k++) {
+                sc[g][k] *= kq_scale;
+                mx = fmaxf(mx, sc[g][k]);
+            }
+            const float sink = j->sinks[h + g];
+            mx = fmaxf(mx, sink);
+            den[g] = expf(sink - mx);
+            for (int64_t k = 0; k < nk; k++) {
+                sc[g][k] = expf(sc[g][k] - mx); /* the key's weight */
+                den[g] += sc[g][k];
+            }
+            memset(s->sc.attn_out + (t * H + h + g) * d, 0, (size_t)d * sizeof(float));
         }
-        const float sink = j->sinks[h];
-        mx = fmaxf(mx, sink);
-        float den = expf(sink - mx);
-        memset(o, 0, (size_t)d * sizeof(float));
-        int js = 0;
-        for (int64_t q_pos = lo; q_pos <= p; q_pos++, js++) {
-            const float w = expf(score[js] - mx);
-            den += w;
-            ms_vec_axpy(d, w, attn_key(j, q_pos), o);
+        for (int g = 0; g < nh; g += 2) {
+            float *o0 = s->sc.attn_out + (t * H + h + g) * d;
+            if (g + 1 < nh) {
+                const float *const w2[2] = {sc[g], sc[g + 1]};
+                float *const o2[2] = {o0, o0 + d};
+                ms_vec_axpy_rows_x2(d, w2, rows, nk, o2);
+            } else {
+                ms_vec_axpy_rows(d, sc[g], rows, nk, o0);
+            }
         }
-        for (int64_t m = 0; m < n_comp; m++) {
-            if (sel && !sel[m]) continue;
-            const float w = expf(score[js++] - mx);
-            den += w;
-            ms_vec_axpy(d, w, j->st->comp + m * d, o);
+        for (int g = 0; g < nh; g++) {
+            float *o = s->sc.attn_out + (t * H + h + g) * d;
+            const float inv = 1.0f / den[g];
+            for (int64_t i = 0; i < d; i++) o[i] *= inv;
+            ms_rope_tail(o, d, p, &rp, true);
         }
-        const float inv = 1.0f / den;
-        for (int64_t i = 0; i < d; i++) o[i] *= inv;
-        ms_rope_tail(o, d, p, &rp, true);
+        h += nh;
     }
 }
 
@@ -1072,14 +1092,16 @@ static void indexer_scores(const struct dsv4_session *s, const struct dsv4_layer
     const struct dsv4_hparams *hp = &s->m->hp;
     const struct dsv4_scratch *sc = &s->sc;
     const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    /* the token's query heads (dot(q, key) = dot(key, q) bit for bit: one
+     * FMA per element either way) */
+    const float *qh[DSV4_MAX_INDEXER_HEADS];
+    float dot[DSV4_MAX_INDEXER_HEADS];
+    for (int64_t h = 0; h < HI; h++) qh[h] = sc->idx_q + (t * HI + h) * dI;
     for (int64_t m = m0; m < m1; m++) {
         const float *key = st->idx_keys + m * dI;
         float acc = 0.0f;
-        for (int64_t h = 0; h < HI; h++) {
-            const float *qh = sc->idx_q + (t * HI + h) * dI;
-            const float dot = ms_vec_dot(dI, qh, key);
-            acc += sc->idx_w[t * HI + h] * (dot > 0.0f ? dot : 0.0f);
-        }
+        ms_vec_dot_rows(dI, key, qh, HI, dot);
+        for (int64_t h = 0; h < HI; h++) acc += sc->idx_w[t * HI + h] * (dot[h] > 0.0f ? dot[h] : 0.0f);
         score[m] = acc;
     }
 }
@@ -1103,9 +1125,13 @@ static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer
     indexer_pick(s, n_comp, score, top, sel);
 }
 
-/* Attention-score scratch of worker ith. */
+/* Attention-score (four heads') and key-list scratch of worker ith. */
 static float *attn_scores(const struct dsv4_session *s, int ith) {
-    return s->sc.attn_score + (size_t)ith * (size_t)(s->m->hp.n_swa + s->comp_cap);
+    return s->sc.attn_score + (size_t)ith * 4 * (size_t)(s->m->hp.n_swa + s->comp_cap);
+}
+
+static const float **attn_rows(const struct dsv4_session *s, int ith) {
+    return s->sc.attn_rows + (size_t)ith * (size_t)(s->m->hp.n_swa + s->comp_cap);
 }
 
 /* The indexer's selection for token t in worker ith's scratch (ratio 4),
@@ -1125,7 +1151,7 @@ static void attn_tokens(void *ctx, int64_t t0, int64_t t1, int ith) {
     const struct attn_job *j = ctx;
     const int64_t H = j->s->m->hp.n_head;
     for (int64_t t = t0; t < t1; t++)
-        attn_token_heads(j, t, 0, H, attn_select(j, t, ith), attn_scores(j->s, ith));
+        attn_token_heads(j, t, 0, H, attn_select(j, t, ith), attn_scores(j->s, ith), attn_rows(j->s, ith));
 }
 
 /* Pool items: the heads of token j->t (decode); its selection is made once
@@ -1133,7 +1159,7 @@ static void attn_tokens(void *ctx, int64_t t0, int64_t t1, int ith) {
 static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
     const struct attn_job *j = ctx;
     const uint8_t *sel = j->ratio == 4 ? j->s->sc.idx_sel : NULL;
-    attn_token_heads(j, j->t, h0, h1, sel, attn_scores(j->s, ith));
+    attn_token_heads(j, j->t, h0, h1, sel, attn_scores(j->s, ith), attn_rows(j->s, ith));
 }
 
 /* Pool items: compressed rows [m0, m1) of token j->t's indexer scores,

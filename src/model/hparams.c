@@ -215,6 +215,9 @@ int dsv4_hparams_validate(const struct dsv4_hparams *hp, ms_err *err) {
         return ms_err_set(err, "%s = %u: must be even, > 0 and <= min(key_length %u, indexer "
                           "key_length %u)", KEY_ROT, hp->n_rot, hp->n_embd_head,
                           hp->indexer_head_size);
+    if (hp->n_indexer_head > DSV4_MAX_INDEXER_HEADS)
+        return ms_err_set(err, "%s = %u: must be at most %d", KEY_IDX_HEAD, hp->n_indexer_head,
+                          DSV4_MAX_INDEXER_HEADS);
     if (hp->indexer_head_size % 64)
         return ms_err_set(err, "%s = %u: must be a multiple of 64 (Hadamard blocks)",
                           KEY_IDX_LEN, hp->indexer_head_size);

@@ -27,6 +27,9 @@
  * V4 uses 20; the normalisation has converged long before 100, and the file
  * value is otherwise an unbounded per-token cost. */
 #define DSV4_MAX_SINKHORN_ITER 100
+/* Indexer heads a model may have (Flash has 64): the per-row indexer
+ * scores keep one dot per head on the stack. */
+#define DSV4_MAX_INDEXER_HEADS 256
 
 struct dsv4_hparams {
     uint32_t n_ctx_train;      /* context_length */

@@ -116,7 +116,8 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
     BUF(idx_w,           n * HI);
     BUF(n_comp_seen,     n);
     BUF(comp_window,     2 * window);
-    BUF(attn_score,      nt * (hp->n_swa + cc));
+    BUF(attn_score,      nt * 4 * (hp->n_swa + cc));
+    BUF(attn_rows,       nt * (hp->n_swa + cc));
     BUF(idx_score,       nt * cc);
     BUF(idx_top,         nt * cc);
     BUF(idx_sel,         nt * cc);

@@ -60,7 +60,8 @@ struct dsv4_scratch {
     float *idx_w;      /* [n][H_I] indexer head weights */
     int64_t *n_comp_seen; /* [n] compressed rows visible to each token */
     float *comp_window;   /* [2][max coff*r] one compressed element's scores, values */
-    float *attn_score;    /* [n_threads][n_swa + comp_cap] attention scores */
+    float *attn_score;    /* [n_threads][4][n_swa + comp_cap] attention scores of 4 heads */
+    const float **attn_rows; /* [n_threads][n_swa + comp_cap] the keys a token attends to */
     float *idx_score;     /* [n_threads][comp_cap] indexer scores */
     int *idx_top;         /* [n_threads][comp_cap] top-k scratch */
     uint8_t *idx_sel;     /* [n_threads][comp_cap] selected-row flags */
