@@ -186,6 +186,43 @@ static void test_gemm_q8_0_x16(void **state) {
     }
 }
 
+/* The f32-activation Q8_0 GEMM of the AVX-512 set against the AVX2 single
+ * kernel it repeats, bit for bit: the same row, token and block cases as
+ * above, activations normal with outliers. */
+static void test_gemm_q8_0_f32x16(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x51ed270bull);
+    for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
+        const int64_t n = block_counts[li] * QK8_0, nr = 5;
+        const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
+        char *w = xalloc(stride * (size_t)nr);
+        float *a = xalloc((size_t)n * 16 * sizeof(float));
+        float *pack = xalloc((size_t)n * 16 * sizeof(float));
+        for (int64_t i = 0; i < nr; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
+        for (int t = 0; t < 16; t++) make_row(&r, MS_TYPE_F32, n, false, a + (size_t)t * (size_t)n);
+        for (int nt = 1; nt <= 16; nt++) {
+            ms_pack_f32_x16(n, a, (size_t)n * sizeof(float), nt, pack);
+            for (int64_t rows = 1; rows <= nr; rows += 2) {
+                float y[16 * 5], want;
+                for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
+                ms_gemm_q8_0_f32x16_avx512(n, y, rows, w, stride, rows, pack, nt);
+                for (int t = 0; t < nt; t++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        ms_dot_q8_0_f32_avx2(n, &want, w + (size_t)i * stride, a + (size_t)t * (size_t)n);
+                        if (memcmp(&want, &y[t * rows + i], sizeof want))
+                            fail_msg("q8_0 f32 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs single %.9g",
+                                     (long long)block_counts[li], (long long)rows, nt, t, (long long)i,
+                                     (double)y[t * rows + i], (double)want);
+                    }
+                for (int64_t k = nt * rows; k < 16 * rows; k++) assert_true(y[k] == -1.0f);
+            }
+        }
+        ms_free(w), ms_free(a), ms_free(pack);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
@@ -219,6 +256,7 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->gemm_tok, ms_gemm_iq2_xxs_q8_Kx16_avx512);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q8_0x16_avx512);
         assert_int_equal(q8->gemm_tok_lanes, 16);
+        assert_ptr_equal(q8->gemm_tok_f32, ms_gemm_q8_0_f32x16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
@@ -284,6 +322,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_x4_bit_identical),
         cmocka_unit_test(test_gemm_q8_0_x16),
+        cmocka_unit_test(test_gemm_q8_0_f32x16),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

@@ -167,15 +167,18 @@ static size_t act_row_bytes(const struct ms_mm_op *op) {
     return ms_row_size(tt->vec_dot_type, op->w->n_cols);
 }
 
-/* Tokens of op that go through the type's token-lane GEMM (whole groups
- * of gemm_tok_lanes, and a last partial group of at least gemm_tok_min,
- * whose spare lanes cost less than the four-token calls it replaces), 0
- * when it has none or runs exact. */
+/* Tokens of op that go through a token-lane GEMM (whole groups of its
+ * lanes, and a last partial group of at least its minimum, whose spare
+ * lanes cost less than the four-token calls it replaces), 0 when the type
+ * has none for op's mode: gemm_tok in fast mode, gemm_tok_f32 (16 lanes)
+ * for exact products. */
 static int64_t pack_tokens(const struct ms_mm_op *op) {
     const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-    if (op->exact || !tt->gemm_tok || op->n_tok < tt->gemm_tok_min) return 0;
-    const int64_t rem = op->n_tok % tt->gemm_tok_lanes;
-    return rem >= tt->gemm_tok_min ? op->n_tok : op->n_tok - rem;
+    const bool f32 = op->exact;
+    const int lanes = f32 ? 16 : tt->gemm_tok_lanes, min = f32 ? tt->gemm_tok_f32_min : tt->gemm_tok_min;
+    if (!(f32 ? tt->gemm_tok_f32 != NULL : tt->gemm_tok != NULL) || op->n_tok < min) return 0;
+    const int64_t rem = op->n_tok % lanes;
+    return rem >= min ? op->n_tok : op->n_tok - rem;
 }
 
 /* The packed groups start at this alignment in the scratch (the kernels
@@ -186,6 +189,7 @@ static int64_t pack_tokens(const struct ms_mm_op *op) {
 static size_t pack_bytes(const struct ms_mm_op *op) {
     const int64_t nt = pack_tokens(op);
     if (nt == 0) return 0;
+    if (op->exact) return (size_t)((nt + 15) / 16) * (size_t)op->w->n_cols * 16 * sizeof(float);
     const struct ms_type_traits *tt = ms_type_traits(op->w->type);
     const int64_t bs = ms_type_traits(tt->vec_dot_type)->blck_size;
     return (size_t)((nt + tt->gemm_tok_lanes - 1) / tt->gemm_tok_lanes) * (size_t)(op->w->n_cols / bs) *
@@ -227,6 +231,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
                        op->w2->n_cols != op->w->n_cols))
             return ms_err_set(err, "matmul: paired matrices differ in shape or type");
+        if (op->exact && pack_bytes(op)) act_bytes += pack_bytes(op) + MM_PACK_ALIGN;
         if (!op->exact && tt->vec_dot_type != MS_TYPE_F32) {
             const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
             if (!at || !at->from_float || act_row_bytes(op) == 0)
@@ -276,6 +281,24 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             j->dot4 = op->exact ? tt->vec_dot_f32_x4 : tt->vec_dot_x4;
             j->act = op->x;
             j->act_stride = (size_t)op->ldx * sizeof(float);
+            /* exact products with an f32 token-lane GEMM: tokens packed
+             * [column][16] (a pack per op) */
+            j->n_pack = op->exact ? pack_tokens(op) : 0;
+            if (j->n_pack > 0) {
+                act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
+                float *dst = (float *)((char *)c->scratch + act_off);
+                const size_t group = (size_t)op->w->n_cols * 16;
+                j->gemm = tt->gemm_tok_f32;
+                j->lanes = 16;
+                j->pack = dst;
+                j->pack_stride = group * sizeof(float);
+                for (int64_t t = 0; t < j->n_pack; t += 16) {
+                    const int64_t left = op->n_tok - t;
+                    ms_pack_f32_x16(op->w->n_cols, op->x + t * op->ldx, j->act_stride, (int)(left < 16 ? left : 16),
+                                    dst + (size_t)(t / 16) * group);
+                }
+                act_off += pack_bytes(op);
+            }
         } else {
             j->dot = tt->vec_dot;
             j->dot4 = tt->vec_dot_x4;

@@ -102,6 +102,12 @@ typedef void (*ms_act_pack_fn)(int64_t n, const void *restrict a, size_t a_strid
 typedef void (*ms_gemm_tok_fn)(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
+/* f32 activation rows x[t] (at x + t * x_stride bytes, t < nt <= 16) ->
+ * dst[16 c + t] for c < n (lanes nt.. repeat the last token). */
+typedef void (*ms_pack_f32x16_fn)(int64_t n, const float *restrict x, size_t x_stride, int nt,
+                                  float *restrict dst);
+void ms_pack_f32_x16(int64_t n, const float *restrict x, size_t x_stride, int nt, float *restrict dst);
+
 struct ms_type_traits {
     const char *name;          /* ggml's name, lower case: "q4_K", "mxfp4", ... */
     int64_t blck_size;         /* elements per block */
@@ -127,6 +133,12 @@ struct ms_type_traits {
     size_t act_pack_block;
     int gemm_tok_lanes;
     int gemm_tok_min;
+    /* Optional token-lane GEMM with f32 activations (exact mode, and the
+     * dense products fast mode keeps in f32): 16 tokens packed as [n][16]
+     * f32 (ms_pack_f32x16_fn); each output bit for bit vec_dot_f32's. A
+     * last group of fewer tokens goes through it from gemm_tok_f32_min. */
+    ms_gemm_tok_fn gemm_tok_f32;
+    int gemm_tok_f32_min;
 };
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).

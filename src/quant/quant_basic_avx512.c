@@ -668,3 +668,66 @@ void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, cons
         x16_store(y, ldy, r, out[0], nt);
     }
 }
+
+/* ---- token-lane GEMM with f32 activations (exact mode and the dense
+ * products fast mode keeps in f32): Q8_0 rows x 16 tokens
+ *
+ * The AVX-512 set computes these products with the AVX2 kernels
+ * (quant_dispatch.c), whose per-token operations this repeats lane by
+ * lane, so every output is bit for bit ms_dot_q8_0_f32_avx2's: per block,
+ * eight partial sums t_l = w_l x_l + w_{l+8} x_{l+8} + w_{l+16} x_{l+16} +
+ * w_{l+24} x_{l+24} (a multiply, then three FMAs), acc_l = fma(d, t_l,
+ * acc_l), and at the end hsum256_f32's tree, (acc_0 + acc_4) + (acc_2 +
+ * acc_6) + ... With the tokens in lanes (the activations packed [column]
+ * [16 tokens] by ms_pack_f32_x16) the eight acc_l are eight registers per
+ * row, the weights (converted to f32 once per block) are broadcast from
+ * memory, and two rows share each activation load.
+ */
+MS_SIMD_INLINE void q8_0_f32_block_x16(const block_q8_0 *const w[2], int64_t b, const float *xb, __m512 acc[2][8],
+                                       const int R) {
+    float wf[2][32] __attribute__((aligned(64)));
+    __m512 d[2];
+    for (int k = 0; k < R; k++) {
+        _mm512_store_ps(wf[k], i8x16_to_ps(_mm_loadu_si128((const __m128i *)w[k][b].qs)));
+        _mm512_store_ps(wf[k] + 16, i8x16_to_ps(_mm_loadu_si128((const __m128i *)(w[k][b].qs + 16))));
+        d[k] = _mm512_set1_ps(fp16_scale(w[k][b].d));
+    }
+    _Pragma("GCC unroll 8")
+    for (int l = 0; l < 8; l++) {
+        const __m512 x0 = _mm512_load_ps(xb + 16 * l), x1 = _mm512_load_ps(xb + 16 * (l + 8));
+        const __m512 x2 = _mm512_load_ps(xb + 16 * (l + 16)), x3 = _mm512_load_ps(xb + 16 * (l + 24));
+        for (int k = 0; k < R; k++) {
+            __m512 t = _mm512_mul_ps(_mm512_set1_ps(wf[k][l]), x0);
+            t = _mm512_fmadd_ps(_mm512_set1_ps(wf[k][l + 8]), x1, t);
+            t = _mm512_fmadd_ps(_mm512_set1_ps(wf[k][l + 16]), x2, t);
+            t = _mm512_fmadd_ps(_mm512_set1_ps(wf[k][l + 24]), x3, t);
+            acc[k][l] = _mm512_fmadd_ps(d[k], t, acc[k][l]);
+        }
+    }
+}
+
+/* hsum256_f32's tree, lane by lane: (a0 + a4) + (a2 + a6), (a1 + a5) + (a3 + a7), then their sum */
+static inline __m512 hsum8_lanes(const __m512 a[8]) {
+    const __m512 s0 = _mm512_add_ps(a[0], a[4]), s1 = _mm512_add_ps(a[1], a[5]);
+    const __m512 s2 = _mm512_add_ps(a[2], a[6]), s3 = _mm512_add_ps(a[3], a[7]);
+    return _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+}
+
+void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    const int64_t nb = n / QK8_0;
+    const float *x = pack;
+    for (int64_t r = 0; r < n_rows; r += 2) {
+        const int R = r + 1 < n_rows ? 2 : 1;
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
+        const block_q8_0 *const wr[2] = {w0, R == 2 ? (const block_q8_0 *)((const char *)w0 + w_stride) : w0};
+        __m512 acc[2][8];
+        for (int k = 0; k < 2; k++)
+            for (int l = 0; l < 8; l++) acc[k][l] = _mm512_setzero_ps();
+        if (R == 2)
+            for (int64_t b = 0; b < nb; b++) q8_0_f32_block_x16(wr, b, x + (size_t)b * QK8_0 * 16, acc, 2);
+        else
+            for (int64_t b = 0; b < nb; b++) q8_0_f32_block_x16(wr, b, x + (size_t)b * QK8_0 * 16, acc, 1);
+        for (int k = 0; k < R; k++) x16_store(y, ldy, r + k, hsum8_lanes(acc[k]), nt);
+    }
+}

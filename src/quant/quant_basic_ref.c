@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "quant/blocks.h"
+#include "quant/quant.h"
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
 
@@ -131,6 +132,13 @@ MS_DECL_DOT(q8_0, q8_0, ref) {
         sum += (double)((float)sumi * d);
     }
     *s = (float)sum;
+}
+
+void ms_pack_f32_x16(int64_t n, const float *restrict x, size_t x_stride, int nt, float *restrict dst) {
+    for (int t = 0; t < 16; t++) {
+        const float *xt = (const float *)((const char *)x + (size_t)(t < nt ? t : nt - 1) * x_stride);
+        for (int64_t c = 0; c < n; c++) dst[16 * c + t] = xt[c];
+    }
 }
 
 /* Q8_0 rows packed for the token-lane GEMM (block_q8_0x16, blocks.h); spare

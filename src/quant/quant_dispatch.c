@@ -109,6 +109,8 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->act_pack_block = 0;
     t->gemm_tok_lanes = 0;
     t->gemm_tok_min = 0;
+    t->gemm_tok_f32 = NULL;
+    t->gemm_tok_f32_min = 0;
 }
 
 /* The kernel set Q4_K runs on for a machine's isa: the AVX-512 set takes
@@ -179,6 +181,12 @@ static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm, int mi
 }
 
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
+    /* f32 activations: the AVX-512 set computes Q8_0 with the AVX2 dots
+     * (dot_f32_isa), whose operations its 16-lane GEMM repeats */
+    if (isa == ISA_AVX512 && dot_f32_isa(isa) == ISA_AVX2) {
+        tab[MS_TYPE_Q8_0].gemm_tok_f32 = ms_gemm_q8_0_f32x16_avx512;
+        tab[MS_TYPE_Q8_0].gemm_tok_f32_min = 10;
+    }
     if (isa == ISA_AVX512) {
         struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
         t->act_pack = ms_pack_q8_0_x16;
