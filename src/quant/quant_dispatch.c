@@ -161,9 +161,10 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * 163-169 against the VNNI x4 dot's 102-116 / 95-102, Q8_0 150-154 /
  * 183-188 against 69-73 / 75-78, IQ2_XXS 139-156 / 150-158 against the
  * x4 dot's 78-84 / 68-77). A last partial group goes through a 16-lane
- * form from 6 tokens on (IQ2_XXS, whose row expansion costs more: 8);
- * below that the x4 dots cost less (one 16-lane pass costs about what
- * 6-8 tokens of x4 do). The scalar table has none. */
+ * form when it has at least as many tokens as a 16-lane pass costs in x4
+ * tokens (--rows 2048 --cols 4096 --batches 4..8, the Flash expert shape):
+ * Q4_K and Q8_0 6, IQ2_XXS 8, Q2_K 9 (its x4 dot is the quickest of the
+ * three k-quant x4 dots). The scalar table has none. */
 static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
     t->act_pack = ms_pack_q8_K_x8;
     t->gemm_tok = gemm;
@@ -197,7 +198,7 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
     }
     if (isa == ISA_AVX512) {
         set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512, 6);
-        set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512, 6);
+        set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512, 9);
         set_gemm_tok16(&tab[MS_TYPE_IQ2_XXS], ms_gemm_iq2_xxs_q8_Kx16_avx512, 8);
     }
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
