@@ -642,12 +642,6 @@ MS_SIMD_INLINE void q8_0_rows_x16(const block_q8_0 *const w[2], int64_t nb, cons
         out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k]));
 }
 
-/* y[t * ldy + r] from the 16 lanes of one row's result */
-static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
-    float o[16];
-    _mm512_storeu_ps(o, v);
-    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
-}
 
 void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {

@@ -493,12 +493,6 @@ MS_SIMD_INLINE void iq2xxs_block_x16(const block_iq2_xxs *const b[2], const bloc
     }
 }
 
-/* y[t * ldy + r] from the 16 lanes of one row's result */
-static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
-    float o[16];
-    _mm512_storeu_ps(o, v);
-    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
-}
 
 /* Rows in pairs (a last odd row alone), each over all nb blocks. */
 #define MS_DEFINE_GEMM_X16(fmt, blk)                                                                       \

@@ -127,6 +127,13 @@ static inline __m512i cat256(__m256i lo, __m256i hi) {
 static inline __m512i load2x32(const void *lo, const void *hi) {
     return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
 }
+
+/* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
+static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
+    float o[16];
+    _mm512_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+}
 #endif
 
 #endif
