@@ -327,6 +327,16 @@ MS_DEFINE_DOT_F32_AVX512(iq2_xxs, block_iq2_xxs)
  * exact, and the float step per block is the reference's operations in its
  * order lane by lane, so every output is bit-identical to the single
  * kernel. The two rows of a pair share each activation load. */
+/* One Q4_K / Q2_K block's float step for 16 tokens: lane t adds the
+ * reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ), its
+ * operations in its order. */
+static inline __m512 kq_x16_block_add(__m512 accf, __m512 ad, uint16_t d, uint16_t dmin, __m512i sumi, __m512i summ) {
+    const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d)));
+    const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(dmin)));
+    return _mm512_add_ps(accf, _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi)),
+                                             _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+}
+
 MS_SIMD_INLINE void q4k_block_x16(const block_q4_K *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
                                   const int R) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -373,11 +383,7 @@ MS_SIMD_INLINE void q4k_block_x16(const block_q4_K *const b[2], const block_q8_K
             const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
             summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
         }
-        /* lane t: the reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ) */
-        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
-        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
-                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+        accf[k] = kq_x16_block_add(accf[k], ad, b[k]->d, b[k]->dmin, sumi[k], summ);
     }
 }
 
@@ -426,11 +432,7 @@ MS_SIMD_INLINE void q2k_block_x16(const block_q2_K *const b[2], const block_q8_K
             const int mp = (b[k]->scales[2 * q] >> 4) | ((b[k]->scales[2 * q + 1] >> 4) << 16);
             summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(mp)));
         }
-        /* lane t: the reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ) */
-        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
-        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
-                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+        accf[k] = kq_x16_block_add(accf[k], ad, b[k]->d, b[k]->dmin, sumi[k], summ);
     }
 }
 
