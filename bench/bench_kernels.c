@@ -4,8 +4,10 @@
  * quantized to each format, times f32 activations of batch 1 (decode) and
  * batch 512 (prefill), fast mode (activations converted to the format's
  * vec_dot_type, as the engine runs; --activations f32: the dot products
- * against the f32 activations, as quality mode and the dense classes the
- * fast mode keeps exact run), on T threads of moestream's pool.
+ * against the f32 activations, as quality mode runs; --activations q16:
+ * 16-bit integer activations, as fast mode's accuracy-sensitive dense
+ * products take with Q8_0 weights, f32 for other types), on T threads of
+ * moestream's pool.
  * Repeats each product until --min-time has passed and reports the mean
  * and the fastest repetition (on a shared machine the best repetition is
  * the one least disturbed by other processes, as membw's best-of-8).
@@ -17,7 +19,7 @@
  * usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R]
  *                      [--cols C] [--batches 1,512] [--min-time S]
  *                      [--working-set MIB] [--clock wall|cpu]
- *                      [--activations converted|f32]
+ *                      [--activations converted|f32|q16]
  * out:   CSV on stdout: type,batch,threads,rows,cols,seconds,gflops,weight_gbs,
  *        best_seconds,best_gflops,best_weight_gbs (gflops = 2 rows cols batch /
  *        time; weight_gbs = weight bytes / time, 10^9 units; seconds is the
@@ -39,7 +41,7 @@
  * on a machine shared with other busy processes, wall time mostly measures
  * the queue for the cores. */
 static int g_cpu_clock, g_threads = 1;
-static bool g_exact; /* --activations f32 */
+static enum ms_act g_act = MS_ACT_QUANT; /* --activations */
 
 static double now(void) {
     struct timespec ts;
@@ -75,8 +77,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--working-set")) working_set_mib = atol(v);
         else if (!strcmp(k, "--clock") && (!strcmp(v, "cpu") || !strcmp(v, "wall")))
             g_cpu_clock = !strcmp(v, "cpu");
-        else if (!strcmp(k, "--activations") && (!strcmp(v, "f32") || !strcmp(v, "converted")))
-            g_exact = !strcmp(v, "f32");
+        else if (!strcmp(k, "--activations") && !strcmp(v, "converted")) g_act = MS_ACT_QUANT;
+        else if (!strcmp(k, "--activations") && !strcmp(v, "f32")) g_act = MS_ACT_F32;
+        else if (!strcmp(k, "--activations") && !strcmp(v, "q16")) g_act = MS_ACT_Q16;
         else goto usage;
     }
     if (threads < 1 || rows < 1 || cols < 256 || cols % 256 || !(min_time > 0) ||
@@ -132,7 +135,7 @@ int main(int argc, char **argv) {
             if (nb < 1) continue;
             struct ms_mat m = {.data = w, .type = t, .n_rows = rows, .n_cols = cols,
                                .row_stride = row_bytes};
-            if (ms_matmul(&mm, &m, x, cols, nb, y, rows, g_exact, &err)) { /* warm-up */
+            if (ms_matmul(&mm, &m, x, cols, nb, y, rows, g_act, &err)) { /* warm-up */
                 fprintf(stderr, "bench_kernels: %s: %s\n", tn, err.msg);
                 return 1;
             }
@@ -141,7 +144,7 @@ int main(int argc, char **argv) {
             double dt, best = 1e30, tp = t0;
             do {
                 m.data = (const char *)w + (size_t)(reps % (long)copies) * mat_bytes;
-                ms_matmul(&mm, &m, x, cols, nb, y, rows, g_exact, &err);
+                ms_matmul(&mm, &m, x, cols, nb, y, rows, g_act, &err);
                 reps++;
                 const double t_now = now();
                 if (t_now - tp < best) best = t_now - tp;
@@ -166,6 +169,6 @@ int main(int argc, char **argv) {
 usage:
     fprintf(stderr, "usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R] "
                     "[--cols C (multiple of 256)] [--batches 1,512] [--min-time S] "
-                    "[--working-set MIB] [--clock wall|cpu] [--activations converted|f32]\n");
+                    "[--working-set MIB] [--clock wall|cpu] [--activations converted|f32|q16]\n");
     return 2;
 }

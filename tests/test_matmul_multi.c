@@ -92,18 +92,22 @@ static void done_fn(void *argp, int64_t r0, int64_t r1) {
 struct op_case {
     enum ms_type type;
     int64_t rows, n_tok;
-    bool exact, pair;
+    enum ms_act act;
+    bool pair;
     int x; /* which activation buffer: equal indices share one */
 };
 
 static const struct op_case cases[] = {
-    {MS_TYPE_Q8_0, MAX_ROWS, 1, false, false, 0},   {MS_TYPE_Q4_K, 300, 1, false, true, 0},
-    {MS_TYPE_IQ2_XXS, 200, 1, false, true, 0},      {MS_TYPE_Q2_K, 3, 1, false, false, 0},
-    {MS_TYPE_F16, 1, 1, true, false, 0},            {MS_TYPE_Q8_0, 64, 1, true, false, 0},
-    {MS_TYPE_Q4_K, 500, 3, false, true, 1},         {MS_TYPE_Q2_K, 257, 5, false, false, 2},
-    {MS_TYPE_MXFP4, 129, 2, false, true, 3},        {MS_TYPE_BF16, 77, 4, true, true, 1},
-    {MS_TYPE_F32, 33, 5, false, false, 2},          {MS_TYPE_IQ2_XXS, MAX_ROWS, 5, true, false, 2},
-    {MS_TYPE_Q2_K, 40, 3, false, false, 3}, /* as op 6's dot type and tokens, another input */
+    {MS_TYPE_Q8_0, MAX_ROWS, 1, MS_ACT_QUANT, false, 0},   {MS_TYPE_Q4_K, 300, 1, MS_ACT_QUANT, true, 0},
+    {MS_TYPE_IQ2_XXS, 200, 1, MS_ACT_QUANT, true, 0},      {MS_TYPE_Q2_K, 3, 1, MS_ACT_QUANT, false, 0},
+    {MS_TYPE_F16, 1, 1, MS_ACT_F32, false, 0},            {MS_TYPE_Q8_0, 64, 1, MS_ACT_F32, false, 0},
+    {MS_TYPE_Q4_K, 500, 3, MS_ACT_QUANT, true, 1},         {MS_TYPE_Q2_K, 257, 5, MS_ACT_QUANT, false, 2},
+    {MS_TYPE_MXFP4, 129, 2, MS_ACT_QUANT, true, 3},        {MS_TYPE_BF16, 77, 4, MS_ACT_F32, true, 1},
+    {MS_TYPE_F32, 33, 5, MS_ACT_QUANT, false, 2},          {MS_TYPE_IQ2_XXS, MAX_ROWS, 5, MS_ACT_F32, false, 2},
+    {MS_TYPE_Q2_K, 40, 3, MS_ACT_QUANT, false, 3}, /* as op 6's dot type and tokens, another input */
+    {MS_TYPE_Q8_0, 90, 5, MS_ACT_Q16, true, 2},    {MS_TYPE_Q8_0, 40, 5, MS_ACT_Q16, false, 2},
+    {MS_TYPE_F16, 20, 3, MS_ACT_Q16, false, 1}, /* no Q16_0 dots: f32 */
+    {MS_TYPE_Q8_0, 33, 5, MS_ACT_QUANT, false, 2}, /* the same input as the Q16_0 ops, int8 */
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -131,12 +135,12 @@ static void run_multi(struct ms_pool *pool) {
         ref2[i] = xalloc(sz);
         want[i] = xalloc(sz);
         assert_int_equal(ms_matmul(&single, &w[i], xs[c->x], N_COLS, c->n_tok, ref[i], c->rows,
-                                   c->exact, &err),
+                                   c->act, &err),
                          0);
         memcpy(want[i], ref[i], sz);
         if (c->pair) {
             assert_int_equal(ms_matmul(&single, &w2[i], xs[c->x], N_COLS, c->n_tok, ref2[i],
-                                       c->rows, c->exact, &err),
+                                       c->rows, c->act, &err),
                              0);
             for (int64_t e = 0; e < c->n_tok * c->rows; e++)
                 want[i][e] = ref[i][e] * ref2[i][e] + 1.0f;
@@ -147,7 +151,7 @@ static void run_multi(struct ms_pool *pool) {
         ops[i] = (struct ms_mm_op){.w = &w[i], .w2 = c->pair ? &w2[i] : NULL, .x = xs[c->x],
                                    .ldx = N_COLS, .n_tok = c->n_tok,
                                    .y = xalloc(sz), .y2 = c->pair ? xalloc(sz) : NULL,
-                                   .ldy = c->rows, .exact = c->exact};
+                                   .ldy = c->rows, .act = c->act};
         for (int64_t e = 0; e < c->n_tok * c->rows; e++) ops[i].y[e] = NAN;
         da[i] = (struct done_arg){.op = &ops[i], .ref_y = ref[i], .ref_y2 = ref2[i],
                                   .seen = calloc((size_t)c->rows, sizeof(_Atomic int))};
@@ -166,7 +170,7 @@ static void run_multi(struct ms_pool *pool) {
         if (memcmp(ops[i].y, want[i], sz)) {
             print_error("op %d (%s, %lld rows, %lld tokens, %s%s): fused result differs\n", i,
                         ms_type_name(c->type), (long long)c->rows, (long long)c->n_tok,
-                        c->exact ? "quality" : "fast", c->pair ? ", pair" : "");
+                        c->act ? "quality" : "fast", c->pair ? ", pair" : "");
             fail();
         }
         if (c->pair) assert_memory_equal(ops[i].y2, ref2[i], sz);

@@ -675,7 +675,7 @@ static int matvec(enum ms_type type, const void *w, int64_t n_rows, int64_t n_co
     const struct ms_mat m = {.data = w, .type = type, .n_rows = n_rows, .n_cols = n_cols,
                              .row_stride = ms_row_size(type, n_cols)};
     ms_err err = {{0}};
-    const int rc = ms_matmul(&ctx, &m, x, n_cols, 1, y, n_rows, quality, &err);
+    const int rc = ms_matmul(&ctx, &m, x, n_cols, 1, y, n_rows, quality ? MS_ACT_F32 : MS_ACT_QUANT, &err);
     ms_matmul_ctx_free(&ctx);
     return rc;
 }

@@ -295,14 +295,16 @@ static void test_matmul_batch_invariant(void **state) {
         char *w = xalloc(row * (size_t)n_rows);
         for (int64_t i = 0; i < n_rows; i++) make_row(&r, types[ti], n_cols, true, w + (size_t)i * row);
         const struct ms_mat m = {.data = w, .type = types[ti], .n_rows = n_rows, .n_cols = n_cols, .row_stride = row};
-        for (int exact = 0; exact < 2; exact++) {
+        const enum ms_act acts[] = {MS_ACT_QUANT, MS_ACT_F32, MS_ACT_Q16};
+        for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
+            const enum ms_act act = acts[ai];
             for (int64_t nt = 1; nt <= n_tok; nt++) {
                 ms_err err = {0};
                 memset(yb, 0, (size_t)(n_tok * n_rows) * sizeof(float));
-                assert_int_equal(ms_matmul(&ctx, &m, x, n_cols, nt, yb, n_rows, exact, &err), 0);
+                assert_int_equal(ms_matmul(&ctx, &m, x, n_cols, nt, yb, n_rows, act, &err), 0);
                 for (int64_t t = 0; t < nt; t++)
                     assert_int_equal(ms_matmul(&ctx, &m, x + t * n_cols, n_cols, 1, y1 + t * n_rows, n_rows,
-                                               exact, &err),
+                                               act, &err),
                                      0);
                 assert_memory_equal(yb, y1, (size_t)(nt * n_rows) * sizeof(float));
                 bool nonzero = false;

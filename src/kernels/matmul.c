@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/blocks.h"
 #include "util/mem.h"
 
 void ms_matmul_ctx_free(struct ms_matmul_ctx *c) {
@@ -159,26 +160,88 @@ static void mm_multi_task(void *ctx, int64_t b, int64_t e, int ith) {
     for (int64_t i = b; i < e; i++) mm_chunk_run(m, &m->chunks[i]);
 }
 
-/* Bytes of one token's converted activations for op (fast mode with a
- * non-f32 dot type), 0 when the dot takes the f32 activations as given. */
-static size_t act_row_bytes(const struct ms_mm_op *op) {
-    const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-    if (op->exact || tt->vec_dot_type == MS_TYPE_F32) return 0;
-    return ms_row_size(tt->vec_dot_type, op->w->n_cols);
+/* How an op's dot products take their activations, resolved from its
+ * ms_act and its weight type's traits. */
+struct act_fmt {
+    enum ms_act act;        /* QUANT, F32 or Q16 (Q16 without kernels: F32) */
+    enum ms_type conv_type; /* QUANT: the vec_dot_type rows are converted to */
+    size_t row_bytes;       /* converted bytes per token; 0: the f32 rows as given */
+    ms_from_float_fn conv;
+    ms_vec_dot_fn dot;
+    ms_vec_dot_x4_fn dot4;  /* may be NULL */
+    ms_act_pack_fn pack;    /* token-lane GEMM (may be NULL) and its packing */
+    ms_gemm_tok_fn gemm;
+    size_t pack_block;      /* packed bytes per pack_blck elements of a group */
+    int64_t pack_blck;
+    int lanes, min;
+};
+
+static void pack_f32_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    ms_pack_f32_x16(n, a, a_stride, nt, dst);
 }
 
-/* Tokens of op that go through a token-lane GEMM (whole groups of its
- * lanes, and a last partial group of at least its minimum, whose spare
- * lanes cost less than the four-token calls it replaces), 0 when the type
- * has none for op's mode: gemm_tok in fast mode, gemm_tok_f32 (16 lanes)
- * for exact products. */
-static int64_t pack_tokens(const struct ms_mm_op *op) {
+static struct act_fmt act_fmt(const struct ms_mm_op *op) {
     const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-    const bool f32 = op->exact;
-    const int lanes = f32 ? 16 : tt->gemm_tok_lanes, min = f32 ? tt->gemm_tok_f32_min : tt->gemm_tok_min;
-    if (!(f32 ? tt->gemm_tok_f32 != NULL : tt->gemm_tok != NULL) || op->n_tok < min) return 0;
-    const int64_t rem = op->n_tok % lanes;
-    return rem >= min ? op->n_tok : op->n_tok - rem;
+    enum ms_act act = op->act;
+    if (act == MS_ACT_Q16 && !tt->vec_dot_q16) act = MS_ACT_F32;
+    if (act == MS_ACT_QUANT && tt->vec_dot_type == MS_TYPE_F32) act = MS_ACT_F32;
+    struct act_fmt f = {.act = act};
+    switch (act) {
+    case MS_ACT_F32:
+        f.dot = tt->vec_dot_f32;
+        f.dot4 = tt->vec_dot_f32_x4;
+        if (tt->gemm_tok_f32) {
+            f.pack = pack_f32_x16;
+            f.gemm = tt->gemm_tok_f32;
+            f.pack_block = 16 * sizeof(float);
+            f.pack_blck = 1;
+            f.lanes = 16;
+            f.min = tt->gemm_tok_f32_min;
+        }
+        break;
+    case MS_ACT_Q16:
+        f.row_bytes = (size_t)(op->w->n_cols / QK8_0) * sizeof(block_q16_0);
+        f.conv = tt->q16_from_float;
+        f.dot = tt->vec_dot_q16;
+        f.dot4 = tt->vec_dot_q16_x4;
+        if (tt->gemm_tok_q16) {
+            f.pack = ms_pack_q16_0_x16;
+            f.gemm = tt->gemm_tok_q16;
+            f.pack_block = sizeof(block_q16_0x16);
+            f.pack_blck = QK8_0;
+            f.lanes = 16;
+            f.min = tt->gemm_tok_q16_min;
+        }
+        break;
+    case MS_ACT_QUANT: {
+        const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
+        f.conv_type = tt->vec_dot_type;
+        f.row_bytes = ms_row_size(tt->vec_dot_type, op->w->n_cols);
+        f.conv = at ? at->from_float : NULL;
+        f.dot = tt->vec_dot;
+        f.dot4 = tt->vec_dot_x4;
+        if (tt->gemm_tok) {
+            f.pack = tt->act_pack;
+            f.gemm = tt->gemm_tok;
+            f.pack_block = tt->act_pack_block;
+            f.pack_blck = at ? at->blck_size : 1;
+            f.lanes = tt->gemm_tok_lanes;
+            f.min = tt->gemm_tok_min;
+        }
+        break;
+    }
+    }
+    return f;
+}
+
+/* Tokens of op that go through its format's token-lane GEMM (whole groups
+ * of its lanes, and a last partial group of at least its minimum, whose
+ * spare lanes cost less than the four-token calls it replaces), 0 when the
+ * format has none. */
+static int64_t pack_tokens(const struct ms_mm_op *op, const struct act_fmt *f) {
+    if (!f->gemm || op->n_tok < f->min) return 0;
+    const int64_t rem = op->n_tok % f->lanes;
+    return rem >= f->min ? op->n_tok : op->n_tok - rem;
 }
 
 /* The packed groups start at this alignment in the scratch (the kernels
@@ -186,21 +249,17 @@ static int64_t pack_tokens(const struct ms_mm_op *op) {
 #define MM_PACK_ALIGN 64
 
 /* Bytes of op's packed activation groups. */
-static size_t pack_bytes(const struct ms_mm_op *op) {
-    const int64_t nt = pack_tokens(op);
+static size_t pack_bytes(const struct ms_mm_op *op, const struct act_fmt *f) {
+    const int64_t nt = pack_tokens(op, f);
     if (nt == 0) return 0;
-    if (op->exact) return (size_t)((nt + 15) / 16) * (size_t)op->w->n_cols * 16 * sizeof(float);
-    const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-    const int64_t bs = ms_type_traits(tt->vec_dot_type)->blck_size;
-    return (size_t)((nt + tt->gemm_tok_lanes - 1) / tt->gemm_tok_lanes) * (size_t)(op->w->n_cols / bs) *
-           tt->act_pack_block;
+    return (size_t)((nt + f->lanes - 1) / f->lanes) * (size_t)(op->w->n_cols / f->pack_blck) * f->pack_block;
 }
 
 /* Whether op b can use the activations op a converted. */
-static bool same_act(const struct ms_mm_op *a, const struct ms_mm_op *b) {
-    return act_row_bytes(a) > 0 && a->x == b->x && a->ldx == b->ldx && a->n_tok == b->n_tok &&
-           a->w->n_cols == b->w->n_cols &&
-           ms_type_traits(a->w->type)->vec_dot_type == ms_type_traits(b->w->type)->vec_dot_type;
+static bool same_act(const struct ms_mm_op *a, const struct act_fmt *fa, const struct ms_mm_op *b,
+                     const struct act_fmt *fb) {
+    return fa->row_bytes > 0 && a->x == b->x && a->ldx == b->ldx && a->n_tok == b->n_tok &&
+           a->w->n_cols == b->w->n_cols && fa->act == fb->act && fa->conv_type == fb->conv_type;
 }
 
 /* Cost of one output row of op for every token: weight bytes times tokens. */
@@ -220,28 +279,41 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
                     ms_err *err) {
     if (n_ops <= 0) return 0;
     const int nt = ms_pool_n_threads(c->pool);
-    /* 1. checks, the converted activations' size, the total cost */
+    /* 1. checks, the activation formats, the converted activations' size,
+     * the total cost */
+    struct act_fmt fmt_small[8], *fmts = fmt_small;
+    if ((size_t)n_ops > sizeof fmt_small / sizeof fmt_small[0]) {
+        fmts = malloc((size_t)n_ops * sizeof *fmts);
+        if (!fmts) return ms_err_set(err, "matmul: out of memory (%d ops)", n_ops);
+    }
+    int rc = -1;
     size_t act_bytes = 0;
     double total = 0.0;
     for (int i = 0; i < n_ops; i++) {
         const struct ms_mm_op *op = &ops[i];
         const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-        if (!tt || !tt->has_kernels)
-            return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
-        if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
-                       op->w2->n_cols != op->w->n_cols))
-            return ms_err_set(err, "matmul: paired matrices differ in shape or type");
-        if (op->exact && pack_bytes(op)) act_bytes += pack_bytes(op) + MM_PACK_ALIGN;
-        if (!op->exact && tt->vec_dot_type != MS_TYPE_F32) {
-            const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
-            if (!at || !at->from_float || act_row_bytes(op) == 0)
-                return ms_err_set(err, "matmul: cannot convert activations to %s",
-                                  ms_type_name(tt->vec_dot_type));
-            bool shared = false;
-            for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], op);
-            if (!shared && op->n_tok > 0) act_bytes += act_row_bytes(op) * (size_t)op->n_tok;
-            if (pack_bytes(op)) act_bytes += pack_bytes(op) + MM_PACK_ALIGN; /* own copy: step 3 */
+        if (!tt || !tt->has_kernels) {
+            ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
+            goto out;
         }
+        if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
+                       op->w2->n_cols != op->w->n_cols)) {
+            ms_err_set(err, "matmul: paired matrices differ in shape or type");
+            goto out;
+        }
+        fmts[i] = act_fmt(op);
+        const struct act_fmt *f = &fmts[i];
+        if (f->act != MS_ACT_F32) {
+            if (!f->conv || f->row_bytes == 0) {
+                ms_err_set(err, "matmul: cannot convert activations to %s",
+                           f->act == MS_ACT_Q16 ? "q16_0" : ms_type_name(f->conv_type));
+                goto out;
+            }
+            bool shared = false;
+            for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], &fmts[k], op, f);
+            if (!shared && op->n_tok > 0) act_bytes += f->row_bytes * (size_t)op->n_tok;
+        }
+        if (pack_bytes(op, f)) act_bytes += pack_bytes(op, f) + MM_PACK_ALIGN; /* own copy: step 3 */
         if (op->n_tok > 0) total += row_cost(op) * (double)op->w->n_rows;
     }
     /* 2. chunks of about a quarter of a thread's share (one per op on a
@@ -254,14 +326,20 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         2 * (size_t)n_ops * sizeof(struct mm_job) + n_chunks * sizeof(struct mm_chunk);
     if (need > c->chunks_cap) {
         void *q = malloc(need);
-        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
+        if (!q) {
+            ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
+            goto out;
+        }
         free(c->chunks);
         c->chunks = q;
         c->chunks_cap = need;
     }
     if (act_bytes > c->scratch_cap) {
         void *q = ms_aligned_alloc(MS_ALIGN, act_bytes);
-        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", act_bytes);
+        if (!q) {
+            ms_err_set(err, "matmul: out of memory (%zu bytes)", act_bytes);
+            goto out;
+        }
         ms_free(c->scratch);
         c->scratch = q;
         c->scratch_cap = act_bytes;
@@ -272,65 +350,43 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
     size_t act_off = 0;
     for (int i = 0; i < n_ops; i++) {
         const struct ms_mm_op *op = &ops[i];
-        const struct ms_type_traits *tt = ms_type_traits(op->w->type);
+        const struct act_fmt *f = &fmts[i];
         struct mm_job *j = &jobs[2 * i];
-        *j = (struct mm_job){.w = op->w, .n_tok = op->n_tok, .y = op->y, .ldy = op->ldy};
-        const size_t row = act_row_bytes(op);
+        *j = (struct mm_job){.w = op->w, .n_tok = op->n_tok, .y = op->y, .ldy = op->ldy,
+                             .dot = f->dot, .dot4 = f->dot4};
+        const size_t row = f->row_bytes;
         if (row == 0) {
-            j->dot = op->exact ? tt->vec_dot_f32 : tt->vec_dot;
-            j->dot4 = op->exact ? tt->vec_dot_f32_x4 : tt->vec_dot_x4;
             j->act = op->x;
             j->act_stride = (size_t)op->ldx * sizeof(float);
-            /* exact products with an f32 token-lane GEMM: tokens packed
-             * [column][16] (a pack per op) */
-            j->n_pack = op->exact ? pack_tokens(op) : 0;
-            if (j->n_pack > 0) {
-                act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
-                float *dst = (float *)((char *)c->scratch + act_off);
-                const size_t group = (size_t)op->w->n_cols * 16;
-                j->gemm = tt->gemm_tok_f32;
-                j->lanes = 16;
-                j->pack = dst;
-                j->pack_stride = group * sizeof(float);
-                for (int64_t t = 0; t < j->n_pack; t += 16) {
-                    const int64_t left = op->n_tok - t;
-                    ms_pack_f32_x16(op->w->n_cols, op->x + t * op->ldx, j->act_stride, (int)(left < 16 ? left : 16),
-                                    dst + (size_t)(t / 16) * group);
-                }
-                act_off += pack_bytes(op);
-            }
         } else {
-            j->dot = tt->vec_dot;
-            j->dot4 = tt->vec_dot_x4;
             j->act_stride = row;
             for (int k = 0; k < i && !j->act; k++)
-                if (same_act(&ops[k], op)) j->act = jobs[2 * k].act;
+                if (same_act(&ops[k], &fmts[k], op, f)) j->act = jobs[2 * k].act;
             if (!j->act) {
                 char *dst = (char *)c->scratch + act_off;
-                const struct ms_type_traits *at = ms_type_traits(tt->vec_dot_type);
                 for (int64_t t = 0; t < op->n_tok; t++)
-                    at->from_float(op->x + t * op->ldx, dst + (size_t)t * row, op->w->n_cols);
+                    f->conv(op->x + t * op->ldx, dst + (size_t)t * row, op->w->n_cols);
                 j->act = dst;
                 act_off += row * (size_t)(op->n_tok > 0 ? op->n_tok : 0);
             }
-            /* the token-lane GEMM's packed groups (a pack per op: ops that
-             * share activations are mostly pairs in one op already) */
-            j->n_pack = pack_tokens(op);
-            if (j->n_pack > 0) {
-                act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
-                char *dst = (char *)c->scratch + act_off;
-                const int lanes = tt->gemm_tok_lanes;
-                j->gemm = tt->gemm_tok;
-                j->lanes = lanes;
-                j->pack = dst;
-                j->pack_stride = pack_bytes(op) / (size_t)((j->n_pack + lanes - 1) / lanes);
-                for (int64_t t = 0; t < j->n_pack; t += lanes) {
-                    const int64_t left = op->n_tok - t;
-                    tt->act_pack(op->w->n_cols, (const char *)j->act + (size_t)t * row, row,
-                                 (int)(left < lanes ? left : lanes), dst + (size_t)(t / lanes) * j->pack_stride);
-                }
-                act_off += pack_bytes(op);
+        }
+        /* the token-lane GEMM's packed groups (a pack per op: ops that
+         * share activations are mostly pairs in one op already) */
+        j->n_pack = pack_tokens(op, f);
+        if (j->n_pack > 0) {
+            act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
+            char *dst = (char *)c->scratch + act_off;
+            const int lanes = f->lanes;
+            j->gemm = f->gemm;
+            j->lanes = lanes;
+            j->pack = dst;
+            j->pack_stride = pack_bytes(op, f) / (size_t)((j->n_pack + lanes - 1) / lanes);
+            for (int64_t t = 0; t < j->n_pack; t += lanes) {
+                const int64_t left = op->n_tok - t;
+                f->pack(op->w->n_cols, (const char *)j->act + (size_t)t * j->act_stride, j->act_stride,
+                        (int)(left < lanes ? left : lanes), dst + (size_t)(t / lanes) * j->pack_stride);
             }
+            act_off += pack_bytes(op, f);
         }
         jobs[2 * i + 1] = *j;
         if (op->w2) {
@@ -346,12 +402,15 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
     }
     struct mm_multi m = {.ops = ops, .jobs = jobs, .chunks = chunks};
     ms_pool_for_each(c->pool, (int64_t)n_chunks, mm_multi_task, &m);
-    return 0;
+    rc = 0;
+out:
+    if (fmts != fmt_small) free(fmts);
+    return rc;
 }
 
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
-              int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err) {
+              int64_t n_tok, float *y, int64_t ldy, enum ms_act act, ms_err *err) {
     const struct ms_mm_op op = {.w = w, .x = x, .ldx = ldx, .n_tok = n_tok, .y = y, .ldy = ldy,
-                                .exact = exact};
+                                .act = act};
     return ms_matmul_multi(c, &op, 1, err);
 }

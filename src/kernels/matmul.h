@@ -2,11 +2,12 @@
  * matmul.h - quantized-weight x f32-activation matrix products, batched over
  * tokens and split by output rows across the thread pool.
  *
- * Two modes (docs/model.md, "Numerics and modes"): fast, where the activations
- * are converted once per call to the weight format's vec_dot_type (Q8_0,
- * Q8_K, F16 ... as ggml does) and integer/half dot products run; and quality,
- * where every dot product is taken against the f32 activations (exact math
- * on the stored weights).
+ * Each product takes its activations in one of three forms (enum ms_act,
+ * docs/model.md "Numerics and modes"): converted once per call to the weight
+ * format's vec_dot_type (Q8_0, Q8_K, F16 ... as ggml does) for integer/half
+ * dot products; f32 as given (exact math on the stored weights: quality
+ * mode); or 16-bit integers (Q16_0) for fast mode's accuracy-sensitive dense
+ * products.
  */
 #ifndef MS_KERNELS_MATMUL_H
 #define MS_KERNELS_MATMUL_H
@@ -31,6 +32,14 @@ struct ms_matmul_ctx {
 
 void ms_matmul_ctx_free(struct ms_matmul_ctx *c);
 
+/* The activations a product's dot products take. */
+enum ms_act {
+    MS_ACT_QUANT = 0, /* converted to the weight type's vec_dot_type (fast mode) */
+    MS_ACT_F32 = 1,   /* f32 as given: exact math on the stored weights */
+    MS_ACT_Q16 = 2,   /* 16-bit integers per 32-element block (block_q16_0) where
+                       * the weight type has dots for them (Q8_0), else f32 */
+};
+
 /* A weight matrix: n_rows rows of n_cols elements in `type`, row r at
  * data + r * row_stride bytes. */
 struct ms_mat {
@@ -43,12 +52,11 @@ struct ms_mat {
 /*
  * Y[t][r] = sum_c W[r][c] * X[t][c] for t < n_tok, r < W.n_rows.
  * X: [n_tok][ldx] f32 (ldx >= n_cols), Y: [n_tok][ldy] f32 (ldy >= n_rows).
- * exact: dot products against the f32 activations (quality mode) instead of
- * activations converted to the weight's vec_dot_type (fast mode).
+ * act: the form the dot products take the activations in (enum ms_act).
  * Returns 0, or -1 (OOM for the scratch, or a type without kernels).
  */
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,
-              int64_t n_tok, float *y, int64_t ldy, bool exact, ms_err *err);
+              int64_t n_tok, float *y, int64_t ldy, enum ms_act act, ms_err *err);
 
 /* Called by ms_matmul_multi once rows [r0, r1) of an op's outputs (y and,
  * with a pair, y2) are final for every token, on the thread that computed
@@ -66,7 +74,7 @@ struct ms_mm_op {
     int64_t ldx, n_tok;
     float *y, *y2;
     int64_t ldy;
-    bool exact;
+    enum ms_act act;
     ms_mm_done_fn done; /* may be NULL */
     void *done_arg;
 };
@@ -79,8 +87,8 @@ struct ms_mm_op {
  * of one each, and a few experts still spread over many threads by rows.
  * Every output element is the dot call ms_matmul makes for it, so results
  * equal separate ms_matmul calls bit for bit. Activations shared by several
- * fast-mode ops (same x, ldx, n_tok, columns and vec_dot_type) are
- * converted once. The ops' outputs must not overlap each other or any
+ * ops (same x, ldx, n_tok, columns and converted format) are converted
+ * once. The ops' outputs must not overlap each other or any
  * op's input. Returns 0, or -1 (OOM, or a type without kernels: then no op
  * has run).
  */

@@ -76,7 +76,7 @@ static int hc_pre(struct dsv4_session *s, const struct dsv4_tensor *fn, const fl
                   const float *scale, const float *norm, int64_t n, ms_err *err);
 static void hc_post(struct dsv4_session *s, int64_t n);
 
-/* The dense products, by what they feed (see dense_exact) */
+/* The dense products, by what they feed (see dense_act) */
 enum dense_class {
     DC_ATTN,     /* q_a, kv, q_b: the attention queries and keys */
     DC_ATTN_OUT, /* the grouped output projection (a and b) */
@@ -665,19 +665,19 @@ static int expert_ffn(struct dsv4_session *s, struct ms_matmul_ctx *mc, uint32_t
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, k = hp->n_expert_used, F = hp->n_ff_exp;
-    const bool exact = s->p.quality;
+    const enum ms_act act = s->p.quality ? MS_ACT_F32 : MS_ACT_QUANT;
     const int64_t i0 = r0 - s->row_base; /* in exp_in/gate/up */
     float *x = sc->exp_in + i0 * D, *gate = sc->exp_gate + i0 * F, *up = sc->exp_up + i0 * F;
     const int32_t *tok = sc->row_tok + r0, *slot = sc->row_slot + r0;
     for (int64_t i = 0; i < rows; i++)
         memcpy(x + i * D, sc->sub_in + (int64_t)tok[i] * D, (size_t)D * sizeof(float));
-    if (ms_matmul(mc, &v->gate, x, D, rows, gate, F, exact, err) ||
-        ms_matmul(mc, &v->up, x, D, rows, up, F, exact, err))
+    if (ms_matmul(mc, &v->gate, x, D, rows, gate, F, act, err) ||
+        ms_matmul(mc, &v->up, x, D, rows, up, F, act, err))
         return -1;
     for (int64_t i = 0; i < rows; i++)
         ms_swiglu_clamped(gate + i * F, gate + i * F, up + i * F, F, hp->swiglu_clamp_exp[il]);
     float *down = x;
-    if (ms_matmul(mc, &v->down, gate, F, rows, down, D, exact, err)) return -1;
+    if (ms_matmul(mc, &v->down, gate, F, rows, down, D, act, err)) return -1;
     for (int64_t i = 0; i < rows; i++) {
         const int64_t t = tok[i], j = slot[i];
         const float w = sc->selw[t * k + j];
@@ -842,25 +842,27 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
  * the output projection 20-60%; with both our KL stays at most ~0.6 of
  * llama.cpp's own quantized run. Queries/keys or the shared expert alone
  * took it to 0.6-0.8 of llama.cpp's and all of them together past it, so
- * they keep f32 activations, as do the router, HC mixes, compressors and
- * indexer, whose outputs pick experts and rows. */
+ * they take 16-bit integer activations (Q16_0) instead, as do the router,
+ * HC mixes, compressors and indexer, whose outputs pick experts and rows:
+ * ~15 significant bits per block, which left the KL where f32 had it. */
 #define DENSE_INT8_CLASSES ((1u << DC_HEAD) | (1u << DC_ATTN_OUT))
 
-/* Whether a dense product of class dc on weight w takes f32 activations: in
- * quality mode always; in fast mode unless dc is one of DENSE_INT8_CLASSES
- * and w's dot takes int8 activations (Q8_0 or Q8_K, the activation format
- * llama.cpp uses with those weights). F16/BF16 weights keep f32 activations
- * (ggml would round them to F16). */
-static bool dense_exact(const struct dsv4_session *s, enum dense_class dc,
-                        const struct dsv4_tensor *w) {
-    if (s->p.quality || !(DENSE_INT8_CLASSES & (1u << dc))) return true;
+/* The activations a dense product of class dc on weight w takes: f32 in
+ * quality mode; in fast mode the weight's int8 format (Q8_0 or Q8_K, as
+ * llama.cpp uses with those weights) for DENSE_INT8_CLASSES, and Q16_0 for
+ * the rest where w has dots for it (Q8_0), f32 otherwise. F16/BF16 weights
+ * keep f32 activations (ggml would round them to F16). */
+static enum ms_act dense_act(const struct dsv4_session *s, enum dense_class dc,
+                             const struct dsv4_tensor *w) {
+    if (s->p.quality) return MS_ACT_F32;
     const enum ms_type vt = ms_type_traits(w->mat.type)->vec_dot_type;
-    return !(vt == MS_TYPE_Q8_0 || vt == MS_TYPE_Q8_K);
+    if ((DENSE_INT8_CLASSES & (1u << dc)) && (vt == MS_TYPE_Q8_0 || vt == MS_TYPE_Q8_K)) return MS_ACT_QUANT;
+    return MS_ACT_Q16; /* f32 where the weight type has no Q16_0 dots */
 }
 
 static int mm(struct dsv4_session *s, enum dense_class dc, const struct dsv4_tensor *w,
               const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy, ms_err *err) {
-    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, dense_exact(s, dc, w), err);
+    return ms_matmul(&s->mm, &w->mat, x, ldx, n, y, ldy, dense_act(s, dc, w), err);
 }
 
 /* The same product as mm, as one op of a fused call (ms_matmul_multi). */
@@ -868,7 +870,7 @@ static struct ms_mm_op mm_op(const struct dsv4_session *s, enum dense_class dc,
                              const struct dsv4_tensor *w, const float *x, int64_t ldx, int64_t n,
                              float *y, int64_t ldy) {
     return (struct ms_mm_op){.w = &w->mat, .x = x, .ldx = ldx, .n_tok = n, .y = y, .ldy = ldy,
-                             .exact = dense_exact(s, dc, w)};
+                             .act = dense_act(s, dc, w)};
 }
 
 /* RoPE parameters of a layer: ratio-0 layers use the plain base;
@@ -1259,7 +1261,7 @@ static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng
     const struct dsv4_hparams *hp = &s->m->hp;
     struct dsv4_scratch *sc = &s->sc;
     const int64_t D = hp->n_embd, F = hp->n_ff_exp;
-    const bool exact = s->p.quality;
+    const enum ms_act act = s->p.quality ? MS_ACT_F32 : MS_ACT_QUANT;
     if (ng <= 0) return 0;
     struct ms_mm_op ops[FUSED_EXPERTS_MAX + 1];
     struct swiglu_rows_arg sw[FUSED_EXPERTS_MAX];
@@ -1280,7 +1282,7 @@ static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng
                                          .clamp = hp->swiglu_clamp_exp[il]};
         ops[g] = (struct ms_mm_op){.w = &sc->views[g].gate, .w2 = &sc->views[g].up, .x = x,
                                    .ldx = D, .n_tok = rows, .y = sw[g].gate, .y2 = sc->exp_up + i0 * F,
-                                   .ldy = F, .exact = exact, .done = swiglu_rows,
+                                   .ldy = F, .act = act, .done = swiglu_rows,
                                    .done_arg = &sw[g]};
     }
     if (ms_matmul_multi(&s->mm, ops, ng, err)) return -1;
@@ -1290,7 +1292,7 @@ static int run_experts_fused(struct dsv4_session *s, uint32_t il, int g0, int ng
         sa[g] = (struct scatter_rows_arg){.s = s, .r0 = r0, .rows = rows};
         ops[g] = (struct ms_mm_op){.w = &sc->views[g].down, .x = sc->exp_gate + i0 * F, .ldx = F,
                                    .n_tok = rows, .y = sc->exp_in + i0 * D, .ldy = D,
-                                   .exact = exact, .done = scatter_rows, .done_arg = &sa[g]};
+                                   .act = act, .done = scatter_rows, .done_arg = &sa[g]};
     }
     int n_ops = ng;
     if (s->shexp_down) {

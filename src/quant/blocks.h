@@ -107,4 +107,31 @@ typedef struct {
 } block_q8_0x16;
 static_assert(sizeof(block_q8_0x16) == 640, "block_q8_0x16 size");
 
+/* moestream's own activation format (never stored in a file): 32 int16
+ * values and an f32 scale, x = d * q with |q| <= MS_Q16_QMAX. Fast mode's
+ * dense products that int8 activations would make measurably less accurate
+ * take it (docs/model.md, "Numerics and modes"): about 15 significant bits
+ * per block against int8's 7, at half the dot product work of f32. */
+#define MS_Q16_QMAX 32639
+typedef struct {
+    float d;
+    int16_t qs[QK8_0];
+} block_q16_0;
+static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
+
+/* moestream's own: one Q16_0 block of 16 tokens packed for the AVX-512
+ * token-lane GEMM. Each value is split as q = 256 hi + lo, hi in [-127,
+ * 127] and lo in [-128, 127] (MS_Q16_QMAX = 127 * 256 + 127 keeps hi an
+ * int8), so that two unsigned-by-signed byte products (vpdpbusd) make it:
+ * hi[j] and lo[j] hold token t's values 4 j .. 4 j + 3 at bytes 4 t ..
+ * 4 t + 3, qsum128[t] is 128 times the sum of its 32 values, d[t] its
+ * scale. */
+typedef struct {
+    int8_t hi[8][64];
+    int8_t lo[8][64];
+    int32_t qsum128[16];
+    float d[16];
+} block_q16_0x16;
+static_assert(sizeof(block_q16_0x16) == 1152, "block_q16_0x16 size");
+
 #endif

@@ -21,7 +21,9 @@
  *
  * Weight formats with kernels: F32, F16, BF16, Q8_0, Q4_K, Q2_K, IQ2_XXS, MXFP4.
  * Activation formats: Q8_0 (for Q8_0 and MXFP4 weights), Q8_K (for Q4_K, Q2_K,
- * IQ2_XXS), F16 (for F16), BF16 (for BF16), F32 (for F32) - as in ggml.
+ * IQ2_XXS), F16 (for F16), BF16 (for BF16), F32 (for F32) - as in ggml - and
+ * moestream's own Q16_0 (16-bit integers, for Q8_0 weights; not a ggml type,
+ * so not in the table: the traits of the weight carry its kernels).
  * Block layouts follow ggml's ggml-common.h definitions (cited per format in
  * the implementation).
  */
@@ -139,7 +141,25 @@ struct ms_type_traits {
      * last group of fewer tokens goes through it from gemm_tok_f32_min. */
     ms_gemm_tok_fn gemm_tok_f32;
     int gemm_tok_f32_min;
+    /* Optional dots with 16-bit integer activations (block_q16_0, blocks.h:
+     * fast mode's dense products that int8 activations would make less
+     * accurate; NULL where the weight type has none, and those products then
+     * take f32 activations). q16_from_float makes the activation rows (n a
+     * multiple of 32), vec_dot_q16 / vec_dot_q16_x4 are the single and
+     * four-token dots, gemm_tok_q16 (optional) a 16-lane token-lane GEMM over
+     * rows packed by ms_pack_q16_0_x16, run from gemm_tok_q16_min tokens.
+     * All forms, in every kernel set, give the same result bit for bit:
+     * exact int32 block sums, then ms_dot_q8_0_q16_0_ref's float steps. */
+    ms_from_float_fn q16_from_float;
+    ms_vec_dot_fn vec_dot_q16;
+    ms_vec_dot_x4_fn vec_dot_q16_x4;
+    ms_gemm_tok_fn gemm_tok_q16;
+    int gemm_tok_q16_min;
 };
+
+/* Q16_0 rows (n elements, a[t] at a + t * a_stride bytes, t < nt <= 16) ->
+ * n / 32 block_q16_0x16 at dst (spare lanes repeat the last token). */
+void ms_pack_q16_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).
  * Idempotent and thread-safe; every entry point below calls it lazily, so an

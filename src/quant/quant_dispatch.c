@@ -111,6 +111,11 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->gemm_tok_min = 0;
     t->gemm_tok_f32 = NULL;
     t->gemm_tok_f32_min = 0;
+    t->q16_from_float = NULL; /* attach_q16 sets the ones that exist */
+    t->vec_dot_q16 = NULL;
+    t->vec_dot_q16_x4 = NULL;
+    t->gemm_tok_q16 = NULL;
+    t->gemm_tok_q16_min = 0;
 }
 
 /* The kernel set Q4_K runs on for a machine's isa: the AVX-512 set takes
@@ -205,6 +210,22 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
 }
 
+/* Q16_0 activations (16-bit integers) for Q8_0 weights, in every set: the
+ * scalar reference, AVX2 (pmaddwd) and AVX-512 (pmaddwd dots and a VNNI
+ * token-lane GEMM; measured on a Zen 5 core, bench_kernels -t 1
+ * --activations q16 --rows 4096 --cols 4096: see bench/RESULTS.md, "Q16
+ * activations"). All agree bit for bit. */
+static void attach_q16(struct ms_type_traits *tab, enum isa isa) {
+    struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
+    t->q16_from_float = PICK_ISA(isa, ms_quant_q16_0);
+    t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
+    t->vec_dot_q16_x4 = PICK_X4(isa, ms_dot_q8_0_q16_0_x4);
+    if (isa == ISA_AVX512) {
+        t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;
+        t->gemm_tok_q16_min = 6;
+    }
+}
+
 static void attach(struct ms_type_traits *tab, enum isa isa) {
     ms_vec_dot_fn f32dot = PICK_ISA(isa, ms_dot_f32_f32);
     set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
@@ -221,6 +242,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
 
     attach_x4(tab, isa);
     attach_gemm_tok(tab, isa);
+    attach_q16(tab, isa);
 
     /* Q8_K is an activation format only: it can be produced and read back,
      * but there is no dot with it as the weight, so has_kernels stays false. */

@@ -49,6 +49,13 @@ void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, cons
 void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
+/* ---- q16_0 activations for q8_0 weights (quant_q16*.c) */
+MS_DECL_QUANT(q16_0, ref);      MS_DECL_QUANT(q16_0, avx2);      MS_DECL_QUANT(q16_0, avx512);
+MS_DECL_DOT(q8_0, q16_0, ref);  MS_DECL_DOT(q8_0, q16_0, avx2);  MS_DECL_DOT(q8_0, q16_0, avx512);
+MS_DECL_DOT_X4(q8_0, q16_0, avx2); MS_DECL_DOT_X4(q8_0, q16_0, avx512);
+void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+
 /* ---- four-token dots (SIMD only; the scalar table has none) */
 MS_DECL_DOT_X4(f32, f32, avx2);    MS_DECL_DOT_X4(f32, f32, avx512);
 MS_DECL_DOT_X4(f16, f32, avx2);    MS_DECL_DOT_X4(f16, f32, avx512);

@@ -128,6 +128,42 @@ static inline __m512i load2x32(const void *lo, const void *hi) {
     return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
 }
 
+/* Eight registers of partial sums (p[q]: block 2q in lanes 0-7, block
+ * 2q + 1 in lanes 8-15) to one with block j's sum in lane j: in-lane
+ * unpacks add 4 partials per 128-bit lane (register B lane 4m + k is
+ * 128-bit lane m of p[k]), one 128-bit shuffle pair adds the two halves of
+ * each block, and a last permute puts the blocks in order. */
+static inline __m512i block_sums16(const __m512i p[8]) {
+    __m512i b[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i *q = p + 4 * h;
+        const __m512i a0 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]), _mm512_unpackhi_epi32(q[0], q[1]));
+        const __m512i a1 = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
+        b[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(a0, a1), _mm512_unpackhi_epi64(a0, a1));
+    }
+    /* lane 4u + k: u = 0 block 2k, 1 block 2k + 1, 2 block 8 + 2k, 3 block 9 + 2k */
+    const __m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    return _mm512_permutexvar_epi32(order, c);
+}
+
+/* acc[i % 4] += p_i for the nc <= 16 blocks of p (lane j = block c + j, c a
+ * multiple of 4), lanes past nc being +0 (which leaves a sum unchanged: it
+ * starts at +0 and is never -0). */
+static inline __m128 add_by4(__m128 acc, __m512 p) {
+    acc = _mm_add_ps(acc, _mm512_castps512_ps128(p));
+    acc = _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 1));
+    acc = _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 2));
+    return _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 3));
+}
+
+/* (acc[0] + acc[2]) + (acc[1] + acc[3]) */
+static inline float reduce_by4(__m128 acc) {
+    const __m128 h = _mm_add_ps(acc, _mm_movehl_ps(acc, acc));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 /* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
 static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
     float o[16];

@@ -1,0 +1,119 @@
+/*
+ * quant_q16_avx2.c - AVX2 kernels for Q16_0 activations against Q8_0
+ * weights: the quantizer and the single and four-token dots. Numerics are
+ * quant_q16_ref.c's, bit for bit.
+ *
+ * A block's 32 weights are widened to int16 once (shared by the tokens of a
+ * four-token call) and pmaddwd'd with the 32 activations: exact int32 pair
+ * sums, eight per block. Eight blocks' partials are reduced together, block
+ * j in lane j (block_sums8), so the float step is one vector multiply and
+ * two four-lane adds (acc[i % 4] in block order) per eight blocks.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "quant/blocks.h"
+#include "quant/quant_basic.h"
+#include "quant/quant_impl.h"
+#include "quant/quant_simd.h"
+
+MS_DECL_QUANT(q16_0, avx2) {
+    block_q16_0 *b = y;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 qmax = _mm256_set1_ps((float)MS_Q16_QMAX), qmin = _mm256_set1_ps(-(float)MS_Q16_QMAX);
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256 v[4];
+        __m256 unord = _mm256_setzero_ps(), m = _mm256_setzero_ps();
+        for (int q = 0; q < 4; q++) {
+            v[q] = _mm256_loadu_ps(x + i * QK8_0 + 8 * q);
+            unord = _mm256_or_ps(unord, _mm256_cmp_ps(v[q], v[q], _CMP_UNORD_Q));
+            m = _mm256_max_ps(m, _mm256_and_ps(v[q], absmask));
+        }
+        const bool nan = _mm256_movemask_ps(unord) != 0;
+        const float amax = hmax256_f32(m);
+        const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
+        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q32[4];
+        for (int q = 0; q < 4; q++) {
+            __m256 t = _mm256_mul_ps(v[q], vid);
+            t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* inf * 0 -> 0 */
+            t = _mm256_min_ps(_mm256_max_ps(t, qmin), qmax);
+            q32[q] = _mm256_cvtps_epi32(t);
+        }
+        /* packs interleave the 128-bit lanes: put them back in order */
+        const __m256i p01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q32[0], q32[1]), 0xd8);
+        const __m256i p23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q32[2], q32[3]), 0xd8);
+        _mm256_storeu_si256((__m256i *)b[i].qs, p01);
+        _mm256_storeu_si256((__m256i *)(b[i].qs + 16), p23);
+    }
+}
+
+/* Eight registers of eight int32 partial sums (p[j]: block j) to one
+ * register with block j's sum in lane j. */
+static inline __m256i block_sums8(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* lanes 0-3: blocks 0-3 (low 128-bit halves' sums), lanes 4-7: the same blocks' high halves */
+    const __m256i s03 = _mm256_hadd_epi32(h01, h23), s47 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20), _mm256_permute2x128_si256(s03, s47, 0x31));
+}
+
+/* One block's 32 weights as two registers of 16 int16 (zeros past the row). */
+struct w16 {
+    __m256i lo, hi;
+};
+
+static inline struct w16 w16_load(const block_q8_0 *w, int64_t i, int64_t nb) {
+    if (i >= nb) return (struct w16){_mm256_setzero_si256(), _mm256_setzero_si256()};
+    return (struct w16){_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].qs)),
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[i].qs + 16)))};
+}
+
+static inline __m256i block_part(struct w16 wv, const block_q16_0 *a, int64_t i, int64_t nb) {
+    if (i >= nb) return _mm256_setzero_si256();
+    return _mm256_add_epi32(_mm256_madd_epi16(wv.lo, _mm256_loadu_si256((const __m256i *)a[i].qs)),
+                            _mm256_madd_epi16(wv.hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 16))));
+}
+
+MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *const a[4], int nt, int64_t nb,
+                                     float *s) {
+    __m128 acc[4];
+    MS_XN(k, nt, acc[k] = _mm_setzero_ps(););
+    for (int64_t c = 0; c < nb; c += 8) {
+        const int64_t nc = nb - c < 8 ? nb - c : 8;
+        float ws[8] = {0};
+        for (int64_t j = 0; j < nc; j++) ws[j] = fp16_scale(w[c + j].d);
+        const __m256 wsv = _mm256_loadu_ps(ws);
+        struct w16 wv[8];
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) wv[q] = w16_load(w, c + q, nb);
+        MS_XN(k, nt, {
+            const block_q16_0 *ak = a[k];
+            __m256i part[8];
+            float da[8] = {0};
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) part[q] = block_part(wv[q], ak, c + q, nb);
+            for (int64_t j = 0; j < nc; j++) da[j] = ak[c + j].d;
+            const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums8(part)),
+                                           _mm256_mul_ps(wsv, _mm256_loadu_ps(da)));
+            acc[k] = _mm_add_ps(acc[k], _mm256_castps256_ps128(p));
+            acc[k] = _mm_add_ps(acc[k], _mm256_extractf128_ps(p, 1));
+        });
+    }
+    MS_XN(k, nt, {
+        const __m128 h = _mm_add_ps(acc[k], _mm_movehl_ps(acc[k], acc[k]));
+        s[k] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    });
+}
+
+MS_DECL_DOT(q8_0, q16_0, avx2) {
+    const block_q16_0 *a[4] = {y, NULL, NULL, NULL};
+    dot_q8_0_q16_0_n(x, a, 1, n / QK8_0, s);
+}
+
+MS_DECL_DOT_X4(q8_0, q16_0, avx2) {
+    const block_q16_0 *a[4] = {y[0], y[1], y[2], y[3]};
+    dot_q8_0_q16_0_n(x, a, 4, n / QK8_0, s);
+}

@@ -1,0 +1,190 @@
+/*
+ * quant_q16_avx512.c - AVX-512 (F, BW, VL, DQ, VNNI) kernels for Q16_0
+ * activations against Q8_0 weights: the quantizer, the single and
+ * four-token dots and a 16-lane token-lane GEMM for prefill. Numerics are
+ * quant_q16_ref.c's, bit for bit (integer block sums are exact; the float
+ * steps are the reference's, in its order).
+ *
+ * Dots: a block's 32 weights are widened to int16 once (shared by the
+ * tokens of a four-token call) and pmaddwd'd with the 32 activations; two
+ * blocks' 16 + 16 partial sums fold into one register (8 lanes a block),
+ * and block_sums16 (quant_simd.h, as in the Q8_0 x Q8_0 dot) brings 16
+ * blocks to one register, block j in lane j, for one vector float step
+ * (add_by4) per 16 blocks.
+ *
+ * GEMM: tokens in the 32-bit lanes (block_q16_0x16): four weights of a row,
+ * offset by 128 to be unsigned, are broadcast to every lane, and vpdpbusd
+ * multiplies them with the four hi and the four lo bytes of each token:
+ * sum w q = 256 (sum (w + 128) hi) + sum (w + 128) lo - 128 sum q, exact in
+ * int32. Two vpdpbusd per four products and token: half the Q8_0 GEMM's
+ * rate, twice the f32 GEMM's.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant/blocks.h"
+#include "quant/quant_basic.h"
+#include "quant/quant_impl.h"
+#include "quant/quant_simd.h"
+
+MS_DECL_QUANT(q16_0, avx512) {
+    block_q16_0 *b = y;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 qmax = _mm512_set1_ps((float)MS_Q16_QMAX), qmin = _mm512_set1_ps(-(float)MS_Q16_QMAX);
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m512 x0 = _mm512_loadu_ps(x + i * QK8_0), x1 = _mm512_loadu_ps(x + i * QK8_0 + 16);
+        const __mmask16 nan = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
+        const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
+        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        const __m512 vid = _mm512_set1_ps(id);
+        __m512 v0 = _mm512_mul_ps(x0, vid), v1 = _mm512_mul_ps(x1, vid);
+        /* inf * 0 -> NaN -> 0, as the reference; then the clamp */
+        v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, v0, _CMP_ORD_Q), v0);
+        v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, v1, _CMP_ORD_Q), v1);
+        v0 = _mm512_min_ps(_mm512_max_ps(v0, qmin), qmax);
+        v1 = _mm512_min_ps(_mm512_max_ps(v1, qmin), qmax);
+        _mm256_storeu_si256((__m256i *)b[i].qs, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v0)));
+        _mm256_storeu_si256((__m256i *)(b[i].qs + 16), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v1)));
+    }
+}
+
+/* Weight block i widened to 32 int16 (zeros past the row's end). */
+static inline __m512i w16_load(const block_q8_0 *w, int64_t i, int64_t nb) {
+    if (i >= nb) return _mm512_setzero_si512();
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)w[i].qs));
+}
+
+static inline __m512i a16_load(const block_q16_0 *a, int64_t i, int64_t nb) {
+    if (i >= nb) return _mm512_setzero_si512();
+    return _mm512_loadu_si512((const void *)a[i].qs);
+}
+
+/* Lanes 0-7: block-i partials (its 16 pair sums folded to 8), lanes 8-15:
+ * block i + 1's. */
+static inline __m512i fold2(__m512i p0, __m512i p1) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(p0, p1, _MM_SHUFFLE(1, 0, 1, 0)),
+                            _mm512_shuffle_i32x4(p0, p1, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+/* fp16 weight scales of blocks c .. c + nc - 1 (nc <= 16; +0 past them) */
+static inline __m512 w_scales16(const block_q8_0 *w, int64_t nc) {
+    uint16_t h[16] = {0};
+    for (int64_t j = 0; j < nc; j++) h[j] = w[j].d;
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
+static inline __m512 a_scales16(const block_q16_0 *a, int64_t nc) {
+    float d[16] = {0};
+    for (int64_t j = 0; j < nc; j++) d[j] = a[j].d;
+    return _mm512_loadu_ps(d);
+}
+
+/* One body for one and four tokens (MS_XN), so both perform the same float
+ * operations: per 16 blocks, the exact block sums, one vector of scale
+ * products and one add_by4. */
+MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *const a[4], int nt, int64_t nb,
+                                     float *s) {
+    __m128 acc[4];
+    MS_XN(k, nt, acc[k] = _mm_setzero_ps(););
+    for (int64_t c = 0; c < nb; c += 16) {
+        const int64_t nc = nb - c < 16 ? nb - c : 16;
+        const __m512 ws = w_scales16(w + c, nc);
+        __m512i wv[16];
+        _Pragma("GCC unroll 16")
+        for (int q = 0; q < 16; q++) wv[q] = w16_load(w, c + q, nb);
+        MS_XN(k, nt, {
+            const block_q16_0 *ak = a[k];
+            __m512i part[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                const int64_t i = c + 2 * q;
+                part[q] = fold2(_mm512_madd_epi16(wv[2 * q], a16_load(ak, i, nb)),
+                                _mm512_madd_epi16(wv[2 * q + 1], a16_load(ak, i + 1, nb)));
+            }
+            const __m512i sumi = block_sums16(part);
+            const __m512 d = _mm512_mul_ps(ws, a_scales16(ak + c, nc));
+            acc[k] = add_by4(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        });
+    }
+    MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
+}
+
+MS_DECL_DOT(q8_0, q16_0, avx512) {
+    const block_q16_0 *a[4] = {y, NULL, NULL, NULL};
+    dot_q8_0_q16_0_n(x, a, 1, n / QK8_0, s);
+}
+
+MS_DECL_DOT_X4(q8_0, q16_0, avx512) {
+    const block_q16_0 *a[4] = {y[0], y[1], y[2], y[3]};
+    dot_q8_0_q16_0_n(x, a, 4, n / QK8_0, s);
+}
+
+/* ---- token-lane GEMM: Q8_0 rows x 16 packed Q16_0 tokens ---------------- */
+
+/* Block i of R (1 or 2) rows against the pack's 16 tokens: acc[k] +=
+ * (float)sumi * (d_w * d_a) lane by lane, the reference's float step. */
+MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q16_0x16 *ab, __m512 acc[2],
+                                  const int R) {
+    uint8_t wu[2][32] __attribute__((aligned(32)));
+    for (int k = 0; k < R; k++)
+        _mm256_store_si256((__m256i *)wu[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[k][i].qs),
+                                                              _mm256_set1_epi8((char)0x80)));
+    __m512i th[2][2], tl[2][2];
+    for (int k = 0; k < R; k++) th[k][0] = th[k][1] = tl[k][0] = tl[k][1] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++) {
+        const __m512i ah = _mm512_load_si512((const void *)ab->hi[j]);
+        const __m512i al = _mm512_load_si512((const void *)ab->lo[j]);
+        for (int k = 0; k < R; k++) {
+            uint32_t wv;
+            memcpy(&wv, wu[k] + 4 * j, 4);
+            const __m512i bw = _mm512_set1_epi32((int)wv);
+            th[k][j % 2] = _mm512_dpbusd_epi32(th[k][j % 2], bw, ah);
+            tl[k][j % 2] = _mm512_dpbusd_epi32(tl[k][j % 2], bw, al);
+        }
+    }
+    const __m512i corr = _mm512_load_si512((const void *)ab->qsum128);
+    const __m512 da = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        const __m512i hi = _mm512_slli_epi32(_mm512_add_epi32(th[k][0], th[k][1]), 8);
+        const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(hi, _mm512_add_epi32(tl[k][0], tl[k][1])), corr);
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(fp16_scale(w[k][i].d)), da);
+        acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+    }
+}
+
+MS_SIMD_INLINE void q16_rows_x16(const block_q8_0 *const w[2], int64_t nb, const block_q16_0x16 *a, __m512 out[2],
+                                 const int R) {
+    __m512 acc[4][2];
+    for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 4) {
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < 4; q++)
+            if (i + q < nb) q16_block_x16(w, i + q, &a[i + q], acc[q], R);
+    }
+    for (int k = 0; k < R; k++)
+        out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k]));
+}
+
+void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    const int64_t nb = n / QK8_0;
+    int64_t r = 0;
+    __m512 out[2];
+    for (; r + 2 <= n_rows; r += 2) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
+        const block_q8_0 *const wr[2] = {w0, (const block_q8_0 *)((const char *)w0 + w_stride)};
+        q16_rows_x16(wr, nb, pack, out, 2);
+        x16_store(y, ldy, r, out[0], nt);
+        x16_store(y, ldy, r + 1, out[1], nt);
+    }
+    if (r < n_rows) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
+        const block_q8_0 *const wr[2] = {w0, w0};
+        q16_rows_x16(wr, nb, pack, out, 1);
+        x16_store(y, ldy, r, out[0], nt);
+    }
+}

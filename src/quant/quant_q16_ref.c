@@ -1,0 +1,91 @@
+/*
+ * quant_q16_ref.c - Q16_0, moestream's 16-bit integer activation format
+ * (block_q16_0, blocks.h), and its dot with Q8_0 weights: the scalar
+ * reference, which is also the specification the AVX2 and AVX-512 kernels
+ * equal bit for bit (quant_q16_avx2.c, quant_q16_avx512.c).
+ *
+ * Why a format of our own: fast mode keeps the attention queries/keys, the
+ * shared expert and the other small dense products off int8 activations,
+ * which measurably move the output (docs/model.md, "Numerics and modes"),
+ * and f32 dots run at a fraction of the int8 ones. 16-bit integers per
+ * 32-element block keep ~15 significant bits (the quantization error is at
+ * most 1.5e-5 of the block's largest magnitude) and let the products run on
+ * integer multiply-adds: pmaddwd pairs of int16 on AVX2, VNNI byte dots of
+ * the two halves on AVX-512.
+ *
+ * Numerics (every form, every kernel set):
+ *   quantize   amax = max |x_j| over the block; d = amax / MS_Q16_QMAX;
+ *              q_j = nearest-even(x_j * (1 / d)) clamped to +-MS_Q16_QMAX
+ *              (q = 0 when d = 0); a block with a NaN gets d = NaN, q = 0,
+ *              so a NaN activation still gives a NaN product
+ *   dot        sumi_i = sum_j w_ij q_ij, exact in int32 (|sumi| < 2^27);
+ *              acc[i % 4] += (float)sumi_i * (fp16(d_w,i) * d_a,i) in block
+ *              order (a multiply, then an add: no FMA); the result is
+ *              (acc[0] + acc[2]) + (acc[1] + acc[3]), the order the AVX-512
+ *              Q8_0 x Q8_0 dot uses, which a token-lane GEMM can keep.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/quant_basic.h"
+#include "quant/quant_impl.h"
+
+MS_DECL_QUANT(q16_0, ref) {
+    block_q16_0 *b = y;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const float *xb = x + i * QK8_0;
+        float amax = 0.0f;
+        bool nan = false;
+        for (int j = 0; j < QK8_0; j++) {
+            const float a = fabsf(xb[j]);
+            nan |= a != a;
+            if (a > amax) amax = a;
+        }
+        const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
+        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        for (int j = 0; j < QK8_0; j++) {
+            float v = xb[j] * id; /* NaN only for an infinite element (inf * 0) */
+            if (v != v) v = 0.0f;
+            v = fminf(fmaxf(v, -(float)MS_Q16_QMAX), (float)MS_Q16_QMAX);
+            b[i].qs[j] = (int16_t)lrintf(v);
+        }
+    }
+}
+
+MS_DECL_DOT(q8_0, q16_0, ref) {
+    const block_q8_0 *w = x;
+    const block_q16_0 *a = y;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += (int32_t)w[i].qs[j] * (int32_t)a[i].qs[j];
+        const float d = ms_fp16_to_f32_inline(w[i].d) * a[i].d;
+        acc[i % 4] += (float)sumi * d;
+    }
+    *s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+/* q = 256 hi + lo with lo in [-128, 127]: hi = floor((q + 128) / 256),
+ * taken on a positive operand so C's division is the floor. */
+static inline int8_t q16_hi(int16_t q) { return (int8_t)((q + 128 + 32768) / 256 - 128); }
+
+void ms_pack_q16_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q16_0x16 *o = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        for (int t = 0; t < 16; t++) {
+            const block_q16_0 *b =
+                (const block_q16_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride) + i;
+            int32_t sum = 0;
+            for (int j = 0; j < QK8_0; j++) {
+                const int8_t hi = q16_hi(b->qs[j]);
+                o[i].hi[j / 4][4 * t + j % 4] = hi;
+                o[i].lo[j / 4][4 * t + j % 4] = (int8_t)(b->qs[j] - 256 * hi);
+                sum += b->qs[j];
+            }
+            o[i].qsum128[t] = 128 * sum;
+            o[i].d[t] = b->d;
+        }
+}
