@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1), i < n. The sum of
- * squares is accumulated in double (as ggml and ds4 do). y may alias x. */
+ * squares is accumulated in double (as ggml and ds4 do; in eight
+ * interleaved sums, the same for every n and call). y may alias x. */
 void ms_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
 /* In-place softmax over x[0..n); returns the max. -INFINITY entries get 0.

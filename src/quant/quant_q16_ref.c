@@ -68,24 +68,32 @@ MS_DECL_DOT(q8_0, q16_0, ref) {
     *s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
-/* q = 256 hi + lo with lo in [-128, 127]: hi = floor((q + 128) / 256),
- * taken on a positive operand so C's division is the floor. */
-static inline int8_t q16_hi(int16_t q) { return (int8_t)((q + 128 + 32768) / 256 - 128); }
-
+/* Q16_0 rows -> block_q16_0x16. q = 256 hi + lo with lo in [-128, 127]:
+ * hi = (q + 128) >> 8, an arithmetic shift (q + 128 <= 32767 fits int16:
+ * MS_Q16_QMAX is chosen so), lo = q - 256 hi. Each token's block is split
+ * in a straight loop the compiler vectorizes, then its 4-byte groups go to
+ * their lanes. */
 void ms_pack_q16_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
     block_q16_0x16 *o = dst;
-    for (int64_t i = 0; i < n / QK8_0; i++)
-        for (int t = 0; t < 16; t++) {
-            const block_q16_0 *b =
-                (const block_q16_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride) + i;
+    for (int t = 0; t < 16; t++) {
+        const block_q16_0 *row = (const block_q16_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride);
+        for (int64_t i = 0; i < n / QK8_0; i++) {
+            const block_q16_0 *b = &row[i];
+            int8_t hi[QK8_0], lo[QK8_0];
             int32_t sum = 0;
             for (int j = 0; j < QK8_0; j++) {
-                const int8_t hi = q16_hi(b->qs[j]);
-                o[i].hi[j / 4][4 * t + j % 4] = hi;
-                o[i].lo[j / 4][4 * t + j % 4] = (int8_t)(b->qs[j] - 256 * hi);
-                sum += b->qs[j];
+                const int16_t q = b->qs[j];
+                const int16_t h = (int16_t)((int16_t)(q + 128) >> 8);
+                hi[j] = (int8_t)h;
+                lo[j] = (int8_t)(q - 256 * h);
+                sum += q;
+            }
+            for (int j = 0; j < 8; j++) {
+                memcpy(&o[i].hi[j][4 * t], hi + 4 * j, 4);
+                memcpy(&o[i].lo[j][4 * t], lo + 4 * j, 4);
             }
             o[i].qsum128[t] = 128 * sum;
             o[i].d[t] = b->d;
         }
+    }
 }
