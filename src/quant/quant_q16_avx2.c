@@ -77,27 +77,41 @@ static inline __m256i block_part(struct w16 wv, const block_q16_0 *a, int64_t i,
                             _mm256_madd_epi16(wv.hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 16))));
 }
 
+/* The scales of blocks c .. c + 7 where live (+0 elsewhere), by gather: a
+ * scalar fill of a stored vector would stall on store forwarding. The
+ * fp16 weight scale is the low half of the dword at each block's start. */
+static inline __m256 w_scales8(const block_q8_0 *w, __m256i live) {
+    const __m256i off = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    const __m256i h = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)w, off, live, 1);
+    const __m256i h16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h16), _mm256_extracti128_si256(h16, 1));
+    return _mm256_cvtph_ps(packed);
+}
+
+static inline __m256 a_scales8(const block_q16_0 *a, __m256i live) {
+    const __m256i idx = _mm256_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119);
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), &a->d, idx, _mm256_castsi256_ps(live), 4);
+}
+
 MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *const a[4], int nt, int64_t nb,
                                      float *s) {
     __m128 acc[4];
     MS_XN(k, nt, acc[k] = _mm_setzero_ps(););
     for (int64_t c = 0; c < nb; c += 8) {
         const int64_t nc = nb - c < 8 ? nb - c : 8;
-        float ws[8] = {0};
-        for (int64_t j = 0; j < nc; j++) ws[j] = fp16_scale(w[c + j].d);
-        const __m256 wsv = _mm256_loadu_ps(ws);
+        const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), lanes);
+        const __m256 wsv = w_scales8(w + c, live);
         struct w16 wv[8];
         _Pragma("GCC unroll 8")
         for (int q = 0; q < 8; q++) wv[q] = w16_load(w, c + q, nb);
         MS_XN(k, nt, {
             const block_q16_0 *ak = a[k];
             __m256i part[8];
-            float da[8] = {0};
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 8; q++) part[q] = block_part(wv[q], ak, c + q, nb);
-            for (int64_t j = 0; j < nc; j++) da[j] = ak[c + j].d;
             const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums8(part)),
-                                           _mm256_mul_ps(wsv, _mm256_loadu_ps(da)));
+                                           _mm256_mul_ps(wsv, a_scales8(ak + c, live)));
             acc[k] = _mm_add_ps(acc[k], _mm256_castps256_ps128(p));
             acc[k] = _mm_add_ps(acc[k], _mm256_extractf128_ps(p, 1));
         });

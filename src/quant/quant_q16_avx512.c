@@ -69,17 +69,23 @@ static inline __m512i fold2(__m512i p0, __m512i p1) {
                             _mm512_shuffle_i32x4(p0, p1, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-/* fp16 weight scales of blocks c .. c + nc - 1 (nc <= 16; +0 past them) */
+/* The scales of blocks c .. c + nc - 1 (nc <= 16; +0 past them), by
+ * gather: a scalar fill of a stored vector would stall on store
+ * forwarding once per 16 blocks. The fp16 weight scale is the low half of
+ * the dword at each block's start (34-byte stride), the Q16_0 scale the
+ * dword at its start (68-byte stride). */
 static inline __m512 w_scales16(const block_q8_0 *w, int64_t nc) {
-    uint16_t h[16] = {0};
-    for (int64_t j = 0; j < nc; j++) h[j] = w[j].d;
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+    const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(block_q8_0)));
+    const __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1u);
+    const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off, (const void *)w, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
 }
 
 static inline __m512 a_scales16(const block_q16_0 *a, int64_t nc) {
-    float d[16] = {0};
-    for (int64_t j = 0; j < nc; j++) d[j] = a[j].d;
-    return _mm512_loadu_ps(d);
+    const __m512i off = _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 136, 153, 170, 187, 204, 221, 238, 255);
+    const __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1u);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, off, (const void *)&a->d, 4);
 }
 
 /* One body for one and four tokens (MS_XN), so both perform the same float
