@@ -162,35 +162,4 @@ MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const
     }
 }
 
-MS_SIMD_INLINE void q16_rows_x16(const block_q8_0 *const w[2], int64_t nb, const block_q16_0x16 *a, __m512 out[2],
-                                 const int R) {
-    __m512 acc[4][2];
-    for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i += 4) {
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < 4; q++)
-            if (i + q < nb) q16_block_x16(w, i + q, &a[i + q], acc[q], R);
-    }
-    for (int k = 0; k < R; k++)
-        out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k]));
-}
-
-void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
-                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
-    const int64_t nb = n / QK8_0;
-    int64_t r = 0;
-    __m512 out[2];
-    for (; r + 2 <= n_rows; r += 2) {
-        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
-        const block_q8_0 *const wr[2] = {w0, (const block_q8_0 *)((const char *)w0 + w_stride)};
-        q16_rows_x16(wr, nb, pack, out, 2);
-        x16_store(y, ldy, r, out[0], nt);
-        x16_store(y, ldy, r + 1, out[1], nt);
-    }
-    if (r < n_rows) {
-        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);
-        const block_q8_0 *const wr[2] = {w0, w0};
-        q16_rows_x16(wr, nb, pack, out, 1);
-        x16_store(y, ldy, r, out[0], nt);
-    }
-}
+MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q16_0x16_avx512, block_q16_0x16, q16_block_x16)

@@ -170,6 +170,44 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
     _mm512_storeu_ps(o, v);
     for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
 }
+
+/* A token-lane GEMM of Q8_0 rows (ms_gemm_tok_fn) named fn, over packs of
+ * 16 tokens of type PACK, from its block step BLOCK(w, i, &pack[i], acc, R):
+ * acc[k] += row k's float step for block i, for R (1 or 2, a constant)
+ * rows w[k]. Rows go two at a time, sharing each activation load; each row
+ * keeps four sums by block index modulo 4, combined as (s0 + s2) +
+ * (s1 + s3): the order of the Q8_0 x Q8_0 and Q8_0 x Q16_0 single-token
+ * dots of the AVX-512 set. */
+#define MS_DEFINE_GEMM_Q8_0_X16(fn, PACK, BLOCK)                                                         \
+    MS_SIMD_INLINE void fn##_rows(const block_q8_0 *const w[2], int64_t nb, const PACK *a, __m512 out[2], \
+                                  const int R) {                                                          \
+        __m512 acc[4][2];                                                                                 \
+        for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();                         \
+        for (int64_t i = 0; i < nb; i += 4) {                                                             \
+            _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) if (i + q < nb)                           \
+                BLOCK(w, i + q, &a[i + q], acc[q], R);                                                    \
+        }                                                                                                 \
+        for (int k = 0; k < R; k++)                                                                       \
+            out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k])); \
+    }                                                                                                     \
+    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,           \
+            int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        const int64_t nb = n / QK8_0;                                                                     \
+        __m512 out[2];                                                                                    \
+        for (int64_t r = 0; r < n_rows; r += 2) {                                                         \
+            const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);         \
+            if (r + 1 < n_rows) {                                                                         \
+                const block_q8_0 *const wr[2] = {w0, (const block_q8_0 *)((const char *)w0 + w_stride)}; \
+                fn##_rows(wr, nb, pack, out, 2);                                                          \
+                x16_store(y, ldy, r, out[0], nt);                                                         \
+                x16_store(y, ldy, r + 1, out[1], nt);                                                     \
+            } else {                                                                                      \
+                const block_q8_0 *const wr[2] = {w0, w0};                                                 \
+                fn##_rows(wr, nb, pack, out, 1);                                                          \
+                x16_store(y, ldy, r, out[0], nt);                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
 #endif
 
 #endif
