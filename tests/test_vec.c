@@ -123,11 +123,64 @@ static void test_rows(void **state) {
     assert_memory_equal(y1, y2, sizeof y1);
 }
 
+/* ms_vec_relu_scores: every ISA against the scalar form bit for bit, and
+ * the scalar form against a double-precision sum, over head counts that
+ * take each kernel shape (one, two and four groups of 16 heads, and the
+ * any-count path), lengths with tails, and a key stride beyond d. */
+static void test_relu_scores(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 0x1d3e);
+    enum { DMAX = 130, HMAX = 80, KMAX = 9, STRIDE = DMAX + 3 };
+    static float q[HMAX][DMAX], qT[DMAX * HMAX], wts[HMAX], keys[KMAX * STRIDE];
+    ms_rng_fill_normal(&r, &q[0][0], HMAX * DMAX, 1.0f);
+    ms_rng_fill_normal(&r, wts, HMAX, 1.0f);
+    ms_rng_fill_normal(&r, keys, KMAX * STRIDE, 1.0f);
+    const int heads[] = {1, 5, 16, 17, 32, 48, 64, 80};
+    const int lens[] = {1, 7, 64, 128, 130};
+    int positive = 0, gated = 0;
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int H = heads[hi], d = lens[li], hp = (H + 15) / 16 * 16;
+            static float wp[HMAX];
+            for (int c = 0; c < d; c++)
+                for (int h = 0; h < hp; h++) qT[c * hp + h] = h < H ? q[h][c] : 0.0f;
+            for (int h = 0; h < hp; h++) wp[h] = h < H ? wts[h] : 0.0f;
+            for (int nk = 0; nk <= KMAX; nk++) {
+                float want[KMAX], got[KMAX];
+                ms_vec_relu_scores_isa(0, d, hp, qT, wp, keys, STRIDE, nk, want);
+                for (int m = 0; m < nk; m++) {
+                    double e = 0, mag = 0;
+                    for (int h = 0; h < H; h++) {
+                        double dot = 0, dmag = 0;
+                        for (int c = 0; c < d; c++) {
+                            dot += (double)q[h][c] * keys[m * STRIDE + c];
+                            dmag += fabs((double)q[h][c] * keys[m * STRIDE + c]);
+                        }
+                        if (dot > 0) e += dot * wts[h], positive++;
+                        else gated++;
+                        mag += (dmag + fabs(dot)) * fabs(wts[h]);
+                    }
+                    /* a head whose dot is within rounding of 0 may be gated either way */
+                    assert_true(fabs((double)want[m] - e) <= 1e-5 * mag + 1e-30);
+                }
+                for (int isa = 1; isa <= isa_max(); isa++) {
+                    ms_vec_relu_scores_isa(isa, d, hp, qT, wp, keys, STRIDE, nk, got);
+                    assert_memory_equal(got, want, sizeof(float) * (size_t)nk);
+                }
+                ms_vec_relu_scores(d, hp, qT, wp, keys, STRIDE, nk, got);
+                assert_memory_equal(got, want, sizeof(float) * (size_t)nk);
+            }
+        }
+    assert_true(positive > 100 && gated > 100); /* both sides of the ReLU were exercised */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_relu_scores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
  */
 #include "kernels/vec.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -40,6 +41,33 @@ void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *
 void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
                                 float *const y[2]);
 
+void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                             int64_t key_stride, int64_t n_keys, float *out);
+void ms_vec_relu_scores_avx512(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                               int64_t key_stride, int64_t n_keys, float *out);
+
+/* vec.h's numerics written out; fmaf is the SIMD kernels' FMA, rounded once. */
+static void relu_scores_scalar(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                               int64_t key_stride, int64_t n_keys, float *out) {
+    for (int64_t m = 0; m < n_keys; m++) {
+        const float *k = keys + m * key_stride;
+        float s[16] = {0};
+        for (int64_t g = 0; g < hp; g += 16)
+            for (int l = 0; l < 16; l++) {
+                float acc = 0.0f;
+                for (int64_t c = 0; c < d; c++) acc = fmaf(qT[c * hp + g + l], k[c], acc);
+                s[l] += (acc > 0.0f ? acc : 0.0f) * w[g + l];
+            }
+        for (int l = 0; l < 8; l++) s[l] += s[l + 8];
+        for (int l = 0; l < 4; l++) s[l] += s[l + 4];
+        for (int l = 0; l < 2; l++) s[l] += s[l + 2];
+        out[m] = s[0] + s[1];
+    }
+}
+
+typedef void (*relu_scores_fn)(int64_t, int64_t, const float *, const float *, const float *, int64_t, int64_t,
+                               float *);
+
 typedef void (*dot_rows_fn)(int64_t, const float *, const float *const *, int64_t, float *);
 typedef void (*axpy_rows_fn)(int64_t, const float *, const float *const *, int64_t, float *);
 
@@ -70,6 +98,7 @@ static dot_rows_fn g_dot_rows = dot_rows_scalar;
 static axpy_rows_fn g_axpy_rows = axpy_rows_scalar;
 static dot_rows_x4_fn g_dot_rows_x4 = dot_rows_x4_scalar;
 static axpy_rows_x2_fn g_axpy_rows_x2 = axpy_rows_x2_scalar;
+static relu_scores_fn g_relu_scores = relu_scores_scalar;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
@@ -81,6 +110,7 @@ static void pick(void) {
         g_axpy_rows = ms_vec_axpy_rows_avx512;
         g_dot_rows_x4 = ms_vec_dot_rows_x4_avx512;
         g_axpy_rows_x2 = ms_vec_axpy_rows_x2_avx512;
+        g_relu_scores = ms_vec_relu_scores_avx512;
     } else if (!strcmp(isa, "avx2")) {
         g_dot = ms_vec_dot_avx2;
         g_axpy = ms_vec_axpy_avx2;
@@ -88,6 +118,7 @@ static void pick(void) {
         g_axpy_rows = ms_vec_axpy_rows_avx2;
         g_dot_rows_x4 = dot_rows_x4_avx2;
         g_axpy_rows_x2 = axpy_rows_x2_avx2;
+        g_relu_scores = ms_vec_relu_scores_avx2;
     }
 }
 
@@ -156,4 +187,17 @@ void ms_vec_axpy_rows_x2_isa(int isa, int64_t n, const float *const w[2], const 
                              int64_t n_rows, float *const y[2]) {
     const axpy_rows_x2_fn f = isa == 2 ? ms_vec_axpy_rows_x2_avx512 : isa == 1 ? axpy_rows_x2_avx2 : axpy_rows_x2_scalar;
     f(n, w, rows, n_rows, y);
+}
+
+void ms_vec_relu_scores(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                        int64_t key_stride, int64_t n_keys, float *out) {
+    pthread_once(&g_once, pick);
+    g_relu_scores(d, hp, qT, w, keys, key_stride, n_keys, out);
+}
+
+void ms_vec_relu_scores_isa(int isa, int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                            int64_t key_stride, int64_t n_keys, float *out) {
+    const relu_scores_fn f = isa == 2 ? ms_vec_relu_scores_avx512 : isa == 1 ? ms_vec_relu_scores_avx2
+                                                                            : relu_scores_scalar;
+    f(d, hp, qT, w, keys, key_stride, n_keys, out);
 }

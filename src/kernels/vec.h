@@ -31,6 +31,19 @@ void ms_vec_dot_rows_x4(int64_t n, const float *const x[4], const float *const *
 void ms_vec_axpy_rows_x2(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
                          float *const y[2]);
 
+/* Lightning-indexer scores of n_keys key rows against one token's queries,
+ * heads in SIMD lanes (docs/model.md, "Attention"):
+ *     out[m] = sum_h w[h] * max(0, q_h . key_m),   m < n_keys.
+ * qT: [d][hp] the token's queries transposed (qT[c * hp + h] = q_h[c]),
+ * hp a multiple of 16 (heads padded with zero queries and zero weights);
+ * w: [hp]; key m: d floats at keys + m * key_stride. Per (key, head) one
+ * FMA chain over c = 0 .. d - 1 in order; then max(., 0) times w[h]; the
+ * heads summed lane by lane over the groups of 16 in group order, and the
+ * 16 lanes by the tree (l + 8), (l + 4), (l + 2), (l + 1): the same
+ * operations in every ISA, so all agree bit for bit. */
+void ms_vec_relu_scores(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                        int64_t key_stride, int64_t n_keys, float *out);
+
 /* The implementations, for tests: isa 0 scalar, 1 AVX2, 2 AVX-512. */
 float ms_vec_dot_isa(int isa, int64_t n, const float *x, const float *y);
 void ms_vec_axpy_isa(int isa, int64_t n, float a, const float *x, float *y);
@@ -42,5 +55,7 @@ void ms_vec_dot_rows_x4_isa(int isa, int64_t n, const float *const x[4], const f
                             int64_t n_rows, float *const out[4]);
 void ms_vec_axpy_rows_x2_isa(int isa, int64_t n, const float *const w[2], const float *const *rows,
                              int64_t n_rows, float *const y[2]);
+void ms_vec_relu_scores_isa(int isa, int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                            int64_t key_stride, int64_t n_keys, float *out);
 
 #endif

@@ -8,6 +8,8 @@ float ms_vec_dot_avx2(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 void ms_vec_dot_rows_avx2(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
 void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
+void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                             int64_t key_stride, int64_t n_keys, float *out);
 
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -63,5 +65,50 @@ void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, 
         float acc = y[i];
         for (int64_t k = 0; k < n_rows; k++) acc += w[k] * rows[k][i];
         y[i] = acc;
+    }
+}
+
+/* ms_vec_relu_scores (vec.h): a group of 16 heads is two 8-lane halves;
+ * two keys at a time (four chains per group); each (key, head) chain is
+ * the same either way. */
+static inline __attribute__((always_inline)) void relu_scores_k(int64_t d, int64_t hp, const float *qT,
+                                                                const float *w, const float *const key[2],
+                                                                float *out, const int K) {
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 s_lo[2] = {zero, zero}, s_hi[2] = {zero, zero};
+    for (int64_t g = 0; g < hp; g += 16) {
+        __m256 lo[2] = {zero, zero}, hi[2] = {zero, zero};
+        for (int64_t c = 0; c < d; c++) {
+            const __m256 q0 = _mm256_loadu_ps(qT + c * hp + g), q1 = _mm256_loadu_ps(qT + c * hp + g + 8);
+            for (int k = 0; k < K; k++) {
+                const __m256 kb = _mm256_set1_ps(key[k][c]);
+                lo[k] = _mm256_fmadd_ps(q0, kb, lo[k]);
+                hi[k] = _mm256_fmadd_ps(q1, kb, hi[k]);
+            }
+        }
+        const __m256 w0 = _mm256_loadu_ps(w + g), w1 = _mm256_loadu_ps(w + g + 8);
+        for (int k = 0; k < K; k++) {
+            s_lo[k] = _mm256_add_ps(s_lo[k], _mm256_mul_ps(_mm256_max_ps(lo[k], zero), w0));
+            s_hi[k] = _mm256_add_ps(s_hi[k], _mm256_mul_ps(_mm256_max_ps(hi[k], zero), w1));
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        const __m256 t8 = _mm256_add_ps(s_lo[k], s_hi[k]);
+        const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+        const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        out[k] = _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+    }
+}
+
+void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                             int64_t key_stride, int64_t n_keys, float *out) {
+    int64_t m = 0;
+    for (; m + 2 <= n_keys; m += 2) {
+        const float *const key[2] = {keys + m * key_stride, keys + (m + 1) * key_stride};
+        relu_scores_k(d, hp, qT, w, key, out + m, 2);
+    }
+    if (m < n_keys) {
+        const float *const key[2] = {keys + m * key_stride, keys + m * key_stride};
+        relu_scores_k(d, hp, qT, w, key, out + m, 1);
     }
 }

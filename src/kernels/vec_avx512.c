@@ -12,6 +12,8 @@ void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *
                                float *const out[4]);
 void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float *const *rows, int64_t n_rows,
                                 float *const y[2]);
+void ms_vec_relu_scores_avx512(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                               int64_t key_stride, int64_t n_keys, float *out);
 
 static inline float reduce4(const __m512 acc[4]) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
@@ -168,4 +170,67 @@ void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float 
         _mm512_mask_storeu_ps(y[0] + i, m, a0);
         _mm512_mask_storeu_ps(y[1] + i, m, a1);
     }
+}
+
+/* ms_vec_relu_scores (vec.h): K keys at a time against G groups of 16
+ * heads (K, G constants), K x G independent FMA chains to cover the FMA
+ * latency; each (key, head) chain is the same whatever K and G. */
+static inline __attribute__((always_inline)) void relu_scores_kg(int64_t d, int64_t hp, const float *qT,
+                                                                 const float *w, const float *const key[4],
+                                                                 float *out, const int K, const int G) {
+    __m512 acc[4][4];
+    for (int k = 0; k < K; k++)
+        for (int g = 0; g < G; g++) acc[k][g] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c++) {
+        __m512 kb[4];
+        for (int k = 0; k < K; k++) kb[k] = _mm512_set1_ps(key[k][c]);
+        for (int g = 0; g < G; g++) {
+            const __m512 q = _mm512_loadu_ps(qT + c * hp + 16 * g);
+            for (int k = 0; k < K; k++) acc[k][g] = _mm512_fmadd_ps(q, kb[k], acc[k][g]);
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        __m512 s = zero;
+        for (int g = 0; g < G; g++)
+            s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_max_ps(acc[k][g], zero), _mm512_loadu_ps(w + 16 * g)));
+        const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+        const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+        const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        out[k] = _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+    }
+}
+
+/* Any head count: one group at a time, one key at a time (the same chains). */
+static void relu_scores_any(int64_t d, int64_t hp, const float *qT, const float *w, const float *key, float *out) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 s = zero;
+    for (int64_t g = 0; g < hp / 16; g++) {
+        __m512 acc = zero;
+        for (int64_t c = 0; c < d; c++)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(qT + c * hp + 16 * g), _mm512_set1_ps(key[c]), acc);
+        s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_max_ps(acc, zero), _mm512_loadu_ps(w + 16 * g)));
+    }
+    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    *out = _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+void ms_vec_relu_scores_avx512(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
+                               int64_t key_stride, int64_t n_keys, float *out) {
+    const int64_t G = hp / 16;
+    int64_t m = 0;
+    if (G == 1 || G == 2 || G == 4) {
+        const int K = G == 4 ? 2 : 4;
+        for (; m + K <= n_keys; m += K) {
+            const float *const key[4] = {keys + m * key_stride, keys + (m + 1) * key_stride,
+                                         keys + (m + (K > 2 ? 2 : 1)) * key_stride,
+                                         keys + (m + (K > 2 ? 3 : 1)) * key_stride};
+            if (G == 1) relu_scores_kg(d, hp, qT, w, key, out + m, 4, 1);
+            else if (G == 2) relu_scores_kg(d, hp, qT, w, key, out + m, 4, 2);
+            else relu_scores_kg(d, hp, qT, w, key, out + m, 2, 4);
+        }
+    }
+    for (; m < n_keys; m++) relu_scores_any(d, hp, qT, w, keys + m * key_stride, out + m);
 }

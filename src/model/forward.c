@@ -1087,25 +1087,44 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
 
 /* Lightning indexer: marks in sel which of the n_comp visible compressed
  * rows token t attends to (all when n_comp <= top_k, else the top_k by
- * sum_h w_h relu(q_h . key)). score, top, sel: this thread's [comp_cap]
- * scratch. */
-static void indexer_scores(const struct dsv4_session *s, const struct dsv4_layer_state *st,
-                           int64_t t, int64_t m0, int64_t m1, float *score) {
+ * sum_h w_h relu(q_h . key)). The scores run with the heads in SIMD lanes
+ * (ms_vec_relu_scores): the token's queries are transposed once, [dI][hp]
+ * with the heads padded to a multiple of 16 (zero queries, zero weights),
+ * and each compressed row is broadcast against them, so no dot product
+ * ends in a horizontal sum (a Flash row is 64 heads of 128). */
+static int64_t idx_heads_padded(const struct dsv4_hparams *hp) {
+    return ((int64_t)hp->n_indexer_head + 15) / 16 * 16;
+}
+
+/* Token t's indexer queries transposed into qT [dI][hp] and its head
+ * weights into wp [hp] (worker scratch). */
+static void indexer_prepare(const struct dsv4_session *s, int64_t t, float *qT, float *wp) {
     const struct dsv4_hparams *hp = &s->m->hp;
-    const struct dsv4_scratch *sc = &s->sc;
-    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
-    /* the token's query heads (dot(q, key) = dot(key, q) bit for bit: one
-     * FMA per element either way) */
-    const float *qh[DSV4_MAX_INDEXER_HEADS];
-    float dot[DSV4_MAX_INDEXER_HEADS];
-    for (int64_t h = 0; h < HI; h++) qh[h] = sc->idx_q + (t * HI + h) * dI;
-    for (int64_t m = m0; m < m1; m++) {
-        const float *key = st->idx_keys + m * dI;
-        float acc = 0.0f;
-        ms_vec_dot_rows(dI, key, qh, HI, dot);
-        for (int64_t h = 0; h < HI; h++) acc += sc->idx_w[t * HI + h] * (dot[h] > 0.0f ? dot[h] : 0.0f);
-        score[m] = acc;
+    const int64_t dI = hp->indexer_head_size, HI = hp->n_indexer_head, HP = idx_heads_padded(hp);
+    const float *q = s->sc.idx_q + t * HI * dI;
+    for (int64_t c = 0; c < dI; c++) {
+        for (int64_t h = 0; h < HI; h++) qT[c * HP + h] = q[h * dI + c];
+        for (int64_t h = HI; h < HP; h++) qT[c * HP + h] = 0.0f;
     }
+    for (int64_t h = 0; h < HP; h++) wp[h] = h < HI ? s->sc.idx_w[t * HI + h] : 0.0f;
+}
+
+/* score[m] for the compressed rows m0 <= m < m1, from indexer_prepare's
+ * qT and wp. */
+static void indexer_scores(const struct dsv4_session *s, const struct dsv4_layer_state *st, const float *qT,
+                           const float *wp, int64_t m0, int64_t m1, float *score) {
+    const int64_t dI = s->m->hp.indexer_head_size;
+    ms_vec_relu_scores(dI, idx_heads_padded(&s->m->hp), qT, wp, st->idx_keys + m0 * dI, dI, m1 - m0, score + m0);
+}
+
+/* Worker ith's indexer query and weight scratch. */
+static float *idx_qT(const struct dsv4_session *s, int ith) {
+    const struct dsv4_hparams *hp = &s->m->hp;
+    return s->sc.idx_qT + (size_t)ith * (size_t)(hp->indexer_head_size * idx_heads_padded(hp));
+}
+
+static float *idx_wp(const struct dsv4_session *s, int ith) {
+    return s->sc.idx_wp + (size_t)ith * (size_t)idx_heads_padded(&s->m->hp);
 }
 
 /* The top_k of score[0..n_comp) marked in sel (top: scratch). */
@@ -1118,12 +1137,13 @@ static void indexer_pick(const struct dsv4_session *s, int64_t n_comp, float *sc
 }
 
 static void indexer_select(const struct dsv4_session *s, const struct dsv4_layer_state *st,
-                           int64_t t, int64_t n_comp, float *score, int *top, uint8_t *sel) {
+                           int64_t t, int64_t n_comp, int ith, float *score, int *top, uint8_t *sel) {
     if (n_comp <= (int64_t)s->m->hp.indexer_top_k) {
         memset(sel, 1, (size_t)n_comp);
         return;
     }
-    indexer_scores(s, st, t, 0, n_comp, score);
+    indexer_prepare(s, t, idx_qT(s, ith), idx_wp(s, ith));
+    indexer_scores(s, st, idx_qT(s, ith), idx_wp(s, ith), 0, n_comp, score);
     indexer_pick(s, n_comp, score, top, sel);
 }
 
@@ -1143,7 +1163,7 @@ static const uint8_t *attn_select(const struct attn_job *j, int64_t t, int ith) 
     if (j->ratio != 4) return NULL;
     const size_t cc = (size_t)s->comp_cap;
     uint8_t *sel = s->sc.idx_sel + (size_t)ith * cc;
-    indexer_select(s, j->st, t, s->sc.n_comp_seen[t], s->sc.idx_score + (size_t)ith * cc,
+    indexer_select(s, j->st, t, s->sc.n_comp_seen[t], ith, s->sc.idx_score + (size_t)ith * cc,
                    s->sc.idx_top + (size_t)ith * cc, sel);
     return sel;
 }
@@ -1165,11 +1185,12 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int ith) {
 }
 
 /* Pool items: compressed rows [m0, m1) of token j->t's indexer scores,
- * into worker 0's scratch (decode). */
+ * into worker 0's scratch, from the queries indexer_prepare put in worker
+ * 0's (decode). */
 static void idx_score_rows(void *ctx, int64_t m0, int64_t m1, int ith) {
     (void)ith;
     const struct attn_job *j = ctx;
-    indexer_scores(j->s, j->st, j->t, m0, m1, j->s->sc.idx_score);
+    indexer_scores(j->s, j->st, idx_qT(j->s, 0), idx_wp(j->s, 0), m0, m1, j->s->sc.idx_score);
 }
 
 /* Compressed rows per indexer chunk of a decode step: a row costs
@@ -1185,6 +1206,7 @@ static void run_attention(struct dsv4_session *s, const struct dsv4_layer_state 
             /* one token's indexer scores every compressed row (at 32 K
              * positions, 8 K rows of 8 K multiply-adds per ratio-4 layer):
              * split by rows rather than left serial on the caller */
+            indexer_prepare(s, 0, idx_qT(s, 0), idx_wp(s, 0));
             ms_pool_for(s->p.pool, n_comp, IDX_ROWS_GRAIN, idx_score_rows, &job);
             indexer_pick(s, n_comp, s->sc.idx_score, s->sc.idx_top, s->sc.idx_sel);
         } else {

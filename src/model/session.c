@@ -81,6 +81,7 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
     const size_t D = hp->n_embd, nh = hp->n_hc;
     const size_t d = hp->n_embd_head, H = hp->n_head, rq = hp->q_lora_rank;
     const size_t dI = hp->indexer_head_size, HI = hp->n_indexer_head;
+    const size_t HIP = (HI + 15) / 16 * 16; /* indexer heads padded for ms_vec_relu_scores */
     const size_t E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp;
     const size_t Fs = F * hp->n_expert_shared, G = hp->n_out_group, ro = hp->o_lora_rank;
     size_t Wc = 0, window = 1; /* widest compressor row, longest compressor window */
@@ -121,6 +122,8 @@ static size_t scratch_layout(struct dsv4_scratch *sc, char *base, const struct d
     BUF(idx_score,       nt * cc);
     BUF(idx_top,         nt * cc);
     BUF(idx_sel,         nt * cc);
+    BUF(idx_qT,          nt * dI * HIP);
+    BUF(idx_wp,          nt * HIP);
     BUF(router,          n * E);
     BUF(sel,             ns * k);
     BUF(selw,            ns * k);

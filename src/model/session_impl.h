@@ -65,6 +65,8 @@ struct dsv4_scratch {
     float *idx_score;     /* [n_threads][comp_cap] indexer scores */
     int *idx_top;         /* [n_threads][comp_cap] top-k scratch */
     uint8_t *idx_sel;     /* [n_threads][comp_cap] selected-row flags */
+    float *idx_qT;        /* [n_threads][d_I][H_I padded to 16] a token's indexer queries, transposed */
+    float *idx_wp;        /* [n_threads][H_I padded to 16] its head weights (padding 0) */
     /* MoE */
     float *router;     /* [n][E] router probabilities pi */
     int32_t *sel;      /* [span] [n][k] selected experts, slot order */
