@@ -230,9 +230,10 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     snprintf(e->plan.limit_source, sizeof e->plan.limit_source, "%s", source);
     if (!plan.stream) {
         snprintf(e->plan_line, sizeof e->plan_line,
-                 "resident%s: %.2f GiB of weights (mapped) + %.2f GiB of sessions (KV %.2f, "
+                 "resident%s: %.2f GiB of weights (%s) + %.2f GiB of sessions (KV %.2f, "
                  "residual %.2f, scratch %.2f), %.2f GiB usable (%s)",
                  p->stream == MS_STREAM_OFF ? " (--no-stream)" : "", GiB(in.file_bytes),
+                 p->mmap ? "mapped" : "copied to huge pages",
                  GiB(in.session_bytes), GiB(mem.kv), GiB(mem.resid),
                  GiB(mem.scratch + mem.other), GiB(plan.usable_bytes), source);
         return 0;
@@ -353,11 +354,14 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
-    if (!e->stream && dsv4_model_populate(e->model, err)) {
+    if (!e->stream && dsv4_model_populate(e->model, !p->mmap, err)) {
         ms_err_prefix(err, "%s", p->model_path);
         ms_engine_free(e);
         return -1;
     }
+    if (!e->stream && !p->mmap && !e->model->huge)
+        ms_log_warn("%s: no private copy on huge pages (no memory for it, or transparent huge "
+                    "pages off): computing from the file mapping", p->model_path);
     e->n_batch = batch_of(p->prefill_chunk, e->stream != NULL);
     if (p->profile_routing) {
         const size_t n = (size_t)e->model->n_layer * e->model->hp.n_expert;

@@ -76,6 +76,8 @@ struct ms_engine_params {
                                in the memory plan, beside the dense weights) */
     uint64_t mem_bytes;     /* plan for this much memory instead of the cgroup limit /
                                MemAvailable (inspect --plan --mem); 0 = measure */
+    bool mmap;              /* resident: compute from the file mapping, not from a copy
+                               of the file on transparent huge pages (dsv4_model_populate) */
 };
 
 #define MS_PREFILL_WHOLE (-1)

@@ -38,6 +38,7 @@ int engine_opt(const char *cmd, int c, const char *arg, struct ms_engine_params 
     case ENG_OPT_QUALITY: p->quality = true; return 1;
     case ENG_OPT_STREAM: p->stream = MS_STREAM_ON; return 1;
     case ENG_OPT_NO_STREAM: p->stream = MS_STREAM_OFF; return 1;
+    case ENG_OPT_MMAP: p->mmap = true; return 1;
     case ENG_OPT_CACHE_EXPERTS: {
         /* all digits: a slot count; otherwise a size with a unit */
         if (arg[0] && strspn(arg, "0123456789") == strlen(arg)) {

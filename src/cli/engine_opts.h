@@ -29,6 +29,7 @@ enum {
     ENG_OPT_FULL_LAYERS,
     ENG_OPT_PIN_THREADS,
     ENG_OPT_MOE_SPAN,
+    ENG_OPT_MMAP,
 };
 
 /* Short options they use: "m:t:c:". */
@@ -46,7 +47,7 @@ enum {
         {"no-prefetch", no_argument, 0, ENG_OPT_NO_PREFETCH},                                    \
         {"full-layers", required_argument, 0, ENG_OPT_FULL_LAYERS},                              \
         {"pin-threads", no_argument, 0, ENG_OPT_PIN_THREADS},                                    \
-        {"moe-span", required_argument, 0, ENG_OPT_MOE_SPAN}
+        {"moe-span", required_argument, 0, ENG_OPT_MOE_SPAN}, {"mmap", no_argument, 0, ENG_OPT_MMAP}
 
 #define ENGINE_HELP                                                                               \
     "  -m, --model FILE     deepseek4 GGUF\n"                                                     \
@@ -58,6 +59,8 @@ enum {
     "      --stream         stream routed experts from disk even if the model fits in memory\n"   \
     "      --no-stream      keep the whole model resident\n"                                      \
     "                       (default: stream when the resident plan does not fit)\n"              \
+    "      --mmap           resident: compute from the file mapping (page cache, shared with\n"   \
+    "                       other processes) instead of a private copy on huge pages\n"         \
     "      --cache-experts N|SIZE  expert cache: N expert slots, or a byte target such as 12GB\n" \
     "                       fitted to what remains after weights, KV and buffers (default: auto)\n" \
     "      --cache-pct P    share of available memory (cgroup limit or MemAvailable) the\n"        \

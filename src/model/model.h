@@ -114,7 +114,8 @@ struct dsv4_model {
     struct dsv4_hparams hp;
     uint32_t n_layer;          /* main layers */
     struct gguf_file *gguf;
-    void *map;                 /* read-only mapping of the whole file */
+    void *map;                 /* read-only mapping of the whole file (2 MiB aligned) */
+    bool huge;                 /* the mapping is the huge-page copy (dsv4_model_populate) */
     size_t map_size;
     struct dsv4_tensor glob[DSV4_ROLE_COUNT]; /* global roles */
     struct dsv4_layer *layers; /* [n_layer] */
@@ -130,12 +131,14 @@ struct dsv4_model {
 int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 
-/* Maps every page of the model file now (resident runs), as llama.cpp's
- * MAP_POPULATE does: otherwise each page of a routed expert is faulted in
- * the first time a token selects it, which dominates the first hundreds of
- * decode steps. Reads the file when it is not in the page cache. -1 with
- * err on a read error. */
-int dsv4_model_populate(struct dsv4_model *m, ms_err *err);
+/* Reads the whole model into memory now (resident runs): with copy, into
+ * anonymous memory on transparent huge pages that replaces the file
+ * mapping at the same address (pointers into the mapping stay valid;
+ * m->huge is set); without copy, or when the copy cannot be made, by
+ * mapping every page of the file (as llama.cpp's MAP_POPULATE does). Either way no routed expert page is faulted in when a
+ * token first selects it, which would dominate the first hundreds of decode
+ * steps. -1 with err on a read error. */
+int dsv4_model_populate(struct dsv4_model *m, bool copy, ms_err *err);
 
 /* Bytes of routed expert weights in the file, and of everything else. */
 uint64_t dsv4_model_routed_bytes(const struct dsv4_model *m);
