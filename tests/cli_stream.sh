@@ -8,6 +8,18 @@ M=$TMP/tiny-q4k.gguf
 tiny_model "$M" --experts-type q4_k --dense-type q8_0 --seed 3
 P="The quick brown fox jumps over the lazy dog, then streams experts from disk."
 "$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --no-stream >"$TMP/resident.txt" 2>/dev/null
+# resident weights: a private copy on huge pages by default, the file mapping
+# with --mmap; the same text either way
+"$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --no-stream --mmap >"$TMP/resident-mmap.txt" 2>"$TMP/resident-mmap.err"
+check "resident --mmap == resident copy" "cmp -s '$TMP/resident.txt' '$TMP/resident-mmap.txt'"
+check "--mmap: no warning" "! grep -qi 'warn\|huge pages' '$TMP/resident-mmap.err'"
+"$BIN" bench -m "$M" --no-stream --frontiers 8 --gen-tokens 1 --mmap >/dev/null 2>"$TMP/bench-mmap.err"
+check "bench --mmap plan line says mapped" "grep -q 'GiB of weights (mapped)' '$TMP/bench-mmap.err'"
+if grep -qs -e '\[always\]' -e '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled; then
+  "$BIN" bench -m "$M" --no-stream --frontiers 8 --gen-tokens 1 >/dev/null 2>"$TMP/bench-copy.err"
+  check "bench plan line says copied" "grep -q 'GiB of weights (copied to huge pages)' '$TMP/bench-copy.err'"
+  check "the copy was made (no fallback warning)" "! grep -q 'no private copy' '$TMP/bench-copy.err'"
+fi
 for cache in 3 5 64MB; do
   "$BIN" run -m "$M" -p "$P" -n 24 --temp 0 --stream --cache-experts $cache \
       --stats-json "$TMP/stats-$cache.json" >"$TMP/stream-$cache.txt" 2>"$TMP/stream-$cache.err"

@@ -615,7 +615,7 @@ static int print_plan(const struct inspect_opts *o) {
     printf("  memory limit     %.2f GiB (%s), usable %.2f GiB\n", gib(pl.limit_bytes),
            pl.limit_source, gib(pl.usable_bytes));
     printf("  dense weights    %.2f GiB%s\n", gib(pl.dense_bytes + pl.full_layer_bytes),
-           pl.stream ? "" : " (+ routed experts: the whole file is mapped)");
+           pl.stream ? "" : " (+ routed experts: the whole file is resident)");
     printf("  KV state         %.2f GiB\n", gib(pl.kv_bytes));
     printf("  residual stream  %.2f GiB (longest prefill pass)\n", gib(pl.resid_bytes));
     if (pl.moe_span)
