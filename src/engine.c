@@ -36,6 +36,7 @@ struct ms_engine {
     bool file_broken;                /* the file changed: every eval fails */
     struct ms_plan plan;
     char plan_line[512];
+    bool copy_weights; /* resident: read the file into huge pages (setup_plan) */
 };
 
 /* The public marker is the session's. */
@@ -229,11 +230,14 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
                                .n_ctx = e->n_ctx};
     snprintf(e->plan.limit_source, sizeof e->plan.limit_source, "%s", source);
     if (!plan.stream) {
+        /* the private huge-page copy only when it fits beside the sessions
+         * (a --no-stream run past the budget computes from the page cache) */
+        e->copy_weights = !p->mmap && plan.resident_need <= plan.usable_bytes;
         snprintf(e->plan_line, sizeof e->plan_line,
                  "resident%s: %.2f GiB of weights (%s) + %.2f GiB of sessions (KV %.2f, "
                  "residual %.2f, scratch %.2f), %.2f GiB usable (%s)",
                  p->stream == MS_STREAM_OFF ? " (--no-stream)" : "", GiB(in.file_bytes),
-                 p->mmap ? "mapped" : "copied to huge pages",
+                 e->copy_weights ? "copied to huge pages" : "mapped",
                  GiB(in.session_bytes), GiB(mem.kv), GiB(mem.resid),
                  GiB(mem.scratch + mem.other), GiB(plan.usable_bytes), source);
         return 0;
@@ -354,12 +358,12 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
-    if (!e->stream && dsv4_model_populate(e->model, !p->mmap, err)) {
+    if (!e->stream && dsv4_model_populate(e->model, e->copy_weights, err)) {
         ms_err_prefix(err, "%s", p->model_path);
         ms_engine_free(e);
         return -1;
     }
-    if (!e->stream && !p->mmap && !e->model->huge)
+    if (!e->stream && e->copy_weights && !e->model->huge)
         ms_log_warn("%s: no private copy on huge pages (no memory for it, or transparent huge "
                     "pages off): computing from the file mapping", p->model_path);
     e->n_batch = batch_of(p->prefill_chunk, e->stream != NULL);

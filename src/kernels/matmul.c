@@ -311,7 +311,9 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             }
             bool shared = false;
             for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], &fmts[k], op, f);
-            if (!shared && op->n_tok > 0) act_bytes += f->row_bytes * (size_t)op->n_tok;
+            /* each conversion starts aligned (step 3): Q8_0 rows are 34 bytes a
+             * block, and a Q16_0 row after them must start on its f32 scale */
+            if (!shared && op->n_tok > 0) act_bytes += f->row_bytes * (size_t)op->n_tok + MM_PACK_ALIGN;
         }
         if (pack_bytes(op, f)) act_bytes += pack_bytes(op, f) + MM_PACK_ALIGN; /* own copy: step 3 */
         if (op->n_tok > 0) total += row_cost(op) * (double)op->w->n_rows;
@@ -363,6 +365,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             for (int k = 0; k < i && !j->act; k++)
                 if (same_act(&ops[k], &fmts[k], op, f)) j->act = jobs[2 * k].act;
             if (!j->act) {
+                act_off = (act_off + MM_PACK_ALIGN - 1) / MM_PACK_ALIGN * MM_PACK_ALIGN;
                 char *dst = (char *)c->scratch + act_off;
                 for (int64_t t = 0; t < op->n_tok; t++)
                     f->conv(op->x + t * op->ldx, dst + (size_t)t * row, op->w->n_cols);

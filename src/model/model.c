@@ -137,8 +137,8 @@ static bool thp_available(void) {
  * TLB miss, and under virtualisation a miss is a two-level page walk. On a
  * 2-vCPU Zen 5 VM a 3 GB Q8_0 model decoded at 27-35 tok/s from the file
  * mapping and 76-99 tok/s from the huge-page copy (bench/RESULTS.md,
- * "Resident weights on huge pages"). The page cache is dropped behind the
- * reads, so the file is not held twice. Returns 1 when the copy could not
+ * "Resident weights on huge pages"). The page cache keeps the file as well
+ * (reclaimable; the next run loads from it). Returns 1 when the copy could not
  * be made (no memory for it, or mremap refused): the caller falls back to
  * the file mapping; -1 with err on a read error or a short file.
  */
@@ -168,12 +168,18 @@ static int resident_copy(struct dsv4_model *m, ms_err *err) {
             if (e) return ms_err_errno(err, e, "cannot read the model file into memory");
             return ms_err_set(err, "the model file ended at byte %zu while being read into memory", off);
         }
-        (void)posix_fadvise(m->gguf->fd, (off_t)off, (off_t)got, POSIX_FADV_DONTNEED);
         off += (size_t)got;
     }
-    if (mprotect(a, size, PROT_READ) != 0 ||
-        mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, m->map) == MAP_FAILED) {
+    if (mprotect(a, size, PROT_READ) != 0) {
         munmap(a, size);
+        return 1;
+    }
+    if (mremap(a, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, m->map) == MAP_FAILED) {
+        /* the kernel may have unmapped the target before failing: map the
+         * file there again (same address, so bound pointers stay valid) */
+        munmap(a, size);
+        if (mmap(m->map, m->map_size, PROT_READ, MAP_PRIVATE | MAP_FIXED, m->gguf->fd, 0) == MAP_FAILED)
+            return ms_err_errno(err, errno, "cannot map the model file again");
         return 1;
     }
     m->huge = true;

@@ -32,13 +32,13 @@ MS_DECL_QUANT(q16_0, avx2) {
         const bool nan = _mm256_movemask_ps(unord) != 0;
         const float amax = hmax256_f32(m);
         const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
-        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = d;
-        const __m256 vid = _mm256_set1_ps(id);
+        const bool zero = nan || d == 0.0f;
+        const __m256 vd = _mm256_set1_ps(zero ? 1.0f : d);
         __m256i q32[4];
         for (int q = 0; q < 4; q++) {
-            __m256 t = _mm256_mul_ps(v[q], vid);
-            t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* inf * 0 -> 0 */
+            __m256 t = zero ? _mm256_setzero_ps() : _mm256_div_ps(v[q], vd);
+            t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* inf / inf -> 0 */
             t = _mm256_min_ps(_mm256_max_ps(t, qmin), qmax);
             q32[q] = _mm256_cvtps_epi32(t);
         }

@@ -37,11 +37,12 @@ MS_DECL_QUANT(q16_0, avx512) {
         const __mmask16 nan = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
         const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
-        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = d;
-        const __m512 vid = _mm512_set1_ps(id);
-        __m512 v0 = _mm512_mul_ps(x0, vid), v1 = _mm512_mul_ps(x1, vid);
-        /* inf * 0 -> NaN -> 0, as the reference; then the clamp */
+        const bool zero = nan || d == 0.0f;
+        const __m512 vd = _mm512_set1_ps(zero ? 1.0f : d);
+        __m512 v0 = _mm512_div_ps(x0, vd), v1 = _mm512_div_ps(x1, vd);
+        if (zero) v0 = v1 = _mm512_setzero_ps();
+        /* inf / inf -> NaN -> 0, as the reference; then the clamp */
         v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, v0, _CMP_ORD_Q), v0);
         v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, v1, _CMP_ORD_Q), v1);
         v0 = _mm512_min_ps(_mm512_max_ps(v0, qmin), qmax);

@@ -15,7 +15,7 @@
  *
  * Numerics (every form, every kernel set):
  *   quantize   amax = max |x_j| over the block; d = amax / MS_Q16_QMAX;
- *              q_j = nearest-even(x_j * (1 / d)) clamped to +-MS_Q16_QMAX
+ *              q_j = nearest-even(x_j / d) clamped to +-MS_Q16_QMAX
  *              (q = 0 when d = 0); a block with a NaN gets d = NaN, q = 0,
  *              so a NaN activation still gives a NaN product
  *   dot        sumi_i = sum_j w_ij q_ij, exact in int32 (|sumi| < 2^27);
@@ -44,10 +44,11 @@ MS_DECL_QUANT(q16_0, ref) {
             if (a > amax) amax = a;
         }
         const float d = nan ? NAN : amax / (float)MS_Q16_QMAX;
-        const float id = !nan && d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = d;
         for (int j = 0; j < QK8_0; j++) {
-            float v = xb[j] * id; /* NaN only for an infinite element (inf * 0) */
+            /* a division, not x * (1 / d): 1 / d overflows for a normal d
+             * below 3e-39 (amax < 1e-34), and x / d is at most QMAX */
+            float v = nan || d == 0.0f ? 0.0f : xb[j] / d; /* NaN only for inf / inf */
             if (v != v) v = 0.0f;
             v = fminf(fmaxf(v, -(float)MS_Q16_QMAX), (float)MS_Q16_QMAX);
             b[i].qs[j] = (int16_t)lrintf(v);

@@ -109,8 +109,10 @@ int ms_mem_plan(const struct ms_mem_plan_in *in, struct ms_mem_plan *out, ms_err
     out->resident_need = in->file_bytes + in->session_bytes;
     out->stream = in->stream == 1 || (in->stream < 0 && out->resident_need > out->usable_bytes);
     if (!out->stream) {
-        /* the weights are a file mapping (page cache, reclaimable); the
-         * sessions are not */
+        /* forced resident (--no-stream) beyond the usable memory, the
+         * weights stay a file mapping (page cache, reclaimable: the engine
+         * copies them to huge pages only when resident_need fits); the
+         * sessions must fit either way */
         if (in->session_bytes > out->usable_bytes)
             return ms_err_set(err,
                               "not enough memory for the sessions: %.2f GiB needed, %.2f GiB "
