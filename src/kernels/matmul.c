@@ -31,6 +31,9 @@ void ms_matmul_ctx_free(struct ms_matmul_ctx *c) {
     free(c->chunks);
     c->chunks = NULL;
     c->chunks_cap = 0;
+    free(c->fmts);
+    c->fmts = NULL;
+    c->fmts_cap = 0;
 }
 
 struct mm_job {
@@ -281,34 +284,30 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
     const int nt = ms_pool_n_threads(c->pool);
     /* 1. checks, the activation formats, the converted activations' size,
      * the total cost */
-    struct act_fmt fmt_small[8], *fmts = fmt_small;
-    if ((size_t)n_ops > sizeof fmt_small / sizeof fmt_small[0]) {
-        fmts = malloc((size_t)n_ops * sizeof *fmts);
-        if (!fmts) return ms_err_set(err, "matmul: out of memory (%d ops)", n_ops);
+    if ((size_t)n_ops > c->fmts_cap) { /* grows once: no allocation per decode step */
+        void *q = malloc((size_t)n_ops * sizeof(struct act_fmt));
+        if (!q) return ms_err_set(err, "matmul: out of memory (%d ops)", n_ops);
+        free(c->fmts);
+        c->fmts = q;
+        c->fmts_cap = (size_t)n_ops;
     }
-    int rc = -1;
+    struct act_fmt *fmts = c->fmts;
     size_t act_bytes = 0;
     double total = 0.0;
     for (int i = 0; i < n_ops; i++) {
         const struct ms_mm_op *op = &ops[i];
         const struct ms_type_traits *tt = ms_type_traits(op->w->type);
-        if (!tt || !tt->has_kernels) {
-            ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
-            goto out;
-        }
+        if (!tt || !tt->has_kernels)
+            return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
         if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
-                       op->w2->n_cols != op->w->n_cols)) {
-            ms_err_set(err, "matmul: paired matrices differ in shape or type");
-            goto out;
-        }
+                       op->w2->n_cols != op->w->n_cols))
+            return ms_err_set(err, "matmul: paired matrices differ in shape or type");
         fmts[i] = act_fmt(op);
         const struct act_fmt *f = &fmts[i];
         if (f->act != MS_ACT_F32) {
-            if (!f->conv || f->row_bytes == 0) {
-                ms_err_set(err, "matmul: cannot convert activations to %s",
-                           f->act == MS_ACT_Q16 ? "q16_0" : ms_type_name(f->conv_type));
-                goto out;
-            }
+            if (!f->conv || f->row_bytes == 0)
+                return ms_err_set(err, "matmul: cannot convert activations to %s",
+                                  f->act == MS_ACT_Q16 ? "q16_0" : ms_type_name(f->conv_type));
             bool shared = false;
             for (int k = 0; k < i && !shared; k++) shared = same_act(&ops[k], &fmts[k], op, f);
             /* each conversion starts aligned (step 3): Q8_0 rows are 34 bytes a
@@ -328,20 +327,14 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         2 * (size_t)n_ops * sizeof(struct mm_job) + n_chunks * sizeof(struct mm_chunk);
     if (need > c->chunks_cap) {
         void *q = malloc(need);
-        if (!q) {
-            ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
-            goto out;
-        }
+        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", need);
         free(c->chunks);
         c->chunks = q;
         c->chunks_cap = need;
     }
     if (act_bytes > c->scratch_cap) {
         void *q = ms_aligned_alloc(MS_ALIGN, act_bytes);
-        if (!q) {
-            ms_err_set(err, "matmul: out of memory (%zu bytes)", act_bytes);
-            goto out;
-        }
+        if (!q) return ms_err_set(err, "matmul: out of memory (%zu bytes)", act_bytes);
         ms_free(c->scratch);
         c->scratch = q;
         c->scratch_cap = act_bytes;
@@ -405,10 +398,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
     }
     struct mm_multi m = {.ops = ops, .jobs = jobs, .chunks = chunks};
     ms_pool_for_each(c->pool, (int64_t)n_chunks, mm_multi_task, &m);
-    rc = 0;
-out:
-    if (fmts != fmt_small) free(fmts);
-    return rc;
+    return 0;
 }
 
 int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, int64_t ldx,

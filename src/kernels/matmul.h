@@ -28,6 +28,8 @@ struct ms_matmul_ctx {
     size_t scratch_cap;
     void *chunks;       /* ms_matmul_multi's work list (matmul.c) */
     size_t chunks_cap;  /* entries it holds */
+    void *fmts;         /* ms_matmul_multi's per-op activation formats (matmul.c) */
+    size_t fmts_cap;    /* ops they hold */
 };
 
 void ms_matmul_ctx_free(struct ms_matmul_ctx *c);

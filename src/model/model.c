@@ -5,7 +5,6 @@
 #include "model/model.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +98,20 @@ static void resident_release(void *ctx, uint32_t il, const int32_t *ids, int n) 
 /* Transparent huge page size the mappings are aligned to. */
 #define MODEL_HUGE (2u << 20)
 
+/* A reservation of size bytes (rounded up to whole pages) at a huge-page
+ * boundary, with protection prot: a larger anonymous mapping whose slack
+ * before and after the aligned part is released. NULL when mmap fails. */
+static char *reserve_aligned(size_t size, int prot) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    const size_t page = pg > 0 ? (size_t)pg : 4096, end = (size + page - 1) / page * page;
+    char *raw = mmap(NULL, end + MODEL_HUGE, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *a = (char *)(((uintptr_t)raw + MODEL_HUGE - 1) & ~(uintptr_t)(MODEL_HUGE - 1));
+    if (a > raw) munmap(raw, (size_t)(a - raw));
+    if (raw + end + MODEL_HUGE > a + end) munmap(a + end, (size_t)(raw + end + MODEL_HUGE - (a + end)));
+    return a;
+}
+
 /* Maps the file's pages now, through the page cache (MADV_POPULATE_READ,
  * or touching a byte per page before Linux 5.14). */
 static int populate_mapping(struct dsv4_model *m, ms_err *err) {
@@ -148,12 +161,8 @@ static int resident_copy(struct dsv4_model *m, ms_err *err) {
     const size_t size = (m->map_size + page - 1) / page * page;
     if ((uintptr_t)m->map % MODEL_HUGE) return 1; /* the huge pages would not survive the move */
     if (!thp_available()) return 1;               /* a copy on small pages would gain nothing */
-    void *raw = mmap(NULL, size + MODEL_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return 1;
-    char *a = (char *)(((uintptr_t)raw + MODEL_HUGE - 1) & ~(uintptr_t)(MODEL_HUGE - 1));
-    const size_t head = (size_t)(a - (char *)raw), tail = MODEL_HUGE - head;
-    if (head) munmap(raw, head);
-    if (tail) munmap(a + size, tail);
+    char *a = reserve_aligned(size, PROT_READ | PROT_WRITE);
+    if (!a) return 1;
 #ifdef MADV_HUGEPAGE
     (void)madvise(a, size, MADV_HUGEPAGE);
 #endif
@@ -199,19 +208,10 @@ int dsv4_model_populate(struct dsv4_model *m, bool copy, ms_err *err) {
  * reservation, the file mapped over its aligned part, the rest released),
  * so that resident_copy's huge pages can take its place. */
 static void *map_aligned(size_t size, int fd) {
-    void *raw = mmap(NULL, size + MODEL_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    char *a = (char *)(((uintptr_t)raw + MODEL_HUGE - 1) & ~(uintptr_t)(MODEL_HUGE - 1));
-    void *p = mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
-        munmap(raw, size + MODEL_HUGE);
-        return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    }
-    const long pg = sysconf(_SC_PAGESIZE);
-    const size_t page = pg > 0 ? (size_t)pg : 4096, end = (size + page - 1) / page * page;
-    if (a > (char *)raw) munmap(raw, (size_t)(a - (char *)raw));
-    if ((char *)raw + size + MODEL_HUGE > a + end) munmap(a + end, (size_t)((char *)raw + size + MODEL_HUGE - (a + end)));
-    return a;
+    char *a = reserve_aligned(size, PROT_NONE);
+    if (a && mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) != MAP_FAILED) return a;
+    if (a) munmap(a, size);
+    return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 }
 
 int dsv4_model_load(struct dsv4_model **out, const char *path, ms_err *err) {
