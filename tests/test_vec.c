@@ -4,6 +4,7 @@
  * double-precision sum with the textbook bound.
  */
 #include <math.h>
+#include <string.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -175,12 +176,116 @@ static void test_relu_scores(void **state) {
     assert_true(positive > 100 && gated > 100); /* both sides of the ReLU were exercised */
 }
 
+/* Units in the last place between a float and the double it approximates. */
+static double ulps(float got, double want) {
+    if (isinf(want) || want > 3.4028234663852886e38) return isinf(got) && got > 0 ? 0 : 1e9;
+    const double scale = want < 0x1p-126 ? 0x1p-149 : ldexp(1.0, ilogb(want) - 23);
+    return fabs((double)got - want) / scale;
+}
+
+/* ms_expf within 2 ulp of exp over the float range: a dense sweep of
+ * [-104, 89] and random points, plus the special values. */
+static void test_expf(void **state) {
+    (void)state;
+    double worst = 0;
+    for (double x = -104.0; x <= 89.0; x += 1.0 / 4099.0) {
+        const float xf = (float)x;
+        const double u = ulps(ms_expf(xf), exp((double)xf));
+        if (u > worst) worst = u;
+    }
+    ms_rng r;
+    ms_rng_seed(&r, 0xe4f);
+    for (int i = 0; i < 200000; i++) {
+        const float xf = (float)(ms_rng_uniform(&r) * 20.0 - 10.0);
+        const double u = ulps(ms_expf(xf), exp((double)xf));
+        if (u > worst) worst = u;
+    }
+    assert_true(worst <= 2.0);
+    assert_true(ms_expf(0.0f) == 1.0f && ms_expf(-0.0f) == 1.0f);
+    assert_true(ms_expf(-INFINITY) == 0.0f && ms_expf(-200.0f) == 0.0f);
+    assert_true(isinf(ms_expf(INFINITY)) && isinf(ms_expf(89.0f)) && isinf(ms_expf(1000.0f)));
+    assert_true(isnan(ms_expf(NAN)));
+    assert_true(ms_expf(-100.0f) > 0.0f); /* a subnormal result, not flushed */
+}
+
+/* Inputs for the exp kernels: normal values and every special case. */
+static void exp_inputs(ms_rng *r, float *x, int n, float scale) {
+    ms_rng_fill_normal(r, x, n, scale);
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.9f, 89.5f, -103.9f,
+                                    -150.0f, 1e-30f, -87.5f, 88.7f};
+    for (int i = 0; i < n; i += 7) x[i] = special[(i / 7) % (int)(sizeof special / sizeof special[0])];
+}
+
+/* exp_sum and swiglu: each SIMD set equals the scalar form bit for bit
+ * (NaN where it has NaN) for every length and tail. */
+static void test_exp_kernels(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 0xe45);
+    enum { NMAX = 300 };
+    float x[NMAX], want[NMAX], got[NMAX], g[NMAX], u[NMAX];
+    for (int n = 0; n <= NMAX; n += (n < 70 ? 1 : 23)) {
+        exp_inputs(&r, x, n, 3.0f);
+        exp_inputs(&r, g, n, 4.0f);
+        ms_rng_fill_normal(&r, u, n, 4.0f);
+        for (int i = 3; i < n; i += 11) u[i] = (i & 1) ? NAN : -INFINITY;
+        /* finite inputs for the sum (a softmax's scores less their max) */
+        float xs[NMAX];
+        for (int i = 0; i < n; i++) xs[i] = isfinite(x[i]) ? -fabsf(x[i]) : -50.0f;
+        memcpy(want, xs, sizeof(float) * (size_t)n);
+        const float sw = ms_vec_exp_sum_isa(0, n, want, 0.25f);
+        double ref = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(want[i] == ms_expf(xs[i] - 0.25f));
+            ref += want[i];
+        }
+        assert_true(fabs(sw - ref) <= (n + 1) * 0x1p-24 * ref + 1e-30);
+        for (int isa = 1; isa <= isa_max() + 1; isa++) {
+            memcpy(got, xs, sizeof(float) * (size_t)n);
+            const float sg = isa <= isa_max() ? ms_vec_exp_sum_isa(isa, n, got, 0.25f)
+                                              : ms_vec_exp_sum(n, got, 0.25f);
+            assert_memory_equal(&sg, &sw, sizeof sw);
+            assert_memory_equal(got, want, sizeof(float) * (size_t)n);
+        }
+        /* and the elementwise exp of the special values, through the sum's kernel */
+        memcpy(want, x, sizeof(float) * (size_t)n);
+        ms_vec_exp_sum_isa(0, n, want, 0.0f);
+        for (int isa = 1; isa <= isa_max(); isa++) {
+            memcpy(got, x, sizeof(float) * (size_t)n);
+            ms_vec_exp_sum_isa(isa, n, got, 0.0f);
+            for (int i = 0; i < n; i++)
+                assert_true(isnan(want[i]) ? isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(float)) == 0);
+        }
+        for (int c = 0; c < 2; c++) {
+            const float limit = c ? 7.0f : 0.0f;
+            ms_vec_swiglu_isa(0, n, want, g, u, limit);
+            for (int i = 0; i < n; i++) {
+                float gi = g[i], ui = u[i];
+                if (c) {
+                    gi = fminf(gi, limit);
+                    ui = fminf(fmaxf(ui, -limit), limit);
+                }
+                const float e = (gi / (1.0f + ms_expf(-gi))) * ui;
+                assert_true(isnan(e) ? isnan(want[i]) : memcmp(&e, &want[i], sizeof e) == 0);
+            }
+            for (int isa = 1; isa <= isa_max() + 1; isa++) {
+                if (isa <= isa_max()) ms_vec_swiglu_isa(isa, n, got, g, u, limit);
+                else ms_vec_swiglu(n, got, g, u, limit);
+                for (int i = 0; i < n; i++)
+                    assert_true(isnan(want[i]) ? isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_relu_scores),
+        cmocka_unit_test(test_expf),
+        cmocka_unit_test(test_exp_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

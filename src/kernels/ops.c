@@ -5,6 +5,8 @@
  */
 #include "kernels/ops.h"
 
+#include "kernels/vec.h"
+
 #include <math.h>
 
 /* The f32 squares summed in double in eight interleaved sums (element i
@@ -55,9 +57,8 @@ static float yarn_corr_dim(int n_rot, int n_ctx_orig, float beta, float base) {
     return (float)n_rot * logf((float)n_ctx_orig / (beta * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void ms_rope_tail(float *x, int64_t n, int64_t pos, const struct ms_rope_params *p, bool inverse) {
+void ms_rope_cs(float *cs, int64_t pos, const struct ms_rope_params *p, bool inverse) {
     const int n_rot = p->n_rot;
-    float *t = x + (n - n_rot);
     float lo = 0.0f, hi = 0.0f;
     if (p->ext_factor != 0.0f) {
         lo = fmaxf(0.0f, floorf(yarn_corr_dim(n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base)));
@@ -78,25 +79,30 @@ void ms_rope_tail(float *x, int64_t n, int64_t pos, const struct ms_rope_params 
             const float mix = ramp * p->ext_factor;
             theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
         }
-        const float c = cosf(theta) * mscale;
-        const float s = sinf(theta) * mscale * sin_sign;
-        const float x0 = t[i0], x1 = t[i0 + 1];
-        t[i0] = x0 * c - x1 * s;
-        t[i0 + 1] = x0 * s + x1 * c;
+        cs[i0] = cosf(theta) * mscale;
+        cs[i0 + 1] = sinf(theta) * mscale * sin_sign;
         theta_extrap *= theta_scale;
     }
 }
 
-void ms_swiglu_clamped(float *out, const float *gate, const float *up, int64_t n, float limit) {
-    const bool clamp = limit > 1e-6f;
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i], u = up[i];
-        if (clamp) {
-            g = fminf(g, limit);
-            u = fminf(fmaxf(u, -limit), limit);
-        }
-        out[i] = (g / (1.0f + expf(-g))) * u;
+void ms_rope_apply(float *x, int64_t n, int n_rot, const float *cs) {
+    float *t = x + (n - n_rot);
+    for (int i0 = 0; i0 < n_rot; i0 += 2) {
+        const float c = cs[i0], s = cs[i0 + 1];
+        const float x0 = t[i0], x1 = t[i0 + 1];
+        t[i0] = x0 * c - x1 * s;
+        t[i0 + 1] = x0 * s + x1 * c;
     }
+}
+
+void ms_rope_tail(float *x, int64_t n, int64_t pos, const struct ms_rope_params *p, bool inverse) {
+    float cs[MS_ROPE_MAX_ROT];
+    ms_rope_cs(cs, pos, p, inverse);
+    ms_rope_apply(x, n, p->n_rot, cs);
+}
+
+void ms_swiglu_clamped(float *out, const float *gate, const float *up, int64_t n, float limit) {
+    ms_vec_swiglu(n, out, gate, up, limit);
 }
 
 void ms_sinkhorn4(float c[16], const float z[16], int iters, float eps) {

@@ -49,11 +49,24 @@ struct ms_rope_params {
  * as in ggml and ds4. */
 void ms_rope_tail(float *x, int64_t n, int64_t pos, const struct ms_rope_params *p, bool inverse);
 
+/* Longest rotated tail ms_rope_tail handles (hparams checks n_rot <= it). */
+#define MS_ROPE_MAX_ROT 512
+
+/* ms_rope_tail in two steps, for the many rows that share a position (a
+ * token's heads): cs[0..p->n_rot) receives the rotation of pair i as
+ * cs[2i] = cos(theta_i) * mscale, cs[2i + 1] = +-sin(theta_i) * mscale
+ * (the sign: inverse), and ms_rope_apply rotates the last n_rot entries of
+ * x[0..n) by it. ms_rope_cs then ms_rope_apply gives ms_rope_tail's result
+ * bit for bit (ms_rope_tail is exactly these two calls). */
+void ms_rope_cs(float *cs, int64_t pos, const struct ms_rope_params *p, bool inverse);
+void ms_rope_apply(float *x, int64_t n, int n_rot, const float *cs);
+
 /* Clamped SwiGLU (llama.cpp's deepseek4 experts; docs/model.md, "Routed
  * experts and the shared expert"): for i < n,
  *   g = gate[i], u = up[i]; if limit > 1e-6: g = min(g, limit), u = clamp(u, ±limit)
- *   out[i] = silu(g) * u
- * out may alias gate or up. */
+ *   out[i] = silu(g) * u = g / (1 + exp(-g)) * u
+ * out may alias gate or up. This is ms_vec_swiglu (kernels/vec.h: SIMD,
+ * with ms_expf, the same bits in every ISA). */
 void ms_swiglu_clamped(float *out, const float *gate, const float *up, int64_t n, float limit);
 
 /* Sinkhorn normalisation of the 4x4 hyper-connection combination matrix

@@ -4,9 +4,11 @@
 #include "kernels/vec.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <string.h>
 
+#include "kernels/vec_expf.h"
 #include "quant/quant.h"
 
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y);
@@ -65,6 +67,60 @@ static void relu_scores_scalar(int64_t d, int64_t hp, const float *qT, const flo
     }
 }
 
+float ms_vec_exp_sum_avx2(int64_t n, float *x, float m);
+float ms_vec_exp_sum_avx512(int64_t n, float *x, float m);
+void ms_vec_swiglu_avx2(int64_t n, float *out, const float *gate, const float *up, float limit);
+void ms_vec_swiglu_avx512(int64_t n, float *out, const float *gate, const float *up, float limit);
+
+/* 2^k for k in [-126, 127], from its exponent bits */
+static float pow2i(int k) {
+    const uint32_t bits = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+float ms_expf(float x) {
+    if (x != x) return x;
+    x = x < MS_EXPF_LO ? MS_EXPF_LO : x > MS_EXPF_HI ? MS_EXPF_HI : x;
+    const float n = rintf(x * MS_EXPF_LOG2E);
+    float r = fmaf(n, -MS_EXPF_C1, x);
+    r = fmaf(n, -MS_EXPF_C2, r);
+    float p = fmaf(MS_EXPF_P0, r, MS_EXPF_P1);
+    p = fmaf(p, r, MS_EXPF_P2);
+    p = fmaf(p, r, MS_EXPF_P3);
+    p = fmaf(p, r, MS_EXPF_P4);
+    p = fmaf(p, r, MS_EXPF_P5);
+    p = fmaf(p, r * r, r) + 1.0f;
+    const int k = (int)n, k1 = k >> 1; /* arithmetic shift: floor(k / 2) */
+    return (p * pow2i(k1)) * pow2i(k - k1);
+}
+
+static float exp_sum_scalar(int64_t n, float *x, float m) {
+    float s[16] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = ms_expf(x[i] - m);
+        s[i % 16] += x[i];
+    }
+    for (int l = 0; l < 8; l++) s[l] += s[l + 8];
+    for (int l = 0; l < 4; l++) s[l] += s[l + 4];
+    for (int l = 0; l < 2; l++) s[l] += s[l + 2];
+    return s[0] + s[1];
+}
+
+static void swiglu_scalar(int64_t n, float *out, const float *gate, const float *up, float limit) {
+    const bool clamp = limit > 1e-6f;
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i], u = up[i];
+        if (clamp) {
+            g = g < limit ? g : limit;
+            u = u > -limit ? u : -limit;
+            u = u < limit ? u : limit;
+        }
+        out[i] = (g / (1.0f + ms_expf(-g))) * u;
+    }
+}
+
 typedef void (*relu_scores_fn)(int64_t, int64_t, const float *, const float *, const float *, int64_t, int64_t,
                                float *);
 
@@ -99,6 +155,8 @@ static axpy_rows_fn g_axpy_rows = axpy_rows_scalar;
 static dot_rows_x4_fn g_dot_rows_x4 = dot_rows_x4_scalar;
 static axpy_rows_x2_fn g_axpy_rows_x2 = axpy_rows_x2_scalar;
 static relu_scores_fn g_relu_scores = relu_scores_scalar;
+static float (*g_exp_sum)(int64_t, float *, float) = exp_sum_scalar;
+static void (*g_swiglu)(int64_t, float *, const float *, const float *, float) = swiglu_scalar;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
@@ -111,6 +169,8 @@ static void pick(void) {
         g_dot_rows_x4 = ms_vec_dot_rows_x4_avx512;
         g_axpy_rows_x2 = ms_vec_axpy_rows_x2_avx512;
         g_relu_scores = ms_vec_relu_scores_avx512;
+        g_exp_sum = ms_vec_exp_sum_avx512;
+        g_swiglu = ms_vec_swiglu_avx512;
     } else if (!strcmp(isa, "avx2")) {
         g_dot = ms_vec_dot_avx2;
         g_axpy = ms_vec_axpy_avx2;
@@ -119,6 +179,8 @@ static void pick(void) {
         g_dot_rows_x4 = dot_rows_x4_avx2;
         g_axpy_rows_x2 = axpy_rows_x2_avx2;
         g_relu_scores = ms_vec_relu_scores_avx2;
+        g_exp_sum = ms_vec_exp_sum_avx2;
+        g_swiglu = ms_vec_swiglu_avx2;
     }
 }
 
@@ -200,4 +262,25 @@ void ms_vec_relu_scores_isa(int isa, int64_t d, int64_t hp, const float *qT, con
     const relu_scores_fn f = isa == 2 ? ms_vec_relu_scores_avx512 : isa == 1 ? ms_vec_relu_scores_avx2
                                                                             : relu_scores_scalar;
     f(d, hp, qT, w, keys, key_stride, n_keys, out);
+}
+
+float ms_vec_exp_sum(int64_t n, float *x, float m) {
+    pthread_once(&g_once, pick);
+    return g_exp_sum(n, x, m);
+}
+
+void ms_vec_swiglu(int64_t n, float *out, const float *gate, const float *up, float limit) {
+    pthread_once(&g_once, pick);
+    g_swiglu(n, out, gate, up, limit);
+}
+
+float ms_vec_exp_sum_isa(int isa, int64_t n, float *x, float m) {
+    return isa == 2 ? ms_vec_exp_sum_avx512(n, x, m) : isa == 1 ? ms_vec_exp_sum_avx2(n, x, m)
+                                                               : exp_sum_scalar(n, x, m);
+}
+
+void ms_vec_swiglu_isa(int isa, int64_t n, float *out, const float *gate, const float *up, float limit) {
+    if (isa == 2) ms_vec_swiglu_avx512(n, out, gate, up, limit);
+    else if (isa == 1) ms_vec_swiglu_avx2(n, out, gate, up, limit);
+    else swiglu_scalar(n, out, gate, up, limit);
 }

@@ -44,6 +44,29 @@ void ms_vec_axpy_rows_x2(int64_t n, const float *const w[2], const float *const 
 void ms_vec_relu_scores(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
                         int64_t key_stride, int64_t n_keys, float *out);
 
+/* exp(x) by one method in every ISA, so the vector forms below agree with
+ * it bit for bit: n = rint(x log2(e)) (x clamped to [-104, 89] first, NaN
+ * returned as is), r = x - n ln2 in two FMA steps (Cody and Waite's split
+ * ln2 = 0.693359375 - 2.12194440e-4), exp(r) = 1 + r + r^2 P(r) with
+ * Cephes' degree-5 expf polynomial in Horner form by FMAs, then times
+ * 2^(n >> 1) and 2^(n - (n >> 1)), so results down to the subnormals and
+ * the overflow to +inf come out of ordinary multiplies. Within 2 ulp of
+ * exp over the float range (tests/test_vec.c). */
+float ms_expf(float x);
+
+/* Softmax numerator and denominator: x[i] = ms_expf(x[i] - m) for i < n,
+ * and returns their sum in one order for every ISA: element i added to
+ * partial sum i % 16 in index order, the 16 sums then combined lane l with
+ * l + 8, l + 4, l + 2, l + 1 (as ms_vec_relu_scores). x: [n], n >= 0. */
+float ms_vec_exp_sum(int64_t n, float *x, float m);
+
+/* Clamped SwiGLU (docs/model.md, "Routed experts and the shared expert"):
+ * for i < n, g = gate[i], u = up[i]; when limit > 1e-6, g = min(g, limit)
+ * and u = min(max(u, -limit), limit) (a NaN takes the limit, as fminf and
+ * fmaxf do); out[i] = (g / (1 + ms_expf(-g))) * u. out may alias gate or
+ * up. */
+void ms_vec_swiglu(int64_t n, float *out, const float *gate, const float *up, float limit);
+
 /* The implementations, for tests: isa 0 scalar, 1 AVX2, 2 AVX-512. */
 float ms_vec_dot_isa(int isa, int64_t n, const float *x, const float *y);
 void ms_vec_axpy_isa(int isa, int64_t n, float a, const float *x, float *y);
@@ -58,4 +81,6 @@ void ms_vec_axpy_rows_x2_isa(int isa, int64_t n, const float *const w[2], const 
 void ms_vec_relu_scores_isa(int isa, int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
                             int64_t key_stride, int64_t n_keys, float *out);
 
+float ms_vec_exp_sum_isa(int isa, int64_t n, float *x, float m);
+void ms_vec_swiglu_isa(int isa, int64_t n, float *out, const float *gate, const float *up, float limit);
 #endif

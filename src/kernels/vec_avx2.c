@@ -2,10 +2,16 @@
  * four accumulators for the dot to hide FMA latency). The row forms
  * perform each row's operations exactly as the single calls do. */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "kernels/vec.h"
+#include "kernels/vec_expf.h"
 
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
+float ms_vec_exp_sum_avx2(int64_t n, float *x, float m);
+void ms_vec_swiglu_avx2(int64_t n, float *out, const float *gate, const float *up, float limit);
 void ms_vec_dot_rows_avx2(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
 void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
 void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
@@ -110,5 +116,79 @@ void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float
     if (m < n_keys) {
         const float *const key[2] = {keys + m * key_stride, keys + m * key_stride};
         relu_scores_k(d, hp, qT, w, key, out + m, 1);
+    }
+}
+/* ---- ms_expf's operations, 8 lanes (vec.h; constants in vec_expf.h); the
+ * tails go through the scalar ms_expf, which performs the same steps ---- */
+
+static inline __m256 pow2i8(__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+static inline __m256 expf8(__m256 x) {
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 c = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(MS_EXPF_LO)), _mm256_set1_ps(MS_EXPF_HI));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(MS_EXPF_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-MS_EXPF_C1), c);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-MS_EXPF_C2), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(MS_EXPF_P0), r, _mm256_set1_ps(MS_EXPF_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MS_EXPF_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MS_EXPF_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MS_EXPF_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MS_EXPF_P5));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1);
+    const __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, pow2i8(k1)), pow2i8(_mm256_sub_epi32(k, k1)));
+    return _mm256_blendv_ps(e, x, nan);
+}
+
+float ms_vec_exp_sum_avx2(int64_t n, float *x, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* sums 0-7, 8-15 */
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        const __m256 b = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+        _mm256_storeu_ps(x + i, a);
+        _mm256_storeu_ps(x + i + 8, b);
+        lo = _mm256_add_ps(lo, a);
+        hi = _mm256_add_ps(hi, b);
+    }
+    float s[16];
+    _mm256_storeu_ps(s, lo);
+    _mm256_storeu_ps(s + 8, hi);
+    for (int l = 0; i < n; i++, l++) {
+        x[i] = ms_expf(x[i] - m);
+        s[l] += x[i];
+    }
+    for (int l = 0; l < 8; l++) s[l] += s[l + 8];
+    for (int l = 0; l < 4; l++) s[l] += s[l + 4];
+    for (int l = 0; l < 2; l++) s[l] += s[l + 2];
+    return s[0] + s[1];
+}
+
+void ms_vec_swiglu_avx2(int64_t n, float *out, const float *gate, const float *up, float limit) {
+    const bool clamp = limit > 1e-6f;
+    const __m256 lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+        if (clamp) { /* minps / maxps: (a < b) ? a : b, a NaN a takes b */
+            g = _mm256_min_ps(g, lim);
+            u = _mm256_min_ps(_mm256_max_ps(u, nlim), lim);
+        }
+        const __m256 e = expf8(_mm256_xor_ps(g, sign));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u));
+    }
+    for (; i < n; i++) {
+        float g = gate[i], u = up[i];
+        if (clamp) {
+            g = g < limit ? g : limit;
+            u = u > -limit ? u : -limit;
+            u = u < limit ? u : limit;
+        }
+        out[i] = (g / (1.0f + ms_expf(-g))) * u;
     }
 }

@@ -2,11 +2,16 @@
  * four accumulators for the dot, masked tails). The row forms perform each
  * row's operations exactly as the single calls do. */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "kernels/vec_expf.h"
 
 float ms_vec_dot_avx512(int64_t n, const float *x, const float *y);
 void ms_vec_axpy_avx512(int64_t n, float a, const float *x, float *y);
 void ms_vec_dot_rows_avx512(int64_t n, const float *x, const float *const *rows, int64_t n_rows, float *out);
+float ms_vec_exp_sum_avx512(int64_t n, float *x, float m);
+void ms_vec_swiglu_avx512(int64_t n, float *out, const float *gate, const float *up, float limit);
 void ms_vec_axpy_rows_avx512(int64_t n, const float *w, const float *const *rows, int64_t n_rows, float *y);
 void ms_vec_dot_rows_x4_avx512(int64_t n, const float *const x[4], const float *const *rows, int64_t n_rows,
                                float *const out[4]);
@@ -233,4 +238,58 @@ void ms_vec_relu_scores_avx512(int64_t d, int64_t hp, const float *qT, const flo
         }
     }
     for (; m < n_keys; m++) relu_scores_any(d, hp, qT, w, keys + m * key_stride, out + m);
+}
+/* ---- ms_expf's operations, 16 lanes (vec.h; constants in vec_expf.h) ---- */
+
+static inline __m512 pow2i16(__m512i k) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
+}
+
+static inline __m512 expf16(__m512 x) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MS_EXPF_LO)), _mm512_set1_ps(MS_EXPF_HI));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(MS_EXPF_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-MS_EXPF_C1), c);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-MS_EXPF_C2), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(MS_EXPF_P0), r, _mm512_set1_ps(MS_EXPF_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXPF_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXPF_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXPF_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(MS_EXPF_P5));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i k = _mm512_cvtps_epi32(n), k1 = _mm512_srai_epi32(k, 1);
+    const __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, pow2i16(k1)), pow2i16(_mm512_sub_epi32(k, k1)));
+    return _mm512_mask_mov_ps(e, nan, x);
+}
+
+float ms_vec_exp_sum_avx512(int64_t n, float *x, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(k, e)); /* +0 past the end: sums unchanged */
+    }
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+void ms_vec_swiglu_avx512(int64_t n, float *out, const float *gate, const float *up, float limit) {
+    const bool clamp = limit > 1e-6f;
+    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit);
+    const __m512 sign = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 g = _mm512_maskz_loadu_ps(k, gate + i), u = _mm512_maskz_loadu_ps(k, up + i);
+        if (clamp) { /* minps / maxps: (a < b) ? a : b, a NaN a takes b */
+            g = _mm512_min_ps(g, lim);
+            u = _mm512_min_ps(_mm512_max_ps(u, nlim), lim);
+        }
+        const __m512 e = expf16(_mm512_xor_ps(g, sign));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+    }
 }

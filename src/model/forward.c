@@ -671,9 +671,10 @@ static int expert_ffn(struct dsv4_session *s, struct ms_matmul_ctx *mc, uint32_t
     const int32_t *tok = sc->row_tok + r0, *slot = sc->row_slot + r0;
     for (int64_t i = 0; i < rows; i++)
         memcpy(x + i * D, sc->sub_in + (int64_t)tok[i] * D, (size_t)D * sizeof(float));
-    if (ms_matmul(mc, &v->gate, x, D, rows, gate, F, act, err) ||
-        ms_matmul(mc, &v->up, x, D, rows, up, F, act, err))
-        return -1;
+    /* gate and up as a pair: the activations are converted once for both */
+    const struct ms_mm_op gu = {.w = &v->gate, .w2 = &v->up, .x = x, .ldx = D, .n_tok = rows,
+                                .y = gate, .y2 = up, .ldy = F, .act = act};
+    if (ms_matmul_multi(mc, &gu, 1, err)) return -1;
     for (int64_t i = 0; i < rows; i++)
         ms_swiglu_clamped(gate + i * F, gate + i * F, up + i * F, F, hp->swiglu_clamp_exp[il]);
     float *down = x;
@@ -916,16 +917,18 @@ static void qkv_norm_rope_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
     const int64_t d = hp->n_embd_head, H = hp->n_head;
     const float eps = hp->rms_eps;
     const struct ms_rope_params rp = rope_params(hp, L->ratio);
+    float cs[MS_ROPE_MAX_ROT]; /* one rotation per token for its heads and kv */
     for (int64_t t = t0; t < t1; t++) {
         const int64_t p = s->pos0 + t;
+        ms_rope_cs(cs, p, &rp, false);
         for (int64_t h = 0; h < H; h++) {
             float *qh = s->sc.q + (t * H + h) * d;
             ms_rmsnorm(qh, qh, NULL, d, eps);
-            ms_rope_tail(qh, d, p, &rp, false);
+            ms_rope_apply(qh, d, rp.n_rot, cs);
         }
         float *kv = s->sc.kv + t * d;
         ms_rmsnorm(kv, kv, L->t[DSV4_ATTN_KV_A_NORM].f32, d, eps);
-        ms_rope_tail(kv, d, p, &rp, false);
+        ms_rope_apply(kv, d, rp.n_rot, cs);
     }
 }
 
@@ -948,8 +951,10 @@ static void comp_ape_rope_tokens(struct dsv4_session *s, int64_t t0, int64_t t1,
         if (r != 4) continue;
         const float *iape = L->t[DSV4_IDX_COMP_APE].f32 + (p % 4) * Wi;
         for (int64_t i = 0; i < Wi; i++) sc->icomp_gate[t * Wi + i] += iape[i];
+        float cs[MS_ROPE_MAX_ROT];
+        ms_rope_cs(cs, p, &rpc, false);
         for (int64_t h = 0; h < HI; h++) {
-            ms_rope_tail(sc->idx_q + (t * HI + h) * dI, dI, p, &rpc, false);
+            ms_rope_apply(sc->idx_q + (t * HI + h) * dI, dI, rpc.n_rot, cs);
             sc->idx_w[t * HI + h] *= wscale;
         }
     }
@@ -1032,6 +1037,8 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
     const float kq_scale = 1.0f / sqrtf((float)d);
     const int64_t lo = p - n_swa + 1 > 0 ? p - n_swa + 1 : 0;
     const struct ms_rope_params rp = rope_params(hp, j->ratio);
+    float cs[MS_ROPE_MAX_ROT]; /* the inverse rotation at p, for every head */
+    ms_rope_cs(cs, p, &rp, true);
     int64_t nk = 0;
     for (int64_t q_pos = lo; q_pos <= p; q_pos++) rows[nk++] = attn_key(j, q_pos);
     for (int64_t m = 0; m < n_comp; m++)
@@ -1054,15 +1061,12 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
             float mx = -INFINITY;
             for (int64_t k = 0; k < nk; k++) {
                 sc[g][k] *= kq_scale;
-                mx = fmaxf(mx, sc[g][k]);
+                mx = sc[g][k] > mx ? sc[g][k] : mx; /* fmaxf (a NaN score leaves mx) */
             }
             const float sink = j->sinks[h + g];
             mx = fmaxf(mx, sink);
-            den[g] = expf(sink - mx);
-            for (int64_t k = 0; k < nk; k++) {
-                sc[g][k] = expf(sc[g][k] - mx); /* the key's weight */
-                den[g] += sc[g][k];
-            }
+            /* the keys' weights, and their sum with the sink's */
+            den[g] = ms_vec_exp_sum(nk, sc[g], mx) + ms_expf(sink - mx);
             memset(s->sc.attn_out + (t * H + h + g) * d, 0, (size_t)d * sizeof(float));
         }
         for (int g = 0; g < nh; g += 2) {
@@ -1079,7 +1083,7 @@ static void attn_token_heads(const struct attn_job *j, int64_t t, int64_t h0, in
             float *o = s->sc.attn_out + (t * H + h + g) * d;
             const float inv = 1.0f / den[g];
             for (int64_t i = 0; i < d; i++) o[i] *= inv;
-            ms_rope_tail(o, d, p, &rp, true);
+            ms_rope_apply(o, d, rp.n_rot, cs);
         }
         h += nh;
     }

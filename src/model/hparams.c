@@ -4,6 +4,8 @@
  */
 #include "model/hparams.h"
 
+#include "kernels/ops.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -211,10 +213,10 @@ int dsv4_hparams_validate(const struct dsv4_hparams *hp, ms_err *err) {
                           KEY_O_GROUP, hp->n_out_group);
     uint32_t min_d = hp->n_embd_head < hp->indexer_head_size ? hp->n_embd_head
                                                              : hp->indexer_head_size;
-    if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > min_d)
-        return ms_err_set(err, "%s = %u: must be even, > 0 and <= min(key_length %u, indexer "
-                          "key_length %u)", KEY_ROT, hp->n_rot, hp->n_embd_head,
-                          hp->indexer_head_size);
+    if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > min_d || hp->n_rot > MS_ROPE_MAX_ROT)
+        return ms_err_set(err, "%s = %u: must be even, > 0, <= %d and <= min(key_length %u, "
+                          "indexer key_length %u)", KEY_ROT, hp->n_rot, MS_ROPE_MAX_ROT,
+                          hp->n_embd_head, hp->indexer_head_size);
     if (hp->n_indexer_head > DSV4_MAX_INDEXER_HEADS)
         return ms_err_set(err, "%s = %u: must be at most %d", KEY_IDX_HEAD, hp->n_indexer_head,
                           DSV4_MAX_INDEXER_HEADS);
