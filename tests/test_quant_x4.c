@@ -246,9 +246,9 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32, ms_dot_f16_f32_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_BF16)->vec_dot_f32, ms_dot_bf16_f32_avx2);
-        /* Q4_K's single and x4 dots run on the AVX2 set there (measured
-         * faster), its token-lane GEMM on the AVX-512 one (16 lanes) */
-        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
+        /* Q4_K's single dot runs on the AVX2 set there (measured faster),
+         * its x4 dot and token-lane GEMM (16 lanes) on the AVX-512 one */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot, ms_dot_q4_K_q8_K_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
