@@ -182,13 +182,5 @@ void ms_vec_swiglu_avx2(int64_t n, float *out, const float *gate, const float *u
         const __m256 e = expf8(_mm256_xor_ps(g, sign));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u));
     }
-    for (; i < n; i++) {
-        float g = gate[i], u = up[i];
-        if (clamp) {
-            g = g < limit ? g : limit;
-            u = u > -limit ? u : -limit;
-            u = u < limit ? u : limit;
-        }
-        out[i] = (g / (1.0f + ms_expf(-g))) * u;
-    }
+    if (i < n) ms_vec_swiglu_isa(0, n - i, out + i, gate + i, up + i, limit); /* the scalar form */
 }
