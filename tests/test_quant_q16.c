@@ -12,11 +12,12 @@
  *   MS_Q16_QMAX, a NaN block gives d = NaN);
  * - the reference dot against a double-precision sum of the dequantized
  *   values (its only error is the final f32 rounding of each block step);
- * - single and four-token dots of each ISA, and the AVX-512 token-lane
- *   GEMM for 1..16 tokens and 1..5 rows, against the reference dot, on
- *   random rows of 1..128 blocks with -128 weights and heavy-tailed
- *   activations;
- * - the pack: 256 hi + lo gives back q, qsum128 is 128 sum q;
+ * - single and four-token dots of each ISA, and the token-lane GEMMs
+ *   (AVX2: 8 lanes, AVX-512: 16) for 1..lanes tokens and 1..9 rows,
+ *   against the reference dot, on random rows of 1..128 blocks with -128
+ *   weights and heavy-tailed activations;
+ * - the packs: 16 lanes, 256 hi + lo gives back q, qsum128 is 128 sum q;
+ *   8 lanes, each token's values in its 32-bit lane pairs;
  * - the dispatch: Q8_0 has the Q16 entries in both tables, other types none.
  */
 #include <setjmp.h>
@@ -240,34 +241,62 @@ static void test_pack(void **state) {
     ms_free(a), ms_free(x), ms_free(p);
 }
 
-static void test_gemm_bit_identical(void **state) {
+static void test_pack_x8(void **state) {
     (void)state;
-    if (!cpu_avx512()) skip();
     ms_rng r;
-    ms_rng_seed(&r, 0x6e3316ull);
+    ms_rng_seed(&r, 0xbac08ull);
+    const int64_t nb = 5, n = nb * QK8_0;
+    block_q16_0 *a = xalloc(8 * (size_t)nb * sizeof *a);
+    float *x = xalloc((size_t)n * sizeof(float));
+    for (int t = 0; t < 8; t++) {
+        fill_act(&r, x, n);
+        ms_quant_q16_0_ref(x, a + t * nb, n);
+    }
+    a[0].qs[0] = MS_Q16_QMAX, a[0].qs[1] = -MS_Q16_QMAX; /* the edges */
+    block_q16_0x8 *p = xalloc((size_t)nb * sizeof *p);
+    for (int nt = 1; nt <= 8; nt++) {
+        ms_pack_q16_0_x8(n, a, (size_t)nb * sizeof *a, nt, p);
+        for (int64_t i = 0; i < nb; i++)
+            for (int t = 0; t < 8; t++) {
+                const block_q16_0 *b = &a[(t < nt ? t : nt - 1) * nb + i];
+                for (int j = 0; j < QK8_0; j++) assert_int_equal(p[i].qs[j / 2][2 * t + j % 2], b->qs[j]);
+                assert_memory_equal(&p[i].d[t], &b->d, sizeof(float));
+            }
+    }
+    ms_free(a), ms_free(x), ms_free(p);
+}
+
+/* A token-lane GEMM (lanes 8 or 16, its pack and kernel) against the
+ * reference dot: every output bit for bit, for 1..lanes tokens and 1..9
+ * rows (the AVX2 kernel takes rows four at a time, the AVX-512 one two),
+ * over weight rows with a stride that is not a multiple of the row. */
+static void check_gemm(const char *name, int lanes, size_t pack_block, ms_act_pack_fn pack_fn, ms_gemm_tok_fn gemm) {
+    ms_rng r;
+    ms_rng_seed(&r, 0x6e3316ull + (uint64_t)lanes);
+    enum { NR = 9 };
     for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
-        const int64_t nb = block_counts[li], n = nb * QK8_0, nr = 5;
+        const int64_t nb = block_counts[li], n = nb * QK8_0;
         const size_t row = (size_t)nb * sizeof(block_q8_0), stride = row + 6;
-        char *w = xalloc(stride * (size_t)nr);
-        block_q16_0 *a = xalloc(16 * (size_t)nb * sizeof *a);
+        char *w = xalloc(stride * NR);
+        block_q16_0 *a = xalloc((size_t)lanes * (size_t)nb * sizeof *a);
         float *x = xalloc((size_t)n * sizeof(float));
-        block_q16_0x16 *pack = xalloc((size_t)nb * sizeof *pack);
-        for (int64_t i = 0; i < nr; i++) make_w(&r, nb, (block_q8_0 *)(w + (size_t)i * stride));
-        for (int t = 0; t < 16; t++) {
+        void *pack = xalloc((size_t)nb * pack_block);
+        for (int64_t i = 0; i < NR; i++) make_w(&r, nb, (block_q8_0 *)(w + (size_t)i * stride));
+        for (int t = 0; t < lanes; t++) {
             fill_act(&r, x, n);
             ms_quant_q16_0_ref(x, a + t * nb, n);
         }
-        for (int nt = 1; nt <= 16; nt++) {
-            ms_pack_q16_0_x16(n, a, (size_t)nb * sizeof *a, nt, pack);
-            for (int64_t rows = 1; rows <= nr; rows++) {
-                float y[16 * 5], want;
+        for (int nt = 1; nt <= lanes; nt++) {
+            pack_fn(n, a, (size_t)nb * sizeof *a, nt, pack);
+            for (int64_t rows = 1; rows <= NR; rows++) {
+                float y[16 * NR], want;
                 for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
-                ms_gemm_q8_0_q16_0x16_avx512(n, y, rows, w, stride, rows, pack, nt);
+                gemm(n, y, rows, w, stride, rows, pack, nt);
                 for (int t = 0; t < nt; t++)
                     for (int64_t i = 0; i < rows; i++) {
                         ms_dot_q8_0_q16_0_ref(n, &want, w + (size_t)i * stride, a + t * nb);
                         if (memcmp(&want, &y[t * rows + i], sizeof want))
-                            fail_msg("gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs ref %.9g",
+                            fail_msg("%s gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs ref %.9g", name,
                                      (long long)nb, (long long)rows, nt, t, (long long)i,
                                      (double)y[t * rows + i], (double)want);
                         assert_true(want != 0.0f);
@@ -277,6 +306,20 @@ static void test_gemm_bit_identical(void **state) {
         }
         ms_free(w), ms_free(a), ms_free(x), ms_free(pack);
     }
+}
+
+static void test_gemm_bit_identical(void **state) {
+    (void)state;
+    bool ran = false;
+    if (cpu_avx2()) {
+        check_gemm("avx2", 8, sizeof(block_q16_0x8), ms_pack_q16_0_x8, ms_gemm_q8_0_q16_0x8_avx2);
+        ran = true;
+    }
+    if (cpu_avx512()) {
+        check_gemm("avx512", 16, sizeof(block_q16_0x16), ms_pack_q16_0_x16, ms_gemm_q8_0_q16_0x16_avx512);
+        ran = true;
+    }
+    if (!ran) skip();
 }
 
 /* NaN and infinite activations give a non-finite product in every form. */
@@ -351,9 +394,14 @@ static void test_dispatch(void **state) {
     if (!strcmp(ms_quant_isa(), "avx512")) {
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx512);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x16_avx512);
+        assert_true(act->q16_pack == ms_pack_q16_0_x16);
+        assert_int_equal(act->gemm_tok_q16_lanes, 16);
     } else if (!strcmp(ms_quant_isa(), "avx2")) {
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx2);
-        assert_null(act->gemm_tok_q16);
+        assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x8_avx2);
+        assert_true(act->q16_pack == ms_pack_q16_0_x8);
+        assert_int_equal(act->gemm_tok_q16_lanes, 8);
+        assert_int_equal(act->q16_pack_block, sizeof(block_q16_0x8));
     }
 }
 
@@ -363,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_ref_dot_accuracy),
         cmocka_unit_test(test_dots_bit_identical),
         cmocka_unit_test(test_pack),
+        cmocka_unit_test(test_pack_x8),
         cmocka_unit_test(test_gemm_bit_identical),
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_matmul_after_odd_rows),

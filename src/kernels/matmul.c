@@ -208,11 +208,11 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.dot = tt->vec_dot_q16;
         f.dot4 = tt->vec_dot_q16_x4;
         if (tt->gemm_tok_q16) {
-            f.pack = ms_pack_q16_0_x16;
+            f.pack = tt->q16_pack;
             f.gemm = tt->gemm_tok_q16;
-            f.pack_block = sizeof(block_q16_0x16);
+            f.pack_block = tt->q16_pack_block;
             f.pack_blck = QK8_0;
-            f.lanes = 16;
+            f.lanes = tt->gemm_tok_q16_lanes;
             f.min = tt->gemm_tok_q16_min;
         }
         break;

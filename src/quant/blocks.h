@@ -134,4 +134,13 @@ typedef struct {
 } block_q16_0x16;
 static_assert(sizeof(block_q16_0x16) == 1152, "block_q16_0x16 size");
 
+/* moestream's own: one Q16_0 block of 8 tokens packed for the AVX2
+ * token-lane GEMM (pmaddwd, one token per 32-bit lane of a 32-byte
+ * vector): qs[j][2 t + e] is token t's value 2 j + e, d[t] its scale. */
+typedef struct {
+    int16_t qs[16][16];
+    float d[8];
+} block_q16_0x8;
+static_assert(sizeof(block_q16_0x8) == 544, "block_q16_0x8 size");
+
 #endif

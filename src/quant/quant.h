@@ -146,20 +146,27 @@ struct ms_type_traits {
      * accurate; NULL where the weight type has none, and those products then
      * take f32 activations). q16_from_float makes the activation rows (n a
      * multiple of 32), vec_dot_q16 / vec_dot_q16_x4 are the single and
-     * four-token dots, gemm_tok_q16 (optional) a 16-lane token-lane GEMM over
-     * rows packed by ms_pack_q16_0_x16, run from gemm_tok_q16_min tokens.
+     * four-token dots, gemm_tok_q16 (optional) a token-lane GEMM over groups
+     * of gemm_tok_q16_lanes (8 or 16) rows packed by q16_pack
+     * (ms_pack_q16_0_x8 / _x16, q16_pack_block bytes per 32 elements of a
+     * group), run from gemm_tok_q16_min tokens.
      * All forms, in every kernel set, give the same result bit for bit:
      * exact int32 block sums, then ms_dot_q8_0_q16_0_ref's float steps. */
     ms_from_float_fn q16_from_float;
     ms_vec_dot_fn vec_dot_q16;
     ms_vec_dot_x4_fn vec_dot_q16_x4;
+    ms_act_pack_fn q16_pack;
     ms_gemm_tok_fn gemm_tok_q16;
+    size_t q16_pack_block;
+    int gemm_tok_q16_lanes;
     int gemm_tok_q16_min;
 };
 
 /* Q16_0 rows (n elements, a[t] at a + t * a_stride bytes, t < nt <= 16) ->
  * n / 32 block_q16_0x16 at dst (spare lanes repeat the last token). */
 void ms_pack_q16_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
+/* The same for 8 tokens: n / 32 block_q16_0x8 at dst (nt <= 8). */
+void ms_pack_q16_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
 
 /* Selects the fastest kernels this CPU supports (AVX-512 > AVX2 > scalar).
  * Idempotent and thread-safe; every entry point below calls it lazily, so an

@@ -8,9 +8,16 @@
  * sums, eight per block. Eight blocks' partials are reduced together, block
  * j in lane j (block_sums8), so the float step is one vector multiply and
  * two four-lane adds (acc[i % 4] in block order) per eight blocks.
+ *
+ * GEMM (prefill): tokens in the 32-bit lanes (block_q16_0x8, 8 tokens): a
+ * pair of a row's weights, widened to int16, is broadcast to every lane
+ * and pmaddwd'd with each token's pair of activations; 16 of them make the
+ * exact block sums of 8 tokens at once. Two rows share each activation
+ * load, and the float step per block is the reference's, lane by lane.
  */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "quant/blocks.h"
 #include "quant/quant_basic.h"
@@ -130,4 +137,103 @@ MS_DECL_DOT(q8_0, q16_0, avx2) {
 MS_DECL_DOT_X4(q8_0, q16_0, avx2) {
     const block_q16_0 *a[4] = {y[0], y[1], y[2], y[3]};
     dot_q8_0_q16_0_n(x, a, 4, n / QK8_0, s);
+}
+
+/* ---- token-lane GEMM: Q8_0 rows x 8 packed Q16_0 tokens ----------------- */
+
+/* The 32 bits at p in every lane, as a broadcast load: written as
+ * _mm256_set1_epi32 of a stored value, gcc forwards the value through
+ * register shuffles (two vector operations a broadcast, on the pipes the
+ * multiplies need). */
+static inline __m256i bcast32(const void *p) {
+    __m256i r;
+    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
+    return r;
+}
+
+/* Block i of R (1 to 4) rows' weights widened to int16, into ww[k]. */
+MS_SIMD_INLINE void q16_widen_x8(const block_q8_0 *const w[4], int64_t i, int16_t ww[4][32], const int R) {
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) {
+        _mm256_store_si256((__m256i *)ww[k], _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[k][i].qs)));
+        _mm256_store_si256((__m256i *)(ww[k] + 16),
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[k][i].qs + 16))));
+    }
+}
+
+/* Block i of R (1 to 4, a constant) rows, widened in ww, against the
+ * pack's 8 tokens: acc[k] += (float)sumi * (d_w * d_a) lane by lane, the
+ * reference's float step. */
+MS_SIMD_INLINE void q16_block_x8(const block_q8_0 *const w[4], int64_t i, int16_t ww[4][32],
+                                 const block_q16_0x8 *ab, __m256 acc[4], const int R) {
+    __m256i p[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) p[k] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < 16; j++) {
+        __m256i av = _mm256_load_si256((const __m256i *)ab->qs[j]);
+        __asm__("" : "+x"(av)); /* one load for the R rows, not one folded into each multiply */
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < R; k++) {
+            p[k] = _mm256_add_epi32(p[k], _mm256_madd_epi16(bcast32(ww[k] + 2 * j), av));
+            /* one running sum: gcc would otherwise reassociate the adds into
+             * a tree whose live products spill */
+            __asm__("" : "+x"(p[k]));
+        }
+    }
+    const __m256 da = _mm256_load_ps(ab->d);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) {
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(fp16_scale(w[k][i].d)), da);
+        acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_cvtepi32_ps(p[k]), d));
+    }
+}
+
+/* R (1 to 4) rows against one pack: four sums per row by block index
+ * modulo 4, combined as (s0 + s2) + (s1 + s3), the reference's order.
+ * Four rows share each activation load: the loads, not the multiplies,
+ * bound two rows (Zen 3 takes two 256-bit loads a cycle). The weights are
+ * widened one block ahead into the other of two buffers, so the broadcast
+ * loads never wait on the stores just made (a 32-bit load from inside a
+ * 256-bit store not yet retired: that stall halved the rate). */
+MS_SIMD_INLINE void q16_rows_x8(const block_q8_0 *const w[4], int64_t nb, const block_q16_0x8 *a, __m256 out[4],
+                                const int R) {
+    __m256 acc[4][4];
+    int16_t ww[2][4][32] __attribute__((aligned(32)));
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < 4; k++) acc[q][k] = _mm256_setzero_ps();
+    if (nb > 0) q16_widen_x8(w, 0, ww[0], R);
+    _Pragma("GCC unroll 1")
+    for (int64_t i = 0; i < nb; i++) {
+        if (i + 1 < nb) q16_widen_x8(w, i + 1, ww[(i + 1) & 1], R);
+        q16_block_x8(w, i, ww[i & 1], &a[i], acc[i & 3], R);
+    }
+    for (int k = 0; k < R; k++)
+        out[k] = _mm256_add_ps(_mm256_add_ps(acc[0][k], acc[2][k]), _mm256_add_ps(acc[1][k], acc[3][k]));
+}
+
+static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) {
+    float o[8];
+    _mm256_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+}
+
+void ms_gemm_q8_0_q16_0x8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,
+                               int64_t n_rows, const void *restrict pack, int nt) {
+    const int64_t nb = n / QK8_0;
+    __m256 out[4];
+    for (int64_t r = 0; r < n_rows; r += 4) {
+        const int64_t left = n_rows - r;
+        const block_q8_0 *wr[4];
+        for (int k = 0; k < 4; k++)
+            wr[k] = (const block_q8_0 *)((const char *)w + (size_t)(r + (k < left ? k : 0)) * w_stride);
+        const int R = left < 4 ? (int)left : 4;
+        switch (R) { /* R a constant in each call */
+        case 4: q16_rows_x8(wr, nb, pack, out, 4); break;
+        case 3: q16_rows_x8(wr, nb, pack, out, 3); break;
+        case 2: q16_rows_x8(wr, nb, pack, out, 2); break;
+        default: q16_rows_x8(wr, nb, pack, out, 1); break;
+        }
+        for (int k = 0; k < R; k++) x8_store(y, ldy, r + k, out[k], nt);
+    }
 }

@@ -98,3 +98,17 @@ void ms_pack_q16_0_x16(int64_t n, const void *restrict a, size_t a_stride, int n
         }
     }
 }
+
+/* Q16_0 rows -> block_q16_0x8: each token's values in pairs, pair j of
+ * token t in the 32-bit lane t of qs[j] (the order pmaddwd multiplies a
+ * broadcast pair of weights in). */
+void ms_pack_q16_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q16_0x8 *o = dst;
+    for (int t = 0; t < 8; t++) {
+        const block_q16_0 *row = (const block_q16_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride);
+        for (int64_t i = 0; i < n / QK8_0; i++) {
+            for (int j = 0; j < QK8_0 / 2; j++) memcpy(&o[i].qs[j][2 * t], &row[i].qs[2 * j], 2 * sizeof(int16_t));
+            o[i].d[t] = row[i].d;
+        }
+    }
+}
