@@ -10,6 +10,9 @@
  * - every AVX2 / AVX-512 x4 kernel (called directly, whatever MS_ISA says,
  *   when the CPU has the ISA) against four calls of its single kernel, on
  *   random rows of many lengths (1, 2, 3, 7, 16 blocks and more, with tails);
+ * - the Q8_0 token-lane GEMMs (AVX2: 8 lanes, AVX-512: 16) against their
+ *   set's single kernel, and the two sets' Q8_0 x Q8_0 dots against each
+ *   other (one order in both);
  * - the dispatch table: x4 entries are the active ISA's and NULL in the
  *   scalar reference table;
  * - ms_matmul over 1..37 tokens (the token-lane GEMMs included) against the same matmul one token at a time,
@@ -93,7 +96,7 @@ static const struct x4_case cases[] = {
 
 /* Lengths in blocks for block formats; for the float formats (block size 1)
  * element counts that leave every kind of tail. */
-static const int64_t block_counts[] = {1, 2, 3, 4, 5, 7, 16, 33, 128};
+static const int64_t block_counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 128};
 static const int64_t float_lengths[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257, 1001, 4099};
 
 static void check_case(const struct x4_case *c, int64_t n, ms_rng *r) {
@@ -144,37 +147,37 @@ static void test_x4_bit_identical(void **state) {
     if (ran == 0) skip(); /* no AVX2 on this CPU: nothing to compare */
 }
 
-/* The Q8_0 token-lane GEMM of the AVX-512 set against that set's single
- * kernel, bit for bit: 1-5 rows (pairs and a lone row) read at a stride
- * with a gap, 1-16 tokens per packed group, every block count of
- * block_counts (tails of the 4-block and 16-block groups), weights with
- * -128. */
-static void test_gemm_q8_0_x16(void **state) {
-    (void)state;
-    if (!cpu_avx512()) skip();
+/* A Q8_0 token-lane GEMM against its set's single kernel, bit for bit:
+ * 1-9 rows (the AVX2 kernel takes four at a time, the AVX-512 one two)
+ * read at a stride with a gap, 1..lanes tokens per packed group, every
+ * block count of block_counts (tails of the 4-, 8- and 16-block groups),
+ * weights with -128. */
+static void check_gemm_q8_0(const char *name, int lanes, size_t pack_block, ms_act_pack_fn pack_fn,
+                            ms_gemm_tok_fn gemm, ms_vec_dot_fn single) {
     ms_rng r;
-    ms_rng_seed(&r, 0x9e3779b9ull);
+    ms_rng_seed(&r, 0x9e3779b9ull + (uint64_t)lanes);
+    enum { NR = 9 };
     for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
-        const int64_t n = block_counts[li] * QK8_0, nr = 5;
+        const int64_t n = block_counts[li] * QK8_0;
         const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
-        char *w = xalloc(stride * (size_t)nr);
-        char *a = xalloc(row * 16);
-        block_q8_0x16 *pack = xalloc(sizeof *pack * (size_t)block_counts[li]);
-        for (int64_t i = 0; i < nr; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
-        for (int t = 0; t < 16; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
-        for (int nt = 1; nt <= 16; nt++) {
-            ms_pack_q8_0_x16(n, a, row, nt, pack);
-            for (int64_t rows = 1; rows <= nr; rows += 2) {
-                float y[16 * 5], want;
+        char *w = xalloc(stride * NR);
+        char *a = xalloc(row * (size_t)lanes);
+        void *pack = xalloc(pack_block * (size_t)block_counts[li]);
+        for (int64_t i = 0; i < NR; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
+        for (int t = 0; t < lanes; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+        for (int nt = 1; nt <= lanes; nt++) {
+            pack_fn(n, a, row, nt, pack);
+            for (int64_t rows = 1; rows <= NR; rows++) {
+                float y[16 * NR], want;
                 for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
-                ms_gemm_q8_0_q8_0x16_avx512(n, y, rows, w, stride, rows, pack, nt);
+                gemm(n, y, rows, w, stride, rows, pack, nt);
                 bool nonzero = false;
                 for (int t = 0; t < nt; t++)
                     for (int64_t i = 0; i < rows; i++) {
-                        ms_dot_q8_0_q8_0_avx512(n, &want, w + (size_t)i * stride, a + (size_t)t * row);
+                        single(n, &want, w + (size_t)i * stride, a + (size_t)t * row);
                         if (memcmp(&want, &y[t * rows + i], sizeof want))
-                            fail_msg("q8_0 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs single %.9g",
-                                     (long long)block_counts[li], (long long)rows, nt, t, (long long)i,
+                            fail_msg("%s q8_0 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs single %.9g",
+                                     name, (long long)block_counts[li], (long long)rows, nt, t, (long long)i,
                                      (double)y[t * rows + i], (double)want);
                         nonzero |= want != 0.0f;
                     }
@@ -183,6 +186,48 @@ static void test_gemm_q8_0_x16(void **state) {
             }
         }
         ms_free(w), ms_free(a), ms_free(pack);
+    }
+}
+
+static void test_gemm_q8_0(void **state) {
+    (void)state;
+    bool ran = false;
+    if (cpu_avx2()) {
+        check_gemm_q8_0("avx2", 8, sizeof(block_q16_0x8), ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2,
+                        ms_dot_q8_0_q8_0_avx2);
+        ran = true;
+    }
+    if (cpu_avx512()) {
+        check_gemm_q8_0("avx512", 16, sizeof(block_q8_0x16), ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512,
+                        ms_dot_q8_0_q8_0_avx512);
+        ran = true;
+    }
+    if (!ran) skip();
+}
+
+/* The AVX2 and AVX-512 Q8_0 x Q8_0 dots perform the same float steps, so
+ * they agree bit for bit (with each other and with both GEMMs): single and
+ * four-token, on every block count. */
+static void test_q8_0_sets_agree(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x5e75ull);
+    for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
+        const int64_t n = block_counts[li] * QK8_0;
+        const size_t row = ms_row_size(MS_TYPE_Q8_0, n);
+        char *w = xalloc(row), *a = xalloc(4 * row);
+        make_row(&r, MS_TYPE_Q8_0, n, true, w);
+        for (int t = 0; t < 4; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+        const void *const a4[4] = {a, a + row, a + 2 * row, a + 3 * row};
+        float s2[4], s5[4], one2, one5;
+        ms_dot_q8_0_q8_0_x4_avx2(n, s2, w, a4);
+        ms_dot_q8_0_q8_0_x4_avx512(n, s5, w, a4);
+        ms_dot_q8_0_q8_0_avx2(n, &one2, w, a);
+        ms_dot_q8_0_q8_0_avx512(n, &one5, w, a);
+        assert_memory_equal(s2, s5, sizeof s2);
+        assert_memory_equal(&one2, &one5, sizeof one2);
+        ms_free(w), ms_free(a);
     }
 }
 
@@ -260,6 +305,9 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
+        assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);
+        assert_ptr_equal(q8->act_pack, ms_pack_q8_0_x8);
+        assert_int_equal(q8->gemm_tok_lanes, 8);
         assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
@@ -323,7 +371,8 @@ static void test_matmul_batch_invariant(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_x4_bit_identical),
-        cmocka_unit_test(test_gemm_q8_0_x16),
+        cmocka_unit_test(test_gemm_q8_0),
+        cmocka_unit_test(test_q8_0_sets_agree),
         cmocka_unit_test(test_gemm_q8_0_f32x16),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),

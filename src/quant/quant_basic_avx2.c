@@ -179,9 +179,10 @@ MS_DECL_QUANT(q8_0, avx2) {
     }
 }
 
-/* nb blocks of w (as w32_values) dotted with nb Q8_0 blocks b: one
- * accumulator, block by block (the four-token kernel below repeats exactly
- * these float operations per token, so the order is fixed here). */
+/* nb blocks of w (as w32_values: MXFP4 here, Q8_0 weights have their own
+ * order below) dotted with nb Q8_0 blocks b: one accumulator, block by
+ * block (the four-token kernel below repeats exactly these float
+ * operations per token, so the order is fixed here). */
 MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb, bool mx) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -192,7 +193,72 @@ MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb
     return hsum256_f32(acc);
 }
 
-MS_DECL_DOT(q8_0, q8_0, avx2) { *s = dot_w32_q8_0(x, y, n / QK8_0, false); }
+/*
+ * Q8_0 x Q8_0: the AVX-512 set's numerics (quant_basic_avx512.c), which a
+ * token-lane GEMM can keep: per block i the exact int32 dot sumi_i, then
+ * p_i = (float)sumi_i * (d_w[i] * d_a[i]) added to acc[i % 4] in block
+ * order, and the result (acc[0] + acc[2]) + (acc[1] + acc[3]). Single,
+ * four-token and the 8-lane GEMM (Q16_0's, over Q8_0 activations widened
+ * by ms_pack_q8_0_x8) perform exactly these float operations, so they
+ * agree bit for bit, and with the AVX-512 set. Eight blocks at a time:
+ * sign-trick byte dots give 8 partial sums a block, block_sums8 one
+ * register with block j's sum in lane j, and one vector float step.
+ */
+/* The fp16 scales of Q8_0 blocks b[0 .. nc - 1] as f32 (+0 past nc <= 8),
+ * by word inserts: cheaper than a gather on Zen 3, and no stored vector
+ * to forward. */
+static inline __m256 q8_0_scales8_ins(const block_q8_0 *b, int64_t nc) {
+    __m128i h = _mm_setzero_si128();
+    if (nc == 8) {
+        h = _mm_insert_epi16(h, b[0].d, 0), h = _mm_insert_epi16(h, b[1].d, 1);
+        h = _mm_insert_epi16(h, b[2].d, 2), h = _mm_insert_epi16(h, b[3].d, 3);
+        h = _mm_insert_epi16(h, b[4].d, 4), h = _mm_insert_epi16(h, b[5].d, 5);
+        h = _mm_insert_epi16(h, b[6].d, 6), h = _mm_insert_epi16(h, b[7].d, 7);
+    } else {
+        uint16_t v[8] = {0};
+        for (int64_t q = 0; q < nc; q++) v[q] = b[q].d;
+        h = _mm_loadu_si128((const __m128i *)v);
+    }
+    return _mm256_cvtph_ps(h);
+}
+
+MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const a[4], int nt, int64_t nb,
+                                    float *s) {
+    __m128 acc[4];
+    MS_XN(k, nt, acc[k] = _mm_setzero_ps(););
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c = 0; c < nb; c += 8) {
+        const int64_t nc = nb - c < 8 ? nb - c : 8;
+        const __m256 wsv = q8_0_scales8_ins(w + c, nc);
+        __m256i wv[8];
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++)
+            wv[q] = q < nc ? _mm256_loadu_si256((const __m256i *)w[c + q].qs) : _mm256_setzero_si256();
+        MS_XN(k, nt, {
+            const block_q8_0 *ak = a[k];
+            __m256i part[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                const __m256i av = q < nc ? _mm256_loadu_si256((const __m256i *)ak[c + q].qs) : _mm256_setzero_si256();
+                part[q] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv[q], wv[q]), _mm256_sign_epi8(av, wv[q])),
+                                            ones);
+            }
+            const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums8(part)),
+                                           _mm256_mul_ps(wsv, q8_0_scales8_ins(ak + c, nc)));
+            acc[k] = _mm_add_ps(acc[k], _mm256_castps256_ps128(p));
+            acc[k] = _mm_add_ps(acc[k], _mm256_extractf128_ps(p, 1));
+        });
+    }
+    MS_XN(k, nt, {
+        const __m128 h = _mm_add_ps(acc[k], _mm_movehl_ps(acc[k], acc[k]));
+        s[k] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    });
+}
+
+MS_DECL_DOT(q8_0, q8_0, avx2) {
+    const block_q8_0 *a[4] = {y, NULL, NULL, NULL};
+    dot_q8_0_q8_0_n(x, a, 1, n / QK8_0, s);
+}
 
 MS_DECL_DOT(q8_0, f32, avx2) {
     const block_q8_0 *a = x;
@@ -329,7 +395,10 @@ MS_SIMD_INLINE void dot_w32_q8_0_x4(const void *w, const void *const y[4], int64
     MS_X4(k, s[k] = hsum256_f32(acc[k]););
 }
 
-MS_DECL_DOT_X4(q8_0, q8_0, avx2) { dot_w32_q8_0_x4(x, y, n / QK8_0, false, s); }
+MS_DECL_DOT_X4(q8_0, q8_0, avx2) {
+    const block_q8_0 *a[4] = {y[0], y[1], y[2], y[3]};
+    dot_q8_0_q8_0_n(x, a, 4, n / QK8_0, s);
+}
 MS_DECL_DOT_X4(mxfp4, q8_0, avx2) { dot_w32_q8_0_x4(x, y, n / QK_MXFP4, true, s); }
 
 MS_DECL_DOT_X4(q8_0, f32, avx2) {

@@ -141,6 +141,21 @@ void ms_pack_f32_x16(int64_t n, const float *restrict x, size_t x_stride, int nt
     }
 }
 
+/* Q8_0 rows packed for the AVX2 token-lane GEMM, widened to int16 in
+ * Q16_0's 8-lane layout (block_q16_0x8, blocks.h) with each scale as f32
+ * (exact): the Q8_0 x Q16_0 GEMM then computes the Q8_0 x Q8_0 dot of that
+ * set. Spare lanes repeat the last token. */
+void ms_pack_q8_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q16_0x8 *o = dst;
+    for (int t = 0; t < 8; t++) {
+        const block_q8_0 *row = (const block_q8_0 *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride);
+        for (int64_t i = 0; i < n / QK8_0; i++) {
+            for (int j = 0; j < QK8_0; j++) o[i].qs[j / 2][2 * t + j % 2] = row[i].qs[j];
+            o[i].d[t] = ms_fp16_to_f32_inline(row[i].d);
+        }
+    }
+}
+
 /* Q8_0 rows packed for the token-lane GEMM (block_q8_0x16, blocks.h); spare
  * lanes repeat the last token. */
 void ms_pack_q8_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {

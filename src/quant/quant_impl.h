@@ -43,6 +43,7 @@ MS_DECL_DOT(mxfp4, f32, ref);  MS_DECL_DOT(mxfp4, f32, avx2);  MS_DECL_DOT(mxfp4
 
 /* Q8_0 rows -> block_q8_0x16 (ms_act_pack_fn); plain C, any ISA */
 void ms_pack_q8_0_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
+void ms_pack_q8_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
 void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 

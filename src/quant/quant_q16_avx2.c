@@ -57,16 +57,6 @@ MS_DECL_QUANT(q16_0, avx2) {
     }
 }
 
-/* Eight registers of eight int32 partial sums (p[j]: block j) to one
- * register with block j's sum in lane j. */
-static inline __m256i block_sums8(const __m256i p[8]) {
-    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-    /* lanes 0-3: blocks 0-3 (low 128-bit halves' sums), lanes 4-7: the same blocks' high halves */
-    const __m256i s03 = _mm256_hadd_epi32(h01, h23), s47 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20), _mm256_permute2x128_si256(s03, s47, 0x31));
-}
-
 /* One block's 32 weights as two registers of 16 int16 (zeros past the row). */
 struct w16 {
     __m256i lo, hi;
@@ -84,17 +74,6 @@ static inline __m256i block_part(struct w16 wv, const block_q16_0 *a, int64_t i,
                             _mm256_madd_epi16(wv.hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 16))));
 }
 
-/* The scales of blocks c .. c + 7 where live (+0 elsewhere), by gather: a
- * scalar fill of a stored vector would stall on store forwarding. The
- * fp16 weight scale is the low half of the dword at each block's start. */
-static inline __m256 w_scales8(const block_q8_0 *w, __m256i live) {
-    const __m256i off = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
-    const __m256i h = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)w, off, live, 1);
-    const __m256i h16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h16), _mm256_extracti128_si256(h16, 1));
-    return _mm256_cvtph_ps(packed);
-}
-
 static inline __m256 a_scales8(const block_q16_0 *a, __m256i live) {
     const __m256i idx = _mm256_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119);
     return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), &a->d, idx, _mm256_castsi256_ps(live), 4);
@@ -108,7 +87,7 @@ MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *con
         const int64_t nc = nb - c < 8 ? nb - c : 8;
         const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), lanes);
-        const __m256 wsv = w_scales8(w + c, live);
+        const __m256 wsv = q8_0_scales8(w + c, live);
         struct w16 wv[8];
         _Pragma("GCC unroll 8")
         for (int q = 0; q < 8; q++) wv[q] = w16_load(w, c + q, nb);

@@ -101,6 +101,28 @@ MS_SIMD_INLINE float w32_scale(const void *w, int64_t i, bool mx) {
     return mx ? ms_e8m0_to_f32_half(((const block_mxfp4 *)w)[i].e) : fp16_scale(((const block_q8_0 *)w)[i].d);
 }
 
+/* Eight registers of eight int32 partial sums (p[j]: block j) to one
+ * register with block j's sum in lane j. */
+static inline __m256i block_sums8(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    /* lanes 0-3: blocks 0-3 (low 128-bit halves' sums), lanes 4-7: the same blocks' high halves */
+    const __m256i s03 = _mm256_hadd_epi32(h01, h23), s47 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20), _mm256_permute2x128_si256(s03, s47, 0x31));
+}
+
+/* The scales of blocks c .. c + 7 where live (+0 elsewhere), by gather: a
+ * scalar fill of a stored vector would stall on store forwarding. The
+ * fp16 scale is the low half of the dword at each block's start (Q8_0
+ * weights and activations alike). */
+static inline __m256 q8_0_scales8(const block_q8_0 *w, __m256i live) {
+    const __m256i off = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    const __m256i h = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)w, off, live, 1);
+    const __m256i h16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h16), _mm256_extracti128_si256(h16, 1));
+    return _mm256_cvtph_ps(packed);
+}
+
 /* sum_k bsums[k] * w16[k] over the 16 int16 sub-block sums of a Q8_K block:
  * the min term of the Q4_K and Q2_K dots. */
 static inline int32_t q8k_bsums_dot(const int16_t bsums[16], __m256i w16) {
