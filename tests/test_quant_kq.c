@@ -520,9 +520,13 @@ static void test_gemm_tok(void **state) {
         assert_non_null(tt->act_pack);
         const int lanes = tt->gemm_tok_lanes;
         assert_true(lanes == 8 || lanes == 16);
-        assert_int_equal(tt->act_pack_block, lanes == 8 ? sizeof(block_q8_Kx8) : sizeof(block_q8_Kx16));
+        /* IQ2_XXS's AVX2 GEMM takes int16-widened activations */
+        const size_t want_block = lanes == 16                ? sizeof(block_q8_Kx16)
+                                  : type == MS_TYPE_IQ2_XXS ? sizeof(block_q8_Kx8w)
+                                                            : sizeof(block_q8_Kx8);
+        assert_int_equal(tt->act_pack_block, want_block);
         assert_true(tt->gemm_tok_min >= 1 && tt->gemm_tok_min <= lanes);
-        static const int64_t rows_cases[] = {1, 3, 13};
+        static const int64_t rows_cases[] = {1, 2, 3, 13};
         for (size_t c = 0; c < N_BLOCKS_CASES; c++)
             for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
                 const int64_t nb = k_blocks[c], n = nb * QK_K, nr = rows_cases[rc];

@@ -84,6 +84,15 @@ typedef struct {
 } block_q8_Kx8;
 static_assert(sizeof(block_q8_Kx8) == 2464, "block_q8_Kx8 size");
 
+/* moestream's own: one Q8_K block of 8 tokens widened to int16 for the
+ * AVX2 IQ2_XXS token-lane GEMM (pmaddwd): qs[j][2 t + e] is token t's
+ * value 2 j + e, d[t] its scale. */
+typedef struct {
+    int16_t qs[QK_K / 2][16];
+    float d[8];
+} block_q8_Kx8w;
+static_assert(sizeof(block_q8_Kx8w) == 4128, "block_q8_Kx8w size");
+
 /* moestream's own: block_q8_Kx8's layout for 16 tokens (the AVX-512
  * token-lane GEMMs, one token per 32-bit lane of a 64-byte vector):
  * qs[s][j] holds token t's values 32 s + 4 j .. + 3 at bytes 4 t .. 4 t + 3,

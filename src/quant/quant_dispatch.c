@@ -231,6 +231,15 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
     }
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
     if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
+    if (isa == ISA_AVX2) {
+        /* IQ2_XXS: int16 w * ls against widened activations (pmaddwd) */
+        struct ms_type_traits *t = &tab[MS_TYPE_IQ2_XXS];
+        t->act_pack = ms_pack_q8_K_x8w;
+        t->gemm_tok = ms_gemm_iq2_xxs_q8_Kx8w_avx2;
+        t->act_pack_block = sizeof(block_q8_Kx8w);
+        t->gemm_tok_lanes = 8;
+        t->gemm_tok_min = 5;
+    }
 }
 
 /* Q16_0 activations (16-bit integers) for Q8_0 weights, in every set: the

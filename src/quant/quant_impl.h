@@ -74,6 +74,9 @@ MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
 MS_DECL_DEQUANT(q8_K, ref);
 /* Q8_K rows -> block_q8_Kx8 (ms_act_pack_fn); plain C, any ISA */
 void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
+void ms_pack_q8_K_x8w(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
+void ms_gemm_iq2_xxs_q8_Kx8w_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 /* Q8_K rows -> block_q8_Kx16 */
 void ms_pack_q8_K_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
 /* token-lane GEMMs (ms_gemm_tok_fn) */

@@ -474,6 +474,110 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n_avx2(n, s, x, y, 4); }
 
+/* ---- token-lane GEMM (prefill): IQ2_XXS rows x 8 widened Q8_K tokens
+ *
+ * The grid values with their signs (-43..43) times the sub-block's odd
+ * scale ls (<= 31) are at most 1333 in magnitude: as int16 they pair with
+ * the int16-widened activations (block_q8_Kx8w) in vpmaddwd, two products
+ * per token lane, and 128 of those sum to the block's sum_ib ls_ib *
+ * sumi_ib exactly in int32 (at most 256 * 1333 * 128). A pair of a row's
+ * values is broadcast to every lane per step (a broadcast load: see
+ * bcast32), four rows share each activation load, and the float step per
+ * block is the reference's ((ad * d) * bsum added to the row's sum, 0.125
+ * times it at the end), lane by lane: bit for bit the single kernel. A
+ * block's values are decoded one block ahead into the other of two
+ * buffers, so the broadcast loads never wait on the stores just made. */
+
+/* The 32 bits at p in every lane, as a broadcast load (written as
+ * _mm256_set1_epi32 of a stored value, gcc forwards it through register
+ * shuffles that take the multiplies' pipes). */
+static inline __m256i bcast32(const void *p) {
+    __m256i r;
+    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
+    return r;
+}
+
+/* Block i of R (1 to 4) rows decoded to int16 w * ls, into ww[k]. */
+MS_SIMD_INLINE void iq2xxs_widen_x8(const block_iq2_xxs *const b[4], int64_t i, int16_t ww[4][QK_K], const int R) {
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) {
+        const uint8_t *q = (const uint8_t *)b[k][i].qs;
+        uint32_t ls[8];
+        iq2xxs_scales(q, ls);
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t s32;
+            memcpy(&s32, q + 8 * ib + 4, 4);
+            const __m256i v = _mm256_sign_epi8(iq2xxs_grid4(q + 8 * ib), iq2xxs_signs4(s32));
+            const __m256i sc = _mm256_set1_epi32((int)ls[ib]); /* ls in both int16 halves */
+            _mm256_store_si256((__m256i *)(ww[k] + 32 * ib),
+                               _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), sc));
+            _mm256_store_si256((__m256i *)(ww[k] + 32 * ib + 16),
+                               _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)), sc));
+        }
+    }
+}
+
+/* Block i of R rows, decoded in ww, against the pack's 8 tokens: accf[k]
+ * += (ad * d_k) * bsum lane by lane. */
+MS_SIMD_INLINE void iq2xxs_block_x8(const block_iq2_xxs *const b[4], int64_t i, const int16_t ww[4][QK_K],
+                                    const block_q8_Kx8w *ab, __m256 accf[4], const int R) {
+    __m256i p[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) p[k] = _mm256_setzero_si256();
+    for (int j0 = 0; j0 < QK_K / 2; j0 += 16) {
+        _Pragma("GCC unroll 16")
+        for (int j = j0; j < j0 + 16; j++) {
+            __m256i av = _mm256_load_si256((const __m256i *)ab->qs[j]);
+            __asm__("" : "+x"(av)); /* one load for the R rows */
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < R; k++) {
+                p[k] = _mm256_add_epi32(p[k], _mm256_madd_epi16(bcast32(ww[k] + 2 * j), av));
+                __asm__("" : "+x"(p[k])); /* a running sum, not a tree of spilled products */
+            }
+        }
+    }
+    const __m256 ad = _mm256_load_ps(ab->d);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++)
+        accf[k] = _mm256_add_ps(accf[k], _mm256_mul_ps(_mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b[k][i].d))),
+                                                       _mm256_cvtepi32_ps(p[k])));
+}
+
+MS_SIMD_INLINE void iq2xxs_rows_x8(const block_iq2_xxs *const b[4], int64_t nb, const block_q8_Kx8w *a, __m256 out[4],
+                                   const int R) {
+    __m256 accf[4];
+    int16_t ww[2][4][QK_K] __attribute__((aligned(32)));
+    for (int k = 0; k < 4; k++) accf[k] = _mm256_setzero_ps();
+    if (nb > 0) iq2xxs_widen_x8(b, 0, ww[0], R);
+    _Pragma("GCC unroll 1")
+    for (int64_t i = 0; i < nb; i++) {
+        if (i + 1 < nb) iq2xxs_widen_x8(b, i + 1, ww[(i + 1) & 1], R);
+        iq2xxs_block_x8(b, i, (const int16_t(*)[QK_K])ww[i & 1], &a[i], accf, R);
+    }
+    for (int k = 0; k < R; k++) out[k] = _mm256_mul_ps(_mm256_set1_ps(0.125f), accf[k]);
+}
+
+void ms_gemm_iq2_xxs_q8_Kx8w_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    const int64_t nb = n / QK_K;
+    __m256 out[4];
+    for (int64_t r = 0; r < n_rows; r += 4) {
+        const int64_t left = n_rows - r;
+        const block_iq2_xxs *br[4];
+        for (int k = 0; k < 4; k++)
+            br[k] = (const block_iq2_xxs *)((const char *)w + (size_t)(r + (k < left ? k : 0)) * w_stride);
+        const int R = left < 4 ? (int)left : 4;
+        switch (R) { /* R a constant in each call */
+        case 4: iq2xxs_rows_x8(br, nb, pack, out, 4); break;
+        case 3: iq2xxs_rows_x8(br, nb, pack, out, 3); break;
+        case 2: iq2xxs_rows_x8(br, nb, pack, out, 2); break;
+        default: iq2xxs_rows_x8(br, nb, pack, out, 1); break;
+        }
+        for (int k = 0; k < R; k++) x8_store(y, ldy, r + k, out[k], nt);
+    }
+}
+
 /* ---- dots with f32 activations: dequantize one block to the stack, then
  * multiply-add in 8-lane f32 accumulators. */
 

@@ -256,6 +256,19 @@ void ms_pack_q8_K_x8(int64_t n, const void *restrict a, size_t a_stride, int nt,
     pack_q8_K_lanes(n, a, a_stride, nt, dst, 8);
 }
 
+/* Q8_K rows -> block_q8_Kx8w (values widened to int16, in pairs per
+ * token lane); spare lanes repeat the last token. */
+void ms_pack_q8_K_x8w(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
+    block_q8_Kx8w *o = dst;
+    for (int t = 0; t < 8; t++) {
+        const block_q8_K *row = (const block_q8_K *)((const char *)a + (size_t)(t < nt ? t : nt - 1) * a_stride);
+        for (int64_t i = 0; i < n / QK_K; i++) {
+            for (int j = 0; j < QK_K; j++) o[i].qs[j / 2][2 * t + j % 2] = row[i].qs[j];
+            o[i].d[t] = row[i].d;
+        }
+    }
+}
+
 void ms_pack_q8_K_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
     static_assert(sizeof(block_q8_Kx16) == 64 * 4 * 16 + 4 * 2 * 16 * 2 + 8 * 2 * 16 * 2 + 16 * sizeof(float),
                   "block_q8_Kx16 is pack_q8_K_lanes' layout for 16 lanes");
