@@ -205,6 +205,85 @@ static void test_q8_K_simd_exact(void **state) {
     }
 }
 
+/* Non-finite activations: a NaN value, and infinities (which make the
+ * block's scale infinite and every other product 0 * inf = NaN). Every
+ * ISA's quantizer gives the reference's bytes, and no value is -128 (the
+ * sign-trick dots could not negate it, and the exact token-lane GEMMs
+ * would then disagree with them). */
+static void test_q8_K_non_finite(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 29);
+    const int64_t nb = 4, n = nb * QK_K;
+    float *x = normal(&r, n, 1.0f);
+    x[5] = NAN;                             /* block 0: one NaN */
+    x[QK_K + 17] = INFINITY;                /* block 1: +inf */
+    x[2 * QK_K + 200] = -INFINITY;          /* block 2: -inf and a NaN */
+    x[2 * QK_K + 3] = NAN;
+    for (int j = 0; j < QK_K; j += 3) x[3 * QK_K + j] = NAN; /* block 3: many NaNs */
+    block_q8_K *ref = calloc((size_t)nb, sizeof *ref), *got = calloc((size_t)nb, sizeof *got);
+    assert_true(ref && got);
+    ms_quant_q8_K_ref(x, ref, n);
+    for (int64_t i = 0; i < nb; i++)
+        for (int j = 0; j < QK_K; j++) assert_true(ref[i].qs[j] >= -127);
+    assert_int_equal(ref[0].qs[5], 0);
+    for (int isa = ISA_AVX2; isa < N_ISA; isa++) {
+        if (!isa_ok(isa)) continue;
+        memset(got, 0xa5, sizeof *got * (size_t)nb);
+        k_q8K_quant[isa](x, got, n);
+        for (int64_t i = 0; i < nb; i++)
+            if (memcmp(&ref[i], &got[i], sizeof *ref)) fail_msg("q8_K %s non-finite block %lld differs", isa_name[isa], (long long)i);
+    }
+    free(x), free(ref), free(got);
+}
+
+/* The AVX2 IQ2_XXS token-lane GEMM called directly (the dispatched one is
+ * the AVX-512 kernel on an AVX-512 machine): every output equals the
+ * reference dot bit for bit, for 1..8 tokens and 1..9 rows. */
+static void test_gemm_iq2_xxs_avx2(void **state) {
+    (void)state;
+    if (!cpu_avx2()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 31);
+    const struct kq_fmt *f = NULL;
+    for (size_t k = 0; k < N_FMTS; k++)
+        if (!strcmp(k_fmts[k].name, "iq2_xxs")) f = &k_fmts[k];
+    assert_non_null(f);
+    enum { NR = 9 };
+    for (size_t c = 0; c < N_BLOCKS_CASES; c++) {
+        const int64_t nb = k_blocks[c], n = nb * QK_K;
+        const size_t stride = f->bsize * (size_t)nb + 10;
+        uint8_t *w = malloc(stride * NR);
+        block_q8_K *a = malloc(sizeof *a * (size_t)nb * 8);
+        void *pack = aligned_alloc(64, (sizeof(block_q8_Kx8w) * (size_t)nb + 63) / 64 * 64);
+        assert_true(w && a && pack);
+        for (int64_t i = 0; i < NR; i++)
+            for (int64_t b = 0; b < nb; b++) f->randomize(&r, w + (size_t)i * stride + f->bsize * (size_t)b);
+        for (int t = 0; t < 8; t++) {
+            float *x = normal(&r, n, 1.0f);
+            ms_quant_q8_K_ref(x, a + (size_t)t * (size_t)nb, n);
+            free(x);
+        }
+        for (int nt = 1; nt <= 8; nt++) {
+            ms_pack_q8_K_x8w(n, a, sizeof *a * (size_t)nb, nt, pack);
+            for (int64_t rows = 1; rows <= NR; rows++) {
+                float y[8 * NR], want;
+                for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = NAN;
+                ms_gemm_iq2_xxs_q8_Kx8w_avx2(n, y, rows, w, stride, rows, pack, nt);
+                for (int t = 0; t < nt; t++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        ms_dot_iq2_xxs_q8_K_ref(n, &want, w + (size_t)i * stride, a + (size_t)t * (size_t)nb);
+                        if (memcmp(&want, &y[t * rows + i], sizeof want))
+                            fail_msg("iq2_xxs avx2 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs ref %.9g",
+                                     (long long)nb, (long long)rows, nt, t, (long long)i, y[t * rows + i], want);
+                    }
+                for (int64_t k = nt * rows; k < 8 * rows; k++) assert_true(isnan(y[k]));
+            }
+        }
+        free(w), free(a), free(pack);
+    }
+}
+
 /* ---- known answers, worked out from the format definitions */
 
 /* Q4_K: d = 0.5, dmin = 0.25, scales/mins chosen to exercise the high bits of
@@ -627,6 +706,8 @@ int main(void) {
         cmocka_unit_test(test_dot_f32),         cmocka_unit_test(test_quant_roundtrip),
         cmocka_unit_test(test_quant_special),
         cmocka_unit_test(test_gemm_tok),
+        cmocka_unit_test(test_gemm_iq2_xxs_avx2),
+        cmocka_unit_test(test_q8_K_non_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,8 +11,8 @@
  *   when the CPU has the ISA) against four calls of its single kernel, on
  *   random rows of many lengths (1, 2, 3, 7, 16 blocks and more, with tails);
  * - the Q8_0 token-lane GEMMs (AVX2: 8 lanes, AVX-512: 16) against their
- *   set's single kernel, and the two sets' Q8_0 x Q8_0 dots against each
- *   other (one order in both);
+ *   set's single kernel, and both sets' Q8_0 x Q8_0 dots against the order
+ *   the Q16_0 reference specifies (one order in both);
  * - the dispatch table: x4 entries are the active ISA's and NULL in the
  *   scalar reference table;
  * - ms_matmul over 1..37 tokens (the token-lane GEMMs included) against the same matmul one token at a time,
@@ -96,7 +96,7 @@ static const struct x4_case cases[] = {
 
 /* Lengths in blocks for block formats; for the float formats (block size 1)
  * element counts that leave every kind of tail. */
-static const int64_t block_counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 128};
+static const int64_t block_counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 33, 128};
 static const int64_t float_lengths[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257, 1001, 4099};
 
 static void check_case(const struct x4_case *c, int64_t n, ms_rng *r) {
@@ -205,30 +205,56 @@ static void test_gemm_q8_0(void **state) {
     if (!ran) skip();
 }
 
-/* The AVX2 and AVX-512 Q8_0 x Q8_0 dots perform the same float steps, so
- * they agree bit for bit (with each other and with both GEMMs): single and
- * four-token, on every block count. */
-static void test_q8_0_sets_agree(void **state) {
+/* The AVX2 and AVX-512 Q8_0 x Q8_0 dots perform the float steps that
+ * ms_dot_q8_0_q16_0_ref specifies (exact block sums, acc[i % 4] +=
+ * (float)sumi * (d_w * d_a), (s0 + s2) + (s1 + s3)): with each Q8_0
+ * activation block widened to a Q16_0 one (the same values as int16, the
+ * fp16 scale as f32, both exact) the reference gives the same bits, an
+ * independent check of the order that the GEMM tests (GEMM against its own
+ * set's dot) cannot make. Single and four-token, every block count. */
+static void test_q8_0_order(void **state) {
     (void)state;
-    if (!cpu_avx512()) skip();
     ms_rng r;
     ms_rng_seed(&r, 0x5e75ull);
+    int ran = 0;
     for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
-        const int64_t n = block_counts[li] * QK8_0;
+        const int64_t nb = block_counts[li], n = nb * QK8_0;
         const size_t row = ms_row_size(MS_TYPE_Q8_0, n);
         char *w = xalloc(row), *a = xalloc(4 * row);
+        block_q16_0 *a16 = xalloc(4 * (size_t)nb * sizeof *a16);
         make_row(&r, MS_TYPE_Q8_0, n, true, w);
-        for (int t = 0; t < 4; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+        for (int t = 0; t < 4; t++) {
+            make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+            const block_q8_0 *b = (const block_q8_0 *)(a + (size_t)t * row);
+            for (int64_t i = 0; i < nb; i++) {
+                a16[t * nb + i].d = ms_fp16_to_fp32(b[i].d);
+                for (int j = 0; j < QK8_0; j++) a16[t * nb + i].qs[j] = b[i].qs[j];
+            }
+        }
+        float want[4];
+        for (int t = 0; t < 4; t++) ms_dot_q8_0_q16_0_ref(n, &want[t], w, a16 + t * nb);
         const void *const a4[4] = {a, a + row, a + 2 * row, a + 3 * row};
-        float s2[4], s5[4], one2, one5;
-        ms_dot_q8_0_q8_0_x4_avx2(n, s2, w, a4);
-        ms_dot_q8_0_q8_0_x4_avx512(n, s5, w, a4);
-        ms_dot_q8_0_q8_0_avx2(n, &one2, w, a);
-        ms_dot_q8_0_q8_0_avx512(n, &one5, w, a);
-        assert_memory_equal(s2, s5, sizeof s2);
-        assert_memory_equal(&one2, &one5, sizeof one2);
-        ms_free(w), ms_free(a);
+        struct {
+            bool ok;
+            ms_vec_dot_fn one;
+            ms_vec_dot_x4_fn four;
+        } sets[2] = {{cpu_avx2(), ms_dot_q8_0_q8_0_avx2, ms_dot_q8_0_q8_0_x4_avx2},
+                     {cpu_avx512(), ms_dot_q8_0_q8_0_avx512, ms_dot_q8_0_q8_0_x4_avx512}};
+        for (int k = 0; k < 2; k++) {
+            if (!sets[k].ok) continue;
+            float s4[4], s1;
+            sets[k].four(n, s4, w, a4);
+            for (int t = 0; t < 4; t++) {
+                sets[k].one(n, &s1, w, a + (size_t)t * row);
+                if (memcmp(&s1, &want[t], sizeof s1) || memcmp(&s4[t], &want[t], sizeof s1))
+                    fail_msg("q8_0 %s nb=%lld token %d: single %.9g x4 %.9g vs the order's %.9g",
+                             k ? "avx512" : "avx2", (long long)nb, t, (double)s1, (double)s4[t], (double)want[t]);
+            }
+            ran++;
+        }
+        ms_free(w), ms_free(a), ms_free(a16);
     }
+    if (!ran) skip();
 }
 
 /* The f32-activation Q8_0 GEMM of the AVX-512 set against the AVX2 single
@@ -372,7 +398,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_x4_bit_identical),
         cmocka_unit_test(test_gemm_q8_0),
-        cmocka_unit_test(test_q8_0_sets_agree),
+        cmocka_unit_test(test_q8_0_order),
         cmocka_unit_test(test_gemm_q8_0_f32x16),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),

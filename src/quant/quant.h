@@ -91,7 +91,8 @@ typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restr
  *
  * ms_act_pack_fn: packs nt (1..gemm_tok_lanes) activation rows of n elements
  *   in vec_dot_type format, a[t] at a + t * a_stride bytes, into dst
- *   (act_pack_block bytes per QK_K elements; lanes nt.. repeat the last
+ *   (act_pack_block bytes per blck_size of vec_dot_type elements, 32 for
+ *   Q8_0 and 256 for Q8_K; lanes nt.. repeat the last
  *   token, so every lane holds valid data).
  * ms_gemm_tok_fn: y[t * ldy + r] = dot(row r, token t) for r < n_rows
  *   (row r at w + r * w_stride bytes) and t < nt, pack from act_pack.
@@ -147,7 +148,7 @@ struct ms_type_traits {
      * take f32 activations). q16_from_float makes the activation rows (n a
      * multiple of 32), vec_dot_q16 / vec_dot_q16_x4 are the single and
      * four-token dots, gemm_tok_q16 (optional) a token-lane GEMM over groups
-     * of gemm_tok_q16_lanes (8 or 16) rows packed by q16_pack
+     * of gemm_tok_q16_lanes (8 or 16) tokens packed by q16_pack
      * (ms_pack_q16_0_x8 / _x16, q16_pack_block bytes per 32 elements of a
      * group), run from gemm_tok_q16_min tokens.
      * All forms, in every kernel set, give the same result bit for bit:

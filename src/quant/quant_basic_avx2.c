@@ -193,20 +193,9 @@ MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb
     return hsum256_f32(acc);
 }
 
-/*
- * Q8_0 x Q8_0: the AVX-512 set's numerics (quant_basic_avx512.c), which a
- * token-lane GEMM can keep: per block i the exact int32 dot sumi_i, then
- * p_i = (float)sumi_i * (d_w[i] * d_a[i]) added to acc[i % 4] in block
- * order, and the result (acc[0] + acc[2]) + (acc[1] + acc[3]). Single,
- * four-token and the 8-lane GEMM (Q16_0's, over Q8_0 activations widened
- * by ms_pack_q8_0_x8) perform exactly these float operations, so they
- * agree bit for bit, and with the AVX-512 set. Eight blocks at a time:
- * sign-trick byte dots give 8 partial sums a block, block_sums8 one
- * register with block j's sum in lane j, and one vector float step.
- */
 /* The fp16 scales of Q8_0 blocks b[0 .. nc - 1] as f32 (+0 past nc <= 8),
- * by word inserts: cheaper than a gather on Zen 3, and no stored vector
- * to forward. */
+ * by word inserts: cheaper than a gather on Zen 3 (a short last group
+ * goes through a small array). */
 static inline __m256 q8_0_scales8_ins(const block_q8_0 *b, int64_t nc) {
     __m128i h = _mm_setzero_si128();
     if (nc == 8) {
@@ -222,6 +211,17 @@ static inline __m256 q8_0_scales8_ins(const block_q8_0 *b, int64_t nc) {
     return _mm256_cvtph_ps(h);
 }
 
+/*
+ * Q8_0 x Q8_0: the AVX-512 set's numerics (quant_basic_avx512.c), which a
+ * token-lane GEMM can keep: per block i the exact int32 dot sumi_i, then
+ * p_i = (float)sumi_i * (d_w[i] * d_a[i]) added to acc[i % 4] in block
+ * order, and the result (acc[0] + acc[2]) + (acc[1] + acc[3]). Single,
+ * four-token and the 8-lane GEMM (Q16_0's, over Q8_0 activations widened
+ * by ms_pack_q8_0_x8) perform exactly these float operations, so they
+ * agree bit for bit, and with the AVX-512 set. Eight blocks at a time:
+ * sign-trick byte dots give 8 partial sums a block, block_sums8 one
+ * register with block j's sum in lane j, and one vector float step.
+ */
 MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const a[4], int nt, int64_t nb,
                                     float *s) {
     __m128 acc[4];

@@ -23,6 +23,13 @@
 
 /* ---- Q8_K: same rounding as the reference (cvtps rounds to nearest even
  * under the default MXCSR; the saturating packs are its cap at 127). */
+/* iscale * x for 8 values, a NaN product as 0 (the reference's rule:
+ * vcvtps2dq would make it INT_MIN, which the packs saturate to -128) */
+static inline __m256 q8k_scaled(__m256 vs, const float *x) {
+    const __m256 p = _mm256_mul_ps(vs, _mm256_loadu_ps(x));
+    return _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+}
+
 MS_DECL_QUANT(q8_K, avx2) {
     block_q8_K *b = y;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -46,10 +53,10 @@ MS_DECL_QUANT(q8_K, avx2) {
         const float iscale = -127.0f / max;
         const __m256 vs = _mm256_set1_ps(iscale);
         for (int j = 0; j < QK_K; j += 32) {
-            const __m256i v0 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j)));
-            const __m256i v1 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8)));
-            const __m256i v2 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 16)));
-            const __m256i v3 = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 24)));
+            const __m256i v0 = _mm256_cvtps_epi32(q8k_scaled(vs, x + j));
+            const __m256i v1 = _mm256_cvtps_epi32(q8k_scaled(vs, x + j + 8));
+            const __m256i v2 = _mm256_cvtps_epi32(q8k_scaled(vs, x + j + 16));
+            const __m256i v3 = _mm256_cvtps_epi32(q8k_scaled(vs, x + j + 24));
             __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3));
             q = _mm256_permutevar8x32_epi32(q, perm);
             _mm256_storeu_si256((__m256i *)(b[i].qs + j), q);
@@ -487,15 +494,6 @@ MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n_avx2(n, s, x, y, 4); }
  * times it at the end), lane by lane: bit for bit the single kernel. A
  * block's values are decoded one block ahead into the other of two
  * buffers, so the broadcast loads never wait on the stores just made. */
-
-/* The 32 bits at p in every lane, as a broadcast load (written as
- * _mm256_set1_epi32 of a stored value, gcc forwards it through register
- * shuffles that take the multiplies' pipes). */
-static inline __m256i bcast32(const void *p) {
-    __m256i r;
-    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
-    return r;
-}
 
 /* Block i of R (1 to 4) rows decoded to int16 w * ls, into ww[k]. */
 MS_SIMD_INLINE void iq2xxs_widen_x8(const block_iq2_xxs *const b[4], int64_t i, int16_t ww[4][QK_K], const int R) {

@@ -37,7 +37,9 @@ MS_DECL_QUANT(q8_K, avx512) {
         const float iscale = -127.0f / max;
         const __m512 vs = _mm512_set1_ps(iscale);
         for (int j = 0; j < QK_K; j += 16) {
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(x + j)));
+            const __m512 pr = _mm512_mul_ps(vs, _mm512_loadu_ps(x + j));
+            /* a NaN product is 0 (the reference's rule; the conversion would give INT_MIN) */
+            __m512i v = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(pr, pr, _CMP_ORD_Q), pr));
             v = _mm512_min_epi32(v, cap);
             _mm_storeu_si128((__m128i *)(b[i].qs + j), _mm512_cvtsepi32_epi8(v));
             b[i].bsums[j / 16] = (int16_t)_mm512_reduce_add_epi32(v);

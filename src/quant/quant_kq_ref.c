@@ -45,7 +45,12 @@ MS_DECL_QUANT(q8_K, ref) {
         }
         const float iscale = -127.0f / max;
         for (int j = 0; j < QK_K; j++) {
-            const long v = lrintf(iscale * x[j]);
+            /* a NaN product (a NaN value, or an infinite one in a block whose
+             * largest magnitude is infinite: iscale = -0) is 0, as in ggml
+             * and the SIMD forms; never -128, which the sign-trick dots
+             * cannot negate */
+            const float p = iscale * x[j];
+            const long v = p == p ? lrintf(p) : 0;
             b[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
         }
         for (int j = 0; j < QK_K; j++) b[i].bsums[j / 16] = (int16_t)(b[i].bsums[j / 16] + b[i].qs[j]);

@@ -1,7 +1,8 @@
 /*
  * quant_q16_avx2.c - AVX2 kernels for Q16_0 activations against Q8_0
- * weights: the quantizer and the single and four-token dots. Numerics are
- * quant_q16_ref.c's, bit for bit.
+ * weights: the quantizer, the single and four-token dots and an 8-lane
+ * token-lane GEMM for prefill. Numerics are quant_q16_ref.c's, bit for
+ * bit.
  *
  * A block's 32 weights are widened to int16 once (shared by the tokens of a
  * four-token call) and pmaddwd'd with the 32 activations: exact int32 pair
@@ -12,12 +13,13 @@
  * GEMM (prefill): tokens in the 32-bit lanes (block_q16_0x8, 8 tokens): a
  * pair of a row's weights, widened to int16, is broadcast to every lane
  * and pmaddwd'd with each token's pair of activations; 16 of them make the
- * exact block sums of 8 tokens at once. Two rows share each activation
- * load, and the float step per block is the reference's, lane by lane.
+ * exact block sums of 8 tokens at once. Up to four rows share each
+ * activation load, and the float step per block is the reference's, lane
+ * by lane. The same kernel computes Q8_0 x Q8_0 on AVX2, over Q8_0
+ * activations widened into this layout (ms_pack_q8_0_x8).
  */
 #include <immintrin.h>
 #include <math.h>
-#include <string.h>
 
 #include "quant/blocks.h"
 #include "quant/quant_basic.h"
@@ -119,16 +121,6 @@ MS_DECL_DOT_X4(q8_0, q16_0, avx2) {
 }
 
 /* ---- token-lane GEMM: Q8_0 rows x 8 packed Q16_0 tokens ----------------- */
-
-/* The 32 bits at p in every lane, as a broadcast load: written as
- * _mm256_set1_epi32 of a stored value, gcc forwards the value through
- * register shuffles (two vector operations a broadcast, on the pipes the
- * multiplies need). */
-static inline __m256i bcast32(const void *p) {
-    __m256i r;
-    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
-    return r;
-}
 
 /* Block i of R (1 to 4) rows' weights widened to int16, into ww[k]. */
 MS_SIMD_INLINE void q16_widen_x8(const block_q8_0 *const w[4], int64_t i, int16_t ww[4][32], const int R) {

@@ -101,6 +101,18 @@ MS_SIMD_INLINE float w32_scale(const void *w, int64_t i, bool mx) {
     return mx ? ms_e8m0_to_f32_half(((const block_mxfp4 *)w)[i].e) : fp16_scale(((const block_q8_0 *)w)[i].d);
 }
 
+/* The 32 bits at p in every lane, as a broadcast load. Written as
+ * _mm256_set1_epi32 of a value just stored, gcc forwards it through
+ * register shuffles instead (two vector operations a broadcast, on the
+ * pipes the multiplies of the pmaddwd token-lane GEMMs need). The "m"
+ * operand tells the compiler the asm reads that memory, so it stays after
+ * the stores. */
+static inline __m256i bcast32(const void *p) {
+    __m256i r;
+    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
+    return r;
+}
+
 /* Eight registers of eight int32 partial sums (p[j]: block j) to one
  * register with block j's sum in lane j. */
 static inline __m256i block_sums8(const __m256i p[8]) {
@@ -113,8 +125,9 @@ static inline __m256i block_sums8(const __m256i p[8]) {
 
 /* The scales of blocks c .. c + 7 where live (+0 elsewhere), by gather: a
  * scalar fill of a stored vector would stall on store forwarding. The
- * fp16 scale is the low half of the dword at each block's start (Q8_0
- * weights and activations alike). */
+ * fp16 scale is the low half of the dword at each block's start. (The
+ * Q8_0 x Q8_0 dot builds its scales with word inserts instead, which
+ * measured faster there on Zen 3.) */
 static inline __m256 q8_0_scales8(const block_q8_0 *w, __m256i live) {
     const __m256i off = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
     const __m256i h = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)w, off, live, 1);
