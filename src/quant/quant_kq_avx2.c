@@ -404,12 +404,6 @@ MS_SIMD_INLINE __m256 q2k_row_x8(int64_t nb, const block_q2_K *w, const block_q8
     return accf;
 }
 
-/* y[t * ldy + r] from the 8 lanes of one row's result */
-static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) {
-    float o[8];
-    _mm256_storeu_ps(o, v);
-    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
-}
 
 void ms_gemm_q4_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
@@ -556,25 +550,7 @@ MS_SIMD_INLINE void iq2xxs_rows_x8(const block_iq2_xxs *const b[4], int64_t nb, 
     for (int k = 0; k < R; k++) out[k] = _mm256_mul_ps(_mm256_set1_ps(0.125f), accf[k]);
 }
 
-void ms_gemm_iq2_xxs_q8_Kx8w_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
-                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
-    const int64_t nb = n / QK_K;
-    __m256 out[4];
-    for (int64_t r = 0; r < n_rows; r += 4) {
-        const int64_t left = n_rows - r;
-        const block_iq2_xxs *br[4];
-        for (int k = 0; k < 4; k++)
-            br[k] = (const block_iq2_xxs *)((const char *)w + (size_t)(r + (k < left ? k : 0)) * w_stride);
-        const int R = left < 4 ? (int)left : 4;
-        switch (R) { /* R a constant in each call */
-        case 4: iq2xxs_rows_x8(br, nb, pack, out, 4); break;
-        case 3: iq2xxs_rows_x8(br, nb, pack, out, 3); break;
-        case 2: iq2xxs_rows_x8(br, nb, pack, out, 2); break;
-        default: iq2xxs_rows_x8(br, nb, pack, out, 1); break;
-        }
-        for (int k = 0; k < R; k++) x8_store(y, ldy, r + k, out[k], nt);
-    }
-}
+MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_iq2_xxs_q8_Kx8w_avx2, block_iq2_xxs, QK_K, iq2xxs_rows_x8)
 
 /* ---- dots with f32 activations: dequantize one block to the stack, then
  * multiply-add in 8-lane f32 accumulators. */

@@ -183,28 +183,5 @@ MS_SIMD_INLINE void q16_rows_x8(const block_q8_0 *const w[4], int64_t nb, const 
         out[k] = _mm256_add_ps(_mm256_add_ps(acc[0][k], acc[2][k]), _mm256_add_ps(acc[1][k], acc[3][k]));
 }
 
-static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) {
-    float o[8];
-    _mm256_storeu_ps(o, v);
-    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
-}
 
-void ms_gemm_q8_0_q16_0x8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,
-                               int64_t n_rows, const void *restrict pack, int nt) {
-    const int64_t nb = n / QK8_0;
-    __m256 out[4];
-    for (int64_t r = 0; r < n_rows; r += 4) {
-        const int64_t left = n_rows - r;
-        const block_q8_0 *wr[4];
-        for (int k = 0; k < 4; k++)
-            wr[k] = (const block_q8_0 *)((const char *)w + (size_t)(r + (k < left ? k : 0)) * w_stride);
-        const int R = left < 4 ? (int)left : 4;
-        switch (R) { /* R a constant in each call */
-        case 4: q16_rows_x8(wr, nb, pack, out, 4); break;
-        case 3: q16_rows_x8(wr, nb, pack, out, 3); break;
-        case 2: q16_rows_x8(wr, nb, pack, out, 2); break;
-        default: q16_rows_x8(wr, nb, pack, out, 1); break;
-        }
-        for (int k = 0; k < R; k++) x8_store(y, ldy, r + k, out[k], nt);
-    }
-}
+MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_q8_0_q16_0x8_avx2, block_q8_0, QK8_0, q16_rows_x8)

@@ -113,6 +113,39 @@ static inline __m256i bcast32(const void *p) {
     return r;
 }
 
+/* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
+static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) {
+    float o[8];
+    _mm256_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
+}
+
+/* An 8-lane token-lane GEMM (ms_gemm_tok_fn) named fn over rows of block
+ * type BLK (QK elements a block) that takes rows four at a time:
+ * ROWS(w, nb, pack, out, R) computes out[k] for the R rows w[k], R a
+ * constant 1..4 in each call (a last group of fewer rows repeats row 0's
+ * pointer in the unused slots, which ROWS leaves alone). */
+#define MS_DEFINE_GEMM_X8_ROWS4(fn, BLK, QK, ROWS)                                                        \
+    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,          \
+            int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        const int64_t nb = n / (QK);                                                                      \
+        __m256 out[4];                                                                                    \
+        for (int64_t r = 0; r < n_rows; r += 4) {                                                         \
+            const int64_t left = n_rows - r;                                                              \
+            const BLK *wr[4];                                                                             \
+            for (int k = 0; k < 4; k++)                                                                   \
+                wr[k] = (const BLK *)((const char *)w + (size_t)(r + (k < left ? k : 0)) * w_stride);    \
+            const int R = left < 4 ? (int)left : 4;                                                       \
+            switch (R) { /* R a constant in each call */                                                 \
+            case 4: ROWS(wr, nb, pack, out, 4); break;                                                    \
+            case 3: ROWS(wr, nb, pack, out, 3); break;                                                    \
+            case 2: ROWS(wr, nb, pack, out, 2); break;                                                    \
+            default: ROWS(wr, nb, pack, out, 1); break;                                                   \
+            }                                                                                             \
+            for (int k = 0; k < R; k++) x8_store(y, ldy, r + k, out[k], nt);                             \
+        }                                                                                                 \
+    }
+
 /* Eight registers of eight int32 partial sums (p[j]: block j) to one
  * register with block j's sum in lane j. */
 static inline __m256i block_sums8(const __m256i p[8]) {
