@@ -78,6 +78,7 @@ MS_SIMD_INLINE float dot_half_f32(const uint16_t *a, const float *b, int64_t n, 
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        if (i % 32 == 0) prefetch_ahead(a + i, 1); /* a line every 32 values */
         acc0 = _mm256_fmadd_ps(load_half8(a + i, bf16), _mm256_loadu_ps(b + i), acc0);
         acc1 = _mm256_fmadd_ps(load_half8(a + i + 8, bf16), _mm256_loadu_ps(b + i + 8), acc1);
     }
@@ -229,6 +230,7 @@ MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t c = 0; c < nb; c += 8) {
         const int64_t nc = nb - c < 8 ? nb - c : 8;
+        prefetch_ahead(w + c, 5); /* 8 blocks: 272 bytes */
         const __m256 wsv = q8_0_scales8_ins(w + c, nc);
         __m256i wv[8];
         _Pragma("GCC unroll 8")

@@ -190,6 +190,7 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&w[i], 3); /* 144 bytes a block */
         uint64_t scw, mw;
         ms_q4k_unpack_scales_u64(w[i].scales, &scw, &mw);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)scw)));
@@ -245,6 +246,7 @@ MS_SIMD_INLINE void q2k_dot_n(int64_t n, float *s, const void *x, const void *co
     const __m128i m4 = _mm_set1_epi8(0x0f);
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&w[i], 2); /* 84 bytes a block */
         const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m256i sc8 = _mm256_broadcastsi128_si256(_mm_and_si128(scb, m4));
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));

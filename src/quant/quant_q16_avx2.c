@@ -89,6 +89,7 @@ MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *con
         const int64_t nc = nb - c < 8 ? nb - c : 8;
         const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), lanes);
+        prefetch_ahead(w + c, 5); /* 8 blocks: 272 bytes */
         const __m256 wsv = q8_0_scales8(w + c, live);
         struct w16 wv[8];
         _Pragma("GCC unroll 8")
