@@ -194,24 +194,6 @@ MS_SIMD_INLINE float dot_w32_q8_0(const void *w, const block_q8_0 *b, int64_t nb
     return hsum256_f32(acc);
 }
 
-/* The fp16 scales of Q8_0 blocks b[0 .. nc - 1] as f32 (+0 past nc <= 8),
- * by word inserts: cheaper than a gather on Zen 3 (a short last group
- * goes through a small array). */
-static inline __m256 q8_0_scales8_ins(const block_q8_0 *b, int64_t nc) {
-    __m128i h = _mm_setzero_si128();
-    if (nc == 8) {
-        h = _mm_insert_epi16(h, b[0].d, 0), h = _mm_insert_epi16(h, b[1].d, 1);
-        h = _mm_insert_epi16(h, b[2].d, 2), h = _mm_insert_epi16(h, b[3].d, 3);
-        h = _mm_insert_epi16(h, b[4].d, 4), h = _mm_insert_epi16(h, b[5].d, 5);
-        h = _mm_insert_epi16(h, b[6].d, 6), h = _mm_insert_epi16(h, b[7].d, 7);
-    } else {
-        uint16_t v[8] = {0};
-        for (int64_t q = 0; q < nc; q++) v[q] = b[q].d;
-        h = _mm_loadu_si128((const __m128i *)v);
-    }
-    return _mm256_cvtph_ps(h);
-}
-
 /*
  * Q8_0 x Q8_0: the AVX-512 set's numerics (quant_basic_avx512.c), which a
  * token-lane GEMM can keep: per block i the exact int32 dot sumi_i, then
@@ -247,14 +229,10 @@ MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const
             }
             const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums8(part)),
                                            _mm256_mul_ps(wsv, q8_0_scales8_ins(ak + c, nc)));
-            acc[k] = _mm_add_ps(acc[k], _mm256_castps256_ps128(p));
-            acc[k] = _mm_add_ps(acc[k], _mm256_extractf128_ps(p, 1));
+            acc[k] = add8_by4(acc[k], p);
         });
     }
-    MS_XN(k, nt, {
-        const __m128 h = _mm_add_ps(acc[k], _mm_movehl_ps(acc[k], acc[k]));
-        s[k] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    });
+    MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
 }
 
 MS_DECL_DOT(q8_0, q8_0, avx2) {

@@ -182,19 +182,12 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * tokens (--rows 2048 --cols 4096 --batches 4..8, the Flash expert shape):
  * Q4_K and Q8_0 6, IQ2_XXS 8, Q2_K 9 (its x4 dot is the quickest of the
  * three k-quant x4 dots). The scalar table has none. */
-static void set_gemm_tok8(struct ms_type_traits *t, ms_gemm_tok_fn gemm) {
-    t->act_pack = ms_pack_q8_K_x8;
+static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_tok_fn gemm, size_t pack_block,
+                         int lanes, int min) {
+    t->act_pack = pack;
     t->gemm_tok = gemm;
-    t->act_pack_block = sizeof(block_q8_Kx8);
-    t->gemm_tok_lanes = 8;
-    t->gemm_tok_min = 5;
-}
-
-static void set_gemm_tok16(struct ms_type_traits *t, ms_gemm_tok_fn gemm, int min) {
-    t->act_pack = ms_pack_q8_K_x16;
-    t->gemm_tok = gemm;
-    t->act_pack_block = sizeof(block_q8_Kx16);
-    t->gemm_tok_lanes = 16;
+    t->act_pack_block = pack_block;
+    t->gemm_tok_lanes = lanes;
     t->gemm_tok_min = min;
 }
 
@@ -206,42 +199,21 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         tab[MS_TYPE_Q8_0].gemm_tok_f32_min = 10;
     }
     if (isa == ISA_AVX512) {
-        struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
-        t->act_pack = ms_pack_q8_0_x16;
-        t->gemm_tok = ms_gemm_q8_0_q8_0x16_avx512;
-        t->act_pack_block = sizeof(block_q8_0x16);
-        t->gemm_tok_lanes = 16;
-        t->gemm_tok_min = 6;
-    }
-    if (isa == ISA_AVX512) {
+        set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 16, 6);
         /* Q4_K from 9 tokens: below, the AVX-512 x4 dot's calls cost less */
-        set_gemm_tok16(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx16_avx512, 9);
-        set_gemm_tok16(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx16_avx512, 9);
-        set_gemm_tok16(&tab[MS_TYPE_IQ2_XXS], ms_gemm_iq2_xxs_q8_Kx16_avx512, 8);
+        set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
+        set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
+        set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
+                     16, 8);
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations
          * (ms_pack_q8_0_x8), whose float steps the AVX2 Q8_0 x Q8_0 dots
-         * repeat: 97-102 against the x4 dot's 61 GFLOPS on a Zen 3 core
-         * (bench_kernels -t 1 --types q8_0 --rows 4096 --cols 4096
-         * --batches 16,512) */
-        struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
-        t->act_pack = ms_pack_q8_0_x8;
-        t->gemm_tok = ms_gemm_q8_0_q16_0x8_avx2;
-        t->act_pack_block = sizeof(block_q16_0x8);
-        t->gemm_tok_lanes = 8;
-        t->gemm_tok_min = 5;
-    }
-    if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q4_K], ms_gemm_q4_K_q8_Kx8_avx2);
-    if (isa == ISA_AVX2) set_gemm_tok8(&tab[MS_TYPE_Q2_K], ms_gemm_q2_K_q8_Kx8_avx2);
-    if (isa == ISA_AVX2) {
-        /* IQ2_XXS: int16 w * ls against widened activations (pmaddwd) */
-        struct ms_type_traits *t = &tab[MS_TYPE_IQ2_XXS];
-        t->act_pack = ms_pack_q8_K_x8w;
-        t->gemm_tok = ms_gemm_iq2_xxs_q8_Kx8w_avx2;
-        t->act_pack_block = sizeof(block_q8_Kx8w);
-        t->gemm_tok_lanes = 8;
-        t->gemm_tok_min = 5;
+         * repeat; IQ2_XXS: int16 w * ls against widened Q8_K activations */
+        set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2, sizeof(block_q16_0x8), 8, 5);
+        set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x8, ms_gemm_q4_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
+        set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
+        set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
     }
 }
 

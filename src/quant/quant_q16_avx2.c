@@ -90,7 +90,7 @@ MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *con
         const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), lanes);
         prefetch_ahead(w + c, 5); /* 8 blocks: 272 bytes */
-        const __m256 wsv = q8_0_scales8(w + c, live);
+        const __m256 wsv = q8_0_scales8_ins(w + c, nc);
         struct w16 wv[8];
         _Pragma("GCC unroll 8")
         for (int q = 0; q < 8; q++) wv[q] = w16_load(w, c + q, nb);
@@ -101,14 +101,10 @@ MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *con
             for (int q = 0; q < 8; q++) part[q] = block_part(wv[q], ak, c + q, nb);
             const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums8(part)),
                                            _mm256_mul_ps(wsv, a_scales8(ak + c, live)));
-            acc[k] = _mm_add_ps(acc[k], _mm256_castps256_ps128(p));
-            acc[k] = _mm_add_ps(acc[k], _mm256_extractf128_ps(p, 1));
+            acc[k] = add8_by4(acc[k], p);
         });
     }
-    MS_XN(k, nt, {
-        const __m128 h = _mm_add_ps(acc[k], _mm_movehl_ps(acc[k], acc[k]));
-        s[k] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    });
+    MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
 }
 
 MS_DECL_DOT(q8_0, q16_0, avx2) {

@@ -166,6 +166,21 @@ static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) 
         }                                                                                                 \
     }
 
+/* acc[i % 4] += p_i for the nc <= 8 blocks of p (lane j = block c + j, c a
+ * multiple of 4, lanes past nc +0, which leaves a sum unchanged: it starts
+ * at +0 and is never -0): the float step of the Q8_0 x Q8_0 and Q8_0 x
+ * Q16_0 dots of the AVX2 set. */
+static inline __m128 add8_by4(__m128 acc, __m256 p) {
+    acc = _mm_add_ps(acc, _mm256_castps256_ps128(p));
+    return _mm_add_ps(acc, _mm256_extractf128_ps(p, 1));
+}
+
+/* (acc[0] + acc[2]) + (acc[1] + acc[3]) */
+static inline float reduce_by4(__m128 acc) {
+    const __m128 h = _mm_add_ps(acc, _mm_movehl_ps(acc, acc));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 /* Eight registers of eight int32 partial sums (p[j]: block j) to one
  * register with block j's sum in lane j. */
 static inline __m256i block_sums8(const __m256i p[8]) {
@@ -176,17 +191,26 @@ static inline __m256i block_sums8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20), _mm256_permute2x128_si256(s03, s47, 0x31));
 }
 
-/* The scales of blocks c .. c + 7 where live (+0 elsewhere), by gather: a
- * scalar fill of a stored vector would stall on store forwarding. The
- * fp16 scale is the low half of the dword at each block's start. (The
- * Q8_0 x Q8_0 dot builds its scales with word inserts instead, which
- * measured faster there on Zen 3.) */
-static inline __m256 q8_0_scales8(const block_q8_0 *w, __m256i live) {
-    const __m256i off = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
-    const __m256i h = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)w, off, live, 1);
-    const __m256i h16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h16), _mm256_extracti128_si256(h16, 1));
-    return _mm256_cvtph_ps(packed);
+/* The fp16 scales of Q8_0 blocks b[0 .. nc - 1] (weights or activations)
+ * as f32, +0 past nc <= 8, by word inserts (a short last group goes
+ * through a small array). A gather measured slower on a Zen 3 core: the
+ * Q8_0 x Q8_0 single-token dot 26 against 31 GFLOPS, Q8_0 x Q16_0 (its
+ * weight scales) 14.3-15.0 against 16.2-16.6 GB/s from DRAM
+ * (bench_kernels -t 1 --rows 1024 --cols 4096 --batches 1 --working-set
+ * 512). */
+static inline __m256 q8_0_scales8_ins(const block_q8_0 *b, int64_t nc) {
+    __m128i h = _mm_setzero_si128();
+    if (nc == 8) {
+        h = _mm_insert_epi16(h, b[0].d, 0), h = _mm_insert_epi16(h, b[1].d, 1);
+        h = _mm_insert_epi16(h, b[2].d, 2), h = _mm_insert_epi16(h, b[3].d, 3);
+        h = _mm_insert_epi16(h, b[4].d, 4), h = _mm_insert_epi16(h, b[5].d, 5);
+        h = _mm_insert_epi16(h, b[6].d, 6), h = _mm_insert_epi16(h, b[7].d, 7);
+    } else {
+        uint16_t v[8] = {0};
+        for (int64_t q = 0; q < nc; q++) v[q] = b[q].d;
+        h = _mm_loadu_si128((const __m128i *)v);
+    }
+    return _mm256_cvtph_ps(h);
 }
 
 /* sum_k bsums[k] * w16[k] over the 16 int16 sub-block sums of a Q8_K block:
@@ -246,11 +270,6 @@ static inline __m128 add_by4(__m128 acc, __m512 p) {
     return _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 3));
 }
 
-/* (acc[0] + acc[2]) + (acc[1] + acc[3]) */
-static inline float reduce_by4(__m128 acc) {
-    const __m128 h = _mm_add_ps(acc, _mm_movehl_ps(acc, acc));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
 
 /* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
 static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
