@@ -148,25 +148,36 @@ MS_DECL_DEQUANT(iq2_xxs, avx2) {
  * into a struct of vectors first (the earlier form) kept them on the stack
  * under gcc: the direct form is 1.7x faster single-token (bench/limits). */
 
-/* lanes 0 and 1: the sums of the 8 int32 lanes of u and of v */
-static inline void hsum2_i32(__m256i u, __m256i v, int32_t *su, int32_t *sv) {
-    const __m256i t = _mm256_hadd_epi32(u, v); /* u01 u23 v01 v23 | u45 u67 v45 v67 */
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-    h = _mm_hadd_epi32(h, h);
-    *su = _mm_cvtsi128_si32(h);
-    *sv = _mm_extract_epi32(h, 1);
+/* The block's two fp16 scales d and dmin (adjacent in block_q4_K and
+ * block_q2_K, dm points at d) in lanes 0 and 1. */
+static inline __m128 kq_d_dmin(const uint16_t *dm) {
+    int32_t w;
+    memcpy(&w, dm, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(w));
 }
 
-/* Adds one super-block's contribution to sumf[k] for each of the nt tokens:
- * v[k] holds token k's scaled-code sum lanes, v[4 + k] its min-correction
- * lanes (Q4_K and Q2_K share this tail; d, dmin are the block's scales). */
-MS_SIMD_INLINE void kq_block_add(float *sumf, const __m256i *v, const block_q8_K *const *a, int64_t i,
-                                 float d, float dmin, int nt) {
+/* Adds one super-block's contribution for each of the nt tokens: v[k] holds
+ * token k's scaled-code sum lanes, v[4 + k] its min-correction lanes (Q4_K
+ * and Q2_K share this tail; dm points at the block's d, dmin). One token
+ * adds to lane 0 of *sum1 and stays in vector registers: the integer sums
+ * are converted there and multiplied lane-wise, [ad * d, ad * dmin] times
+ * [sumi, summ], then the two lanes subtracted, ms_kq_block_sum_f32's
+ * operations in its order. Its earlier form moved the sums out to general
+ * registers and back (vmovd, vpextrd, vcvtsi2ss on the block's dependency
+ * path): 31.7 -> 29.5 cycles per block on a Zen 3 core (cache-resident
+ * rows of 4096, 14.5 -> 15.6 GB/s; 13.7 -> 14.7 from DRAM). Four tokens
+ * reduce their sums together and take them as scalars. */
+MS_SIMD_INLINE void kq_block_add(__m128 *sum1, float *sumf, const __m256i *v, const block_q8_K *const *a,
+                                 int64_t i, const uint16_t *dm, int nt) {
+    const __m128 dmv = kq_d_dmin(dm);
     if (nt == 1) {
-        int32_t si, sm;
-        hsum2_i32(v[0], v[4], &si, &sm);
-        sumf[0] += ms_kq_block_sum_f32(a[0][i].d, d, dmin, si, sm);
+        const __m256i t = _mm256_hadd_epi32(v[0], v[4]); /* u01 u23 v01 v23 | u45 u67 v45 v67 */
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        h = _mm_hadd_epi32(h, h); /* sumi summ sumi summ */
+        const __m128 p = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(a[0][i].d), dmv), _mm_cvtepi32_ps(h));
+        *sum1 = _mm_add_ss(*sum1, _mm_sub_ss(p, _mm_movehdup_ps(p)));
     } else {
+        const float d = _mm_cvtss_f32(dmv), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dmv));
         int32_t r[8];
         _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
         MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
@@ -189,6 +200,7 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
     const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 sum1 = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 3); /* 144 bytes a block */
         uint64_t scw, mw;
@@ -210,8 +222,9 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
                   v[k] = _mm256_add_epi32(v[k], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
                                                                  _mm256_madd_epi16(p_hi, s_hi))););
         }
-        kq_block_add(sumf, v, a, i, fp16_scale(w[i].d), fp16_scale(w[i].dmin), nt);
+        kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
     }
+    if (nt == 1) sumf[0] = _mm_cvtss_f32(sum1);
     MS_XN(k, nt, s[k] = sumf[k];);
 }
 
@@ -245,6 +258,7 @@ MS_SIMD_INLINE void q2k_dot_n(int64_t n, float *s, const void *x, const void *co
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 sum1 = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 2); /* 84 bytes a block */
         const __m128i scb = _mm_loadu_si128((const __m128i *)w[i].scales);
@@ -267,8 +281,9 @@ MS_SIMD_INLINE void q2k_dot_n(int64_t n, float *s, const void *x, const void *co
                       v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, sc)););
             }
         }
-        kq_block_add(sumf, v, a, i, fp16_scale(w[i].d), fp16_scale(w[i].dmin), nt);
+        kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
     }
+    if (nt == 1) sumf[0] = _mm_cvtss_f32(sum1);
     MS_XN(k, nt, s[k] = sumf[k];);
 }
 
@@ -438,7 +453,8 @@ static inline __m128i iq2_rows2(const uint64_t *tab, unsigned i0, unsigned i1) {
 MS_SIMD_INLINE void iq2xxs_dot_n_avx2(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
     const block_iq2_xxs *w = x;
     const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
-    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 sumv[4];
+    MS_XN(k, nt, sumv[k] = _mm_setzero_ps(););
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *q = (const uint8_t *)w[i].qs;
         uint32_t ls[8];
@@ -460,14 +476,17 @@ MS_SIMD_INLINE void iq2xxs_dot_n_avx2(int64_t n, float *s, const void *x, const 
                       _mm_maddubs_epi16(g1, _mm_sign_epi8(_mm_loadu_si128((const __m128i *)(q8 + 16)), s1));
                   acc[k] = _mm_add_epi32(acc[k], _mm_madd_epi16(_mm_add_epi16(p0, p1), sc)););
         }
-        const float d = fp16_scale(w[i].d);
+        /* the reference's ad * d * sumi added to the sum, in vector
+         * registers (a round trip through a general register for sumi cost
+         * more than its arithmetic; see kq_block_add) */
+        const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(w[i].d));
         MS_XN(k, nt, {
             __m128i h = _mm_add_epi32(acc[k], _mm_shuffle_epi32(acc[k], 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-            sumf[k] += a[k][i].d * d * (float)_mm_cvtsi128_si32(h);
+            sumv[k] = _mm_add_ss(sumv[k], _mm_mul_ss(_mm_mul_ss(_mm_set_ss(a[k][i].d), d), _mm_cvtepi32_ps(h)));
         });
     }
-    MS_XN(k, nt, s[k] = 0.125f * sumf[k];);
+    MS_XN(k, nt, s[k] = 0.125f * _mm_cvtss_f32(sumv[k]););
 }
 
 MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
