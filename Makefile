@@ -6,7 +6,7 @@ DEMO_MODEL  ?= models/demo.gguf
 FUZZ_SECONDS ?= 600
 ORACLE_DIR  ?= $(HOME)/.cache/moestream/oracle
 
-.PHONY: all deps build demo test test-asan test-clang fuzz fuzz-server fuzz-smoke oracle clean
+.PHONY: all deps build build-release demo test test-asan test-clang fuzz fuzz-server fuzz-smoke oracle clean
 
 all: build
 
@@ -43,6 +43,13 @@ test-clang: deps
 	@CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build build-clang -j $(JOBS)
 	cd build-clang && ctest --output-on-failure -j $(JOBS) -E test_diff_llama
+
+# The -O3 build (CMAKE_BUILD_TYPE=Release) with gcc and -Werror: its deeper
+# inlining brings -Wmaybe-uninitialized warnings the default build does not
+# see, so CI compiles it too.
+build-release: deps
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build-release -j $(JOBS)
 
 build-fuzz/fuzz_gguf: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null

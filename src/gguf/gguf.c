@@ -353,7 +353,7 @@ static int read_kvs(struct rd *r, struct gguf_file *f, uint64_t n_kv) {
             return ms_err_set(r->err, "%s: duplicated metadata key '%s' at offset %" PRIu64,
                               r->name, kv->key.data, at);
         snprintf(what, sizeof what, "value of '%.64s'", kv->key.data);
-        enum gguf_vtype t;
+        enum gguf_vtype t = GGUF_TYPE_UINT8; /* set by rd_vtype; -O3 cannot see it */
         if (rd_vtype(r, &t, what)) return -1;
         kv->val.type = t;
         if (t == GGUF_TYPE_STRING) kv->val.str.data = NULL;
@@ -617,7 +617,7 @@ int gguf_get_u64(const struct gguf_file *f, const char *key, uint64_t *out, ms_e
 
 int gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, ms_err *err) {
     const struct gguf_kv *kv;
-    uint64_t v;
+    uint64_t v = 0; /* set on success; -O3's flow analysis cannot see it */
     if (get_kv(f, key, &kv, err) || value_to_u64(f, key, &kv->val, UINT32_MAX, &v, err)) return -1;
     *out = (uint32_t)v;
     return 0;
@@ -630,7 +630,7 @@ int gguf_get_i64(const struct gguf_file *f, const char *key, int64_t *out, ms_er
         *out = kv->val.i64;
         return 0;
     }
-    uint64_t v;
+    uint64_t v = 0; /* set on success, as above */
     if (value_to_u64(f, key, &kv->val, INT64_MAX, &v, err)) return -1;
     *out = (int64_t)v;
     return 0;

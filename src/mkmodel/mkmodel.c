@@ -245,7 +245,7 @@ int mkmodel_data_bytes(const struct mkmodel_opts *o, uint64_t *bytes, ms_err *er
     if (dsv4_layout_build(&o->hp, &l, err)) return -1;
     uint64_t total = 0;
     for (size_t i = 0; i < l.n; i++) {
-        enum ms_type ty;
+        enum ms_type ty = MS_TYPE_F32; /* set on success; -O3 cannot see it */
         if (mkmodel_tensor_type(o, &l.t[i], &ty, err)) {
             dsv4_layout_free(&l);
             return -1;
