@@ -137,8 +137,11 @@ int ms_engine_write_routing_profile(const struct ms_engine *e, const char *path,
  * duplicate line (the message names the file and line). */
 int ms_hotlist_check(const char *path, ms_err *err);
 
-/* The kernel set this CPU runs: "scalar", "avx2" or "avx512" (chosen on
- * first use; MS_ISA=scalar|avx2|avx512 in the environment caps it). */
+/* The kernel set this CPU runs: "scalar", "avx2", "avx512", or
+ * "avx512-split" where 512-bit operations are split in two (Zen 4) and
+ * some entries take AVX2 kernels (chosen on first use; MS_ISA=scalar|
+ * avx2|avx512 in the environment caps it, MS_AVX512_SPLIT=0|1 overrides
+ * the split detection). A static string. */
 const char *ms_kernels_isa(void);
 
 /* The memory plan (bytes): what the engine decided at load. */

@@ -138,6 +138,37 @@ static void test_isa_env_cap(void **state) {
     }
 }
 
+/* MS_AVX512_SPLIT=1 moves the split-part entries (quant_dispatch.c's
+ * split_isa) to the AVX2 kernels and =0 keeps them on AVX-512, while the
+ * entries that stay wide on every part keep their AVX-512 kernels. Forked
+ * like the test above; only meaningful where the AVX-512 set is picked. */
+static void test_isa_avx512_split(void **state) {
+    (void)state;
+    if (!cpu_avx512() || getenv("MS_ISA")) skip();
+    for (int split = 0; split < 2; split++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            setenv("MS_AVX512_SPLIT", split ? "1" : "0", 1);
+            const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
+            const struct ms_type_traits *q2 = ms_type_traits(MS_TYPE_Q2_K);
+            const bool ok = !strcmp(ms_quant_isa(), "avx512") && ms_quant_avx512_split() == (split == 1) &&
+                            q8->vec_dot == ms_dot_q8_0_q8_0_avx512 &&
+                            q8->gemm_tok == ms_gemm_q8_0_q8_0x16_avx512 &&
+                            q8->vec_dot_q16 == (split ? ms_dot_q8_0_q16_0_avx2 : ms_dot_q8_0_q16_0_avx512) &&
+                            q8->gemm_tok_q16 == (split ? ms_gemm_q8_0_q16_0x8_avx2 : ms_gemm_q8_0_q16_0x16_avx512) &&
+                            q8->gemm_tok_q16_lanes == (split ? 8 : 16) &&
+                            q2->vec_dot == (split ? ms_dot_q2_K_q8_K_avx2 : ms_dot_q2_K_q8_K_avx512) &&
+                            q2->gemm_tok == ms_gemm_q2_K_q8_Kx16_avx512;
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
 static void test_type_table(void **state) {
     (void)state;
     enum ms_type t;
@@ -734,6 +765,7 @@ static void test_matvec(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_env_cap), /* must stay first: see comment */
+        cmocka_unit_test(test_isa_avx512_split), /* forks before any selection too */
         cmocka_unit_test(test_type_table),
         cmocka_unit_test(test_fp16_known),
         cmocka_unit_test(test_bf16_known),

@@ -176,6 +176,10 @@ void ms_pack_q16_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt
 void ms_quant_init(void);
 /* Name of the kernel set in use: "scalar", "avx2" or "avx512". */
 const char *ms_quant_isa(void);
+/* Whether the AVX-512 set in use runs some entries on AVX2 kernels because
+ * this CPU splits 512-bit operations in two (AMD Zen 4; quant_dispatch.c,
+ * split_isa; MS_AVX512_SPLIT=0|1 overrides). False for the other sets. */
+bool ms_quant_avx512_split(void);
 
 /* Traits of a type, or NULL for an id that is not a ggml type. The active
  * table (fast kernels where available) and the scalar reference table. */

@@ -8,7 +8,10 @@
  *   avx2    AVX2 with FMA and F16C
  *   scalar  everything else
  * MS_ISA=scalar|avx2|avx512 in the environment caps the choice (it can never
- * select a set the CPU lacks); an unknown value is ignored. Kernels without a
+ * select a set the CPU lacks); an unknown value is ignored. Within the
+ * AVX-512 set some entries take AVX2 kernels that measured faster: always
+ * (q4_K_isa, dot_f32_isa) or where 512-bit operations are split in two
+ * (split_isa; MS_AVX512_SPLIT=0|1 overrides that detection). Kernels without a
  * SIMD version (the MXFP4 and k-quant quantizers, Q8_K dequantize) stay
  * scalar in every set.
  */
@@ -24,7 +27,7 @@
 #include <cpuid.h>
 #endif
 
-const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active);
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split);
 
 enum isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
 
@@ -64,6 +67,31 @@ static enum isa detect_isa(void) {
         return ISA_AVX2;
 #endif
     return ISA_SCALAR;
+}
+
+/* Whether the CPU executes each 512-bit operation as two 256-bit halves:
+ * AMD Zen 4 (family 19h; its Zen 3 members have no AVX-512, so with the
+ * AVX-512 set picked family 19h means Zen 4). Zen 5 (1Ah) and Intel's
+ * AVX-512 cores have full-width units. On a split part a 512-bit kernel
+ * issues as many micro-ops per byte as the 256-bit one, while its wider
+ * shuffles, gathers and reductions cost more, and several AVX2 kernels
+ * measured faster (see split_isa). MS_AVX512_SPLIT=0|1 in the environment
+ * overrides the detection (for measurement on either kind of part). */
+static bool cpu_avx512_split(void) {
+    const char *v = getenv("MS_AVX512_SPLIT");
+    if (v && (!strcmp(v, "0") || !strcmp(v, "1"))) return v[0] == '1';
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    /* "AuthenticAMD" in EBX, EDX, ECX */
+    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned base = (a >> 8) & 0xfu;
+    const unsigned family = base == 0xfu ? base + ((a >> 20) & 0xffu) : base;
+    return family == 0x19u;
+#else
+    return false;
+#endif
 }
 
 static enum isa env_cap(void) {
@@ -144,16 +172,34 @@ static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : i
  * bit for bit; the int8 dots keep the AVX-512 kernels. */
 static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
 
+/* The kernel set that the kernels below run on where 512-bit operations
+ * are split in two (cpu_avx512_split, Zen 4): the AVX2 one. Measured on a
+ * 2-vCPU Zen 4 VM (EPYC family 19h model 11h), bench_kernels -t 1 --rows
+ * 1024 --cols 4096, best repetition, AVX-512 against AVX2 kernel
+ * (MS_ISA=avx2), weights streamed from a 512 MiB working set at one token:
+ *   Q8_0 x Q16_0 one token 20.5-20.7 against 24.2-24.3 GB/s, four tokens
+ *   41 against 50 GFLOPS, the token-lane GEMM at 16 / 512 tokens 97 / 83
+ *   against 109 / 117 (AVX2's 8-lane vpmaddwd form against AVX-512's two
+ *   VNNI byte dots per product);
+ *   Q8_0 x Q8_0 four tokens 58-59 against 65-66 GFLOPS;
+ *   Q2_K one token 11.1 against 12.6 GB/s; IQ2_XXS 4.16 against 4.34.
+ * The AVX-512 Q8_0 single-token dot (27.7-28.3 against 25.7-25.8 GB/s)
+ * and the VNNI token-lane GEMMs of Q8_0, Q4_K, Q2_K and IQ2_XXS (160-183
+ * against 101-131 GFLOPS) stay. Each pair is equal bit for bit (the
+ * k-quants equal the reference, the Q8_0 dots share one order), so the
+ * sets mix. */
+static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 && split ? ISA_AVX2 : isa; }
+
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
 #define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
 
-static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
+static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
     tab[MS_TYPE_F32].vec_dot_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
     tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
     tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_f16_f32_x4);
     tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
-    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(isa, ms_dot_q8_0_q8_0_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
     /* Q4_K x4: the AVX-512 kernel (the single-token dot stays AVX2, see
@@ -224,9 +270,10 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
  * activations"). The AVX2 set has an 8-lane pmaddwd GEMM: 97-102 GFLOPS
  * at 16 and 512 tokens against the x4 dot's 42 on a Zen 3 core (same
  * command). All agree bit for bit. */
-static void attach_q16(struct ms_type_traits *tab, enum isa isa) {
+static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
     t->q16_from_float = PICK_ISA(isa, ms_quant_q16_0);
+    isa = split_isa(isa, split); /* the quantizer stays on the wider set */
     t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
     t->vec_dot_q16_x4 = PICK_X4(isa, ms_dot_q8_0_q16_0_x4);
     if (isa == ISA_AVX512) {
@@ -245,7 +292,7 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa) {
     }
 }
 
-static void attach(struct ms_type_traits *tab, enum isa isa) {
+static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     ms_vec_dot_fn f32dot = PICK_ISA(isa, ms_dot_f32_f32);
     set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
     set_kernels(&tab[MS_TYPE_F16], MS_TYPE_F16, KSET_ISA(isa, f16, f16));
@@ -258,10 +305,12 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
+    tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
+    tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
 
-    attach_x4(tab, isa);
+    attach_x4(tab, isa, split);
     attach_gemm_tok(tab, isa);
-    attach_q16(tab, isa);
+    attach_q16(tab, isa, split);
 
     /* Q8_K is an activation format only: it can be produced and read back,
      * but there is no dot with it as the weight, so has_kernels stays false. */
@@ -269,11 +318,12 @@ static void attach(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_K].from_float = PICK_ISA(isa, ms_quant_q8_K);
 }
 
-const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active) {
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split) {
     enum isa isa = detect_isa();
     const enum isa cap = env_cap();
     if (isa > cap) isa = cap;
-    attach(ref, ISA_SCALAR);
-    attach(active, isa);
+    *split = isa == ISA_AVX512 && cpu_avx512_split();
+    attach(ref, ISA_SCALAR, false);
+    attach(active, isa, *split);
     return isa_names[isa];
 }
