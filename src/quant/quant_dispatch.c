@@ -178,9 +178,9 @@ static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 
  * 1024 --cols 4096, best repetition, AVX-512 against AVX2 kernel
  * (MS_ISA=avx2), weights streamed from a 512 MiB working set at one token:
  *   Q8_0 x Q16_0 one token 20.5-20.7 against 24.2-24.3 GB/s, four tokens
- *   41 against 50 GFLOPS, the token-lane GEMM at 16 / 512 tokens 97 / 83
- *   against 109 / 117 (AVX2's 8-lane vpmaddwd form against AVX-512's two
- *   VNNI byte dots per product);
+ *   41 against 50 GFLOPS, the token-lane GEMM at 16 / 512 tokens 97-102 /
+ *   83-103 against 108-109 / 104-117 (AVX2's 8-lane vpmaddwd form against
+ *   AVX-512's two VNNI byte dots per product);
  *   Q8_0 x Q8_0 four tokens 58-59 against 65-66 GFLOPS;
  *   Q2_K one token 11.1 against 12.6 GB/s; IQ2_XXS 4.16 against 4.34.
  * The AVX-512 Q8_0 single-token dot (27.7-28.3 against 25.7-25.8 GB/s)
