@@ -605,7 +605,7 @@ static void test_gemm_tok(void **state) {
                                                             : sizeof(block_q8_Kx8);
         assert_int_equal(tt->act_pack_block, want_block);
         assert_true(tt->gemm_tok_min >= 1 && tt->gemm_tok_min <= lanes);
-        static const int64_t rows_cases[] = {1, 2, 3, 13};
+        static const int64_t rows_cases[] = {1, 2, 3, 4, 6, 7, 13};
         for (size_t c = 0; c < N_BLOCKS_CASES; c++)
             for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
                 const int64_t nb = k_blocks[c], n = nb * QK_K, nr = rows_cases[rc];

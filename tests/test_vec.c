@@ -185,6 +185,73 @@ static double ulps(float got, double want) {
 
 /* ms_expf within 2 ulp of exp over the float range: a dense sweep of
  * [-104, 89] and random points, plus the special values. */
+/* RMSNorm's sum of squares and scale, and the hyper-connection mix, in
+ * every ISA against the scalar reference bit for bit (their orders are
+ * fixed by vec.h), on normal data with outliers over lengths with every
+ * tail of the 8- and 16-wide steps; the sum also against a long-double
+ * sum, and outputs past n untouched. */
+static void test_norm_mix(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 27);
+    enum { N = 1100 };
+    static float x[4 * N], f[N], w[N], y[N + 16], y0[N + 16];
+    ms_rng_fill_normal(&r, x, 4 * N, 1.0f);
+    ms_rng_fill_normal(&r, f, N, 1.0f);
+    ms_rng_fill_normal(&r, w, N, 0.5f);
+    for (int i = 0; i < 4 * N; i += 1 + (int)(ms_rng_u64(&r) % 97)) x[i] *= 300.0f;
+    const float c[4] = {0.71f, -1.3f, 0.05f, 2.25f};
+    int checked = 0;
+    for (int n = 0; n <= N; n += (n < 70 ? 1 : 173)) {
+        const double s0 = ms_vec_sum_sq_isa(0, n, x);
+        long double ref = 0;
+        for (int i = 0; i < n; i++) ref += (long double)(x[i] * x[i]);
+        assert_true(fabsl((long double)s0 - ref) <= 1e-12L * (ref + 1));
+        for (int isa = 1; isa <= isa_max(); isa++) {
+            const double s = ms_vec_sum_sq_isa(isa, n, x);
+            if (memcmp(&s, &s0, sizeof s)) fail_msg("sum_sq isa %d n %d: %.17g vs %.17g", isa, n, s, s0);
+        }
+        for (int variant = 0; variant < 4; variant++) {
+            for (int isa = 0; isa <= isa_max(); isa++) {
+                float *out = isa ? y : y0;
+                for (int i = 0; i < N + 16; i++) out[i] = -7.0f;
+                switch (variant) {
+                case 0: ms_vec_scale_isa(isa, n, out, x, 0.0371f, w); break;
+                case 1: ms_vec_scale_isa(isa, n, out, x, 1.7f, NULL); break;
+                case 2: ms_vec_mix_rows_isa(isa, n, out, 0.0f, NULL, c, x, N, 4); break;
+                default: ms_vec_mix_rows_isa(isa, n, out, 1.9f, f, c + 1, x + 3, N, 3); break;
+                }
+                for (int i = n; i < N + 16; i++) assert_true(out[i] == -7.0f);
+                if (isa && memcmp(y, y0, (size_t)n * sizeof(float)))
+                    fail_msg("variant %d isa %d n %d differs from scalar", variant, isa, n);
+            }
+            /* the scalar reference against its formula */
+            for (int i = 0; i < n; i++) {
+                float want;
+                switch (variant) {
+                case 0: want = (x[i] * 0.0371f) * w[i]; break;
+                case 1: want = x[i] * 1.7f; break;
+                case 2: want = ((((0.0f + c[0] * x[i]) + c[1] * x[N + i]) + c[2] * x[2 * N + i]) + c[3] * x[3 * N + i]); break;
+                default: want = (((1.9f * f[i] + c[1] * x[3 + i]) + c[2] * x[3 + N + i]) + c[3] * x[3 + 2 * N + i]); break;
+                }
+                assert_true(memcmp(&want, &y0[i], sizeof want) == 0);
+            }
+            checked++;
+        }
+    }
+    assert_true(checked > 100);
+    /* y may alias x for the scale */
+    float a[37], b[37];
+    ms_rng_fill_normal(&r, a, 37, 1.0f);
+    memcpy(b, a, sizeof a);
+    for (int isa = 0; isa <= isa_max(); isa++) {
+        float t[37];
+        memcpy(t, a, sizeof a);
+        ms_vec_scale_isa(isa, 37, t, t, 0.5f, w);
+        for (int i = 0; i < 37; i++) assert_true(t[i] == (b[i] * 0.5f) * w[i]);
+    }
+}
+
 static void test_expf(void **state) {
     (void)state;
     double worst = 0;
@@ -284,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_relu_scores),
+        cmocka_unit_test(test_norm_mix),
         cmocka_unit_test(test_expf),
         cmocka_unit_test(test_exp_kernels),
     };

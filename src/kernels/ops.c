@@ -9,29 +9,16 @@
 
 #include <math.h>
 
-/* The f32 squares summed in double in eight interleaved sums (element i
- * into sum i % 8), then the eight in a fixed tree: ggml sums in one serial
- * chain, which costs four cycles an element here (a Flash token's HC norm
- * is 16 K elements); the double sums differ from it only below f32's
- * precision. */
-static double sum_sq(const float *x, int64_t n) {
-    double s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += (double)(x[i + k] * x[i + k]);
-    for (int k = 0; i < n; i++, k++) s[k] += (double)(x[i] * x[i]);
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
+/* RMSNorm's sum of squares is ms_vec_sum_sq: the f32 squares summed in
+ * double in eight interleaved sums, then the eight in a fixed tree. ggml
+ * sums in one serial chain, which costs four cycles an element (a Flash
+ * token's HC norm is 16 K elements); the double sums differ from it only
+ * below f32's precision. */
 void ms_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
-    const double sum = sum_sq(x, n);
+    const double sum = ms_vec_sum_sq(n, x);
     const float mean = (float)(sum / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    if (w) {
-        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
-    } else {
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
-    }
+    ms_vec_scale(n, y, x, scale, w);
 }
 
 float ms_softmax(float *x, int64_t n) {

@@ -4,9 +4,10 @@
  * sqrt-softplus, the hyper-connection Sinkhorn normalisation, and top-k with
  * llama.cpp's tie order.
  *
- * All are scalar f32 code with double accumulation where the references
- * accumulate in double; they are O(n) next to the matmuls and are not
- * vectorised. Formulas and their sources are cited per function; the
+ * All are f32 code with double accumulation where the references
+ * accumulate in double. They are O(n) next to the matmuls and mostly
+ * scalar; RMSNorm's loops run on the vec.h primitives (a prefill runs it
+ * on every token's 4 x n_embd hyper-connection state). Formulas and their sources are cited per function; the
  * derivations are in docs/model.md.
  */
 #ifndef MS_KERNELS_OPS_H

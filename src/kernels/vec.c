@@ -121,6 +121,41 @@ static void swiglu_scalar(int64_t n, float *out, const float *gate, const float 
     }
 }
 
+static double sum_sq_scalar(int64_t n, const float *x) {
+    double s[8] = {0};
+    for (int64_t i = 0; i < n; i++) s[i % 8] += (double)(x[i] * x[i]);
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static void scale_scalar(int64_t n, float *y, const float *x, float a, const float *w) {
+    if (w) {
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * a) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * a;
+    }
+}
+
+static void mix_rows_scalar(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                            int64_t x_stride, int n_k) {
+    for (int64_t i = 0; i < n; i++) {
+        float acc = f ? a * f[i] : 0.0f;
+        for (int k = 0; k < n_k; k++) acc += c[k] * x[k * x_stride + i];
+        y[i] = acc;
+    }
+}
+
+double ms_vec_sum_sq_avx2(int64_t n, const float *x);
+double ms_vec_sum_sq_avx512(int64_t n, const float *x);
+void ms_vec_scale_avx2(int64_t n, float *y, const float *x, float a, const float *w);
+void ms_vec_scale_avx512(int64_t n, float *y, const float *x, float a, const float *w);
+void ms_vec_mix_rows_avx2(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                          int64_t x_stride, int n_k);
+void ms_vec_mix_rows_avx512(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                            int64_t x_stride, int n_k);
+typedef double (*sum_sq_fn)(int64_t, const float *);
+typedef void (*scale_fn)(int64_t, float *, const float *, float, const float *);
+typedef void (*mix_rows_fn)(int64_t, float *, float, const float *, const float *, const float *, int64_t, int);
+
 typedef void (*relu_scores_fn)(int64_t, int64_t, const float *, const float *, const float *, int64_t, int64_t,
                                float *);
 
@@ -157,6 +192,9 @@ static axpy_rows_x2_fn g_axpy_rows_x2 = axpy_rows_x2_scalar;
 static relu_scores_fn g_relu_scores = relu_scores_scalar;
 static float (*g_exp_sum)(int64_t, float *, float) = exp_sum_scalar;
 static void (*g_swiglu)(int64_t, float *, const float *, const float *, float) = swiglu_scalar;
+static sum_sq_fn g_sum_sq = sum_sq_scalar;
+static scale_fn g_scale = scale_scalar;
+static mix_rows_fn g_mix_rows = mix_rows_scalar;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
@@ -171,6 +209,9 @@ static void pick(void) {
         g_relu_scores = ms_vec_relu_scores_avx512;
         g_exp_sum = ms_vec_exp_sum_avx512;
         g_swiglu = ms_vec_swiglu_avx512;
+        g_sum_sq = ms_vec_sum_sq_avx512;
+        g_scale = ms_vec_scale_avx512;
+        g_mix_rows = ms_vec_mix_rows_avx512;
     } else if (!strcmp(isa, "avx2")) {
         g_dot = ms_vec_dot_avx2;
         g_axpy = ms_vec_axpy_avx2;
@@ -181,6 +222,9 @@ static void pick(void) {
         g_relu_scores = ms_vec_relu_scores_avx2;
         g_exp_sum = ms_vec_exp_sum_avx2;
         g_swiglu = ms_vec_swiglu_avx2;
+        g_sum_sq = ms_vec_sum_sq_avx2;
+        g_scale = ms_vec_scale_avx2;
+        g_mix_rows = ms_vec_mix_rows_avx2;
     }
 }
 
@@ -283,4 +327,35 @@ void ms_vec_swiglu_isa(int isa, int64_t n, float *out, const float *gate, const 
     if (isa == 2) ms_vec_swiglu_avx512(n, out, gate, up, limit);
     else if (isa == 1) ms_vec_swiglu_avx2(n, out, gate, up, limit);
     else swiglu_scalar(n, out, gate, up, limit);
+}
+
+double ms_vec_sum_sq(int64_t n, const float *x) {
+    pthread_once(&g_once, pick);
+    return g_sum_sq(n, x);
+}
+
+void ms_vec_scale(int64_t n, float *y, const float *x, float a, const float *w) {
+    pthread_once(&g_once, pick);
+    g_scale(n, y, x, a, w);
+}
+
+void ms_vec_mix_rows(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                     int64_t x_stride, int n_k) {
+    pthread_once(&g_once, pick);
+    g_mix_rows(n, y, a, f, c, x, x_stride, n_k);
+}
+
+double ms_vec_sum_sq_isa(int isa, int64_t n, const float *x) {
+    return isa == 2 ? ms_vec_sum_sq_avx512(n, x) : isa == 1 ? ms_vec_sum_sq_avx2(n, x) : sum_sq_scalar(n, x);
+}
+
+void ms_vec_scale_isa(int isa, int64_t n, float *y, const float *x, float a, const float *w) {
+    const scale_fn f = isa == 2 ? ms_vec_scale_avx512 : isa == 1 ? ms_vec_scale_avx2 : scale_scalar;
+    f(n, y, x, a, w);
+}
+
+void ms_vec_mix_rows_isa(int isa, int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                         int64_t x_stride, int n_k) {
+    const mix_rows_fn fn = isa == 2 ? ms_vec_mix_rows_avx512 : isa == 1 ? ms_vec_mix_rows_avx2 : mix_rows_scalar;
+    fn(n, y, a, f, c, x, x_stride, n_k);
 }

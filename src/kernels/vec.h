@@ -67,6 +67,27 @@ float ms_vec_exp_sum(int64_t n, float *x, float m);
  * up. */
 void ms_vec_swiglu(int64_t n, float *out, const float *gate, const float *up, float limit);
 
+/* Sum of squares for RMSNorm: each square x[i] * x[i] rounded in f32,
+ * converted to double and added to partial sum i % 8 in index order; the
+ * eight combined as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
+ * One order for every ISA (a vector of eight doubles is that order), so
+ * all agree bit for bit. x: [n], n >= 0. */
+double ms_vec_sum_sq(int64_t n, const float *x);
+
+/* y[i] = (x[i] * a) * w[i], or x[i] * a when w is NULL, i < n: two f32
+ * multiplies in that order (RMSNorm's scale, then its weight). y may
+ * alias x. */
+void ms_vec_scale(int64_t n, float *y, const float *x, float a, const float *w);
+
+/* The hyper-connection mixes (docs/model.md, "Hyper-connections"): for
+ * i < n,
+ *     y[i] = ((a * f[i] + c[0] * x_0[i]) + c[1] * x_1[i]) + ...
+ * over k < n_k, x_k = x + k * x_stride, each product and each sum rounded
+ * in f32 (no FMA), left to right; with f NULL the sum starts from 0.0f
+ * instead of a * f[i]. c: [n_k]. y must not overlap f or any x_k. */
+void ms_vec_mix_rows(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                     int64_t x_stride, int n_k);
+
 /* The implementations, for tests: isa 0 scalar, 1 AVX2, 2 AVX-512. */
 float ms_vec_dot_isa(int isa, int64_t n, const float *x, const float *y);
 void ms_vec_axpy_isa(int isa, int64_t n, float a, const float *x, float *y);
@@ -83,4 +104,8 @@ void ms_vec_relu_scores_isa(int isa, int64_t d, int64_t hp, const float *qT, con
 
 float ms_vec_exp_sum_isa(int isa, int64_t n, float *x, float m);
 void ms_vec_swiglu_isa(int isa, int64_t n, float *out, const float *gate, const float *up, float limit);
+double ms_vec_sum_sq_isa(int isa, int64_t n, const float *x);
+void ms_vec_scale_isa(int isa, int64_t n, float *y, const float *x, float a, const float *w);
+void ms_vec_mix_rows_isa(int isa, int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                         int64_t x_stride, int n_k);
 #endif

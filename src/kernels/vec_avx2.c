@@ -17,6 +17,11 @@ void ms_vec_axpy_rows_avx2(int64_t n, const float *w, const float *const *rows, 
 void ms_vec_relu_scores_avx2(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
                              int64_t key_stride, int64_t n_keys, float *out);
 
+double ms_vec_sum_sq_avx2(int64_t n, const float *x);
+void ms_vec_scale_avx2(int64_t n, float *y, const float *x, float a, const float *w);
+void ms_vec_mix_rows_avx2(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                          int64_t x_stride, int n_k);
+
 float ms_vec_dot_avx2(int64_t n, const float *x, const float *y) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
@@ -183,4 +188,52 @@ void ms_vec_swiglu_avx2(int64_t n, float *out, const float *gate, const float *u
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u));
     }
     if (i < n) ms_vec_swiglu_isa(0, n - i, out + i, gate + i, up + i, limit); /* the scalar form */
+}
+
+/* Partial sums 0-3 in lo, 4-7 in hi: the squares of eight floats widened
+ * to double, four to a register. */
+double ms_vec_sum_sq_avx2(int64_t n, const float *x) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 sq = _mm256_mul_ps(v, v);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    double s[8];
+    _mm256_storeu_pd(s, lo);
+    _mm256_storeu_pd(s + 4, hi);
+    for (int k = 0; i < n; i++, k++) s[k] += (double)(x[i] * x[i]);
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+void ms_vec_scale_avx2(int64_t n, float *y, const float *x, float a, const float *w) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    if (w) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), va), _mm256_loadu_ps(w + i)));
+        for (; i < n; i++) y[i] = (x[i] * a) * w[i];
+    } else {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), va));
+        for (; i < n; i++) y[i] = x[i] * a;
+    }
+}
+
+void ms_vec_mix_rows_avx2(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                          int64_t x_stride, int n_k) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = f ? _mm256_mul_ps(va, _mm256_loadu_ps(f + i)) : _mm256_setzero_ps();
+        for (int k = 0; k < n_k; k++)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(c[k]), _mm256_loadu_ps(x + k * x_stride + i)));
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < n; i++) {
+        float acc = f ? a * f[i] : 0.0f;
+        for (int k = 0; k < n_k; k++) acc += c[k] * x[k * x_stride + i];
+        y[i] = acc;
+    }
 }

@@ -20,6 +20,11 @@ void ms_vec_axpy_rows_x2_avx512(int64_t n, const float *const w[2], const float 
 void ms_vec_relu_scores_avx512(int64_t d, int64_t hp, const float *qT, const float *w, const float *keys,
                                int64_t key_stride, int64_t n_keys, float *out);
 
+double ms_vec_sum_sq_avx512(int64_t n, const float *x);
+void ms_vec_scale_avx512(int64_t n, float *y, const float *x, float a, const float *w);
+void ms_vec_mix_rows_avx512(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                            int64_t x_stride, int n_k);
+
 static inline float reduce4(const __m512 acc[4]) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
@@ -291,5 +296,65 @@ void ms_vec_swiglu_avx512(int64_t n, float *out, const float *gate, const float 
         }
         const __m512 e = expf16(_mm512_xor_ps(g, sign));
         _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+    }
+}
+
+/* Partial sum k in double lane k: sixteen squares a step, elements i .. i + 7
+ * then i + 8 .. i + 15 (each lane's adds in index order); a masked tail
+ * adds exact zeros. */
+double ms_vec_sum_sq_avx512(int64_t n, const float *x) {
+    __m512d acc = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512 sq = _mm512_mul_ps(v, v);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+    }
+    if (i + 8 <= n) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+        i += 8;
+    }
+    if (i < n) {
+        const __m256 v = _mm256_maskz_loadu_ps((__mmask8)((1u << (n - i)) - 1), x + i);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    }
+    /* lanes l + 4, then l + 2, then l + 1: the scalar tree */
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+    const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+
+void ms_vec_scale_avx512(int64_t n, float *y, const float *x, float a, const float *w) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), va);
+        _mm512_storeu_ps(y + i, w ? _mm512_mul_ps(v, _mm512_loadu_ps(w + i)) : v);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), va);
+        _mm512_mask_storeu_ps(y + i, m, w ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)) : v);
+    }
+}
+
+static inline __m512 mix_step(__mmask16 m, int64_t i, __m512 va, const float *f, const float *c, const float *x,
+                              int64_t x_stride, int n_k) {
+    __m512 acc = f ? _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, f + i)) : _mm512_setzero_ps();
+    for (int k = 0; k < n_k; k++)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(c[k]), _mm512_maskz_loadu_ps(m, x + k * x_stride + i)));
+    return acc;
+}
+
+void ms_vec_mix_rows_avx512(int64_t n, float *y, float a, const float *f, const float *c, const float *x,
+                            int64_t x_stride, int n_k) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, mix_step((__mmask16)0xffff, i, va, f, c, x, x_stride, n_k));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, mix_step(m, i, va, f, c, x, x_stride, n_k));
     }
 }

@@ -773,12 +773,7 @@ static void hc_mix_tokens(struct dsv4_session *s, int64_t t0, int64_t t1, const 
         for (int64_t k = 0; k < nh * nh; k++) z[k] = mu[2 * nh + k] * scale[2] + base[2 * nh + k];
         ms_sinkhorn4(comb, z, (int)hp->n_sinkhorn_iter, hp->hc_eps);
         float *x = sc->sub_in + t * D;
-        const float *X = sc->resid + t * w;
-        for (int64_t i = 0; i < D; i++) {
-            float acc = 0.0f;
-            for (int64_t k = 0; k < nh; k++) acc += pre[k] * X[k * D + i];
-            x[i] = acc;
-        }
+        ms_vec_mix_rows(D, x, 0.0f, NULL, pre, sc->resid + t * w, D, (int)nh);
         ms_rmsnorm(x, x, norm, D, hp->rms_eps);
     }
 }
@@ -794,11 +789,9 @@ static void hc_post_tokens(struct dsv4_session *s, int64_t t0, int64_t t1, const
         const float *C = sc->hc_comb + t * nh * nh;
         memcpy(old, X, (size_t)w * sizeof(float));
         for (int64_t d = 0; d < nh; d++) {
-            for (int64_t i = 0; i < D; i++) {
-                float acc = post[d] * f[i];
-                for (int64_t k = 0; k < nh; k++) acc += C[d + nh * k] * old[k * D + i];
-                X[d * D + i] = acc;
-            }
+            float c[DSV4_N_HC]; /* n_hc == DSV4_N_HC (hparams check) */
+            for (int64_t k = 0; k < nh; k++) c[k] = C[d + nh * k];
+            ms_vec_mix_rows(D, X + d * D, post[d], f, c, old, D, (int)nh);
         }
     }
 }
@@ -824,11 +817,7 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
         for (int64_t k = 0; k < nh; k++)
             ws[k] = sigmoidf(sc->hc_mix[i * nh + k] * scale[0] + base[k]) + hp->hc_eps;
         float *y = sc->sub_in + i * D;
-        for (int64_t c = 0; c < D; c++) {
-            float acc = 0.0f;
-            for (int64_t k = 0; k < nh; k++) acc += ws[k] * X[k * D + c];
-            y[c] = acc;
-        }
+        ms_vec_mix_rows(D, y, 0.0f, NULL, ws, X, D, (int)nh);
         ms_rmsnorm(y, y, m->glob[DSV4_OUTPUT_NORM].f32, D, hp->rms_eps);
     }
     return mm(s, DC_HEAD, &m->glob[DSV4_OUTPUT], sc->sub_in, D, cnt, out, (int64_t)hp->n_vocab, err);
