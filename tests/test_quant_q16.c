@@ -209,6 +209,45 @@ static void test_dots_bit_identical(void **state) {
     if (!ran) skip();
 }
 
+/* The AVX-512 many-rows dot (decode) against the reference, bit for bit:
+ * 1-9 rows at a stride with a gap, every block count of block_counts and
+ * rows longer than its stack buffer (1025 blocks: the single-dot path);
+ * outputs past n_rows untouched. */
+static void test_dot_rows(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x5d07e0ull);
+    enum { NR = 9 };
+    int checked = 0;
+    for (size_t li = 0; li <= sizeof block_counts / sizeof block_counts[0]; li++) {
+        const int64_t nb = li < sizeof block_counts / sizeof block_counts[0] ? block_counts[li] : 1025, n = nb * QK8_0;
+        const size_t stride = (size_t)nb * sizeof(block_q8_0) + 10;
+        char *w = xalloc(stride * NR);
+        block_q16_0 *a = xalloc((size_t)nb * sizeof *a);
+        float *x = xalloc((size_t)n * sizeof(float));
+        for (int i = 0; i < NR; i++) make_w(&r, nb, (block_q8_0 *)(w + (size_t)i * stride));
+        fill_act(&r, x, n);
+        ms_quant_q16_0_ref(x, a, n);
+        for (int64_t rows = 1; rows <= NR; rows++) {
+            float y[NR + 1], want;
+            for (int k = 0; k <= NR; k++) y[k] = -1.0f;
+            ms_dot_rows_q8_0_q16_0_avx512(n, y, w, stride, rows, a);
+            for (int64_t i = 0; i < rows; i++) {
+                ms_dot_q8_0_q16_0_ref(n, &want, w + (size_t)i * stride, a);
+                if (memcmp(&want, &y[i], sizeof want))
+                    fail_msg("q16 dot_rows nb=%lld rows=%lld: row %lld %.9g vs ref %.9g", (long long)nb,
+                             (long long)rows, (long long)i, (double)y[i], (double)want);
+                assert_true(want != 0.0f);
+                checked++;
+            }
+            for (int64_t k = rows; k <= NR; k++) assert_true(y[k] == -1.0f);
+        }
+        ms_free(w), ms_free(a), ms_free(x);
+    }
+    assert_true(checked > 500);
+}
+
 static void test_pack(void **state) {
     (void)state;
     ms_rng r;
@@ -393,12 +432,14 @@ static void test_dispatch(void **state) {
     assert_null(ref->gemm_tok_q16);
     if (!strcmp(ms_quant_isa(), "avx512") && !ms_quant_avx512_split()) {
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx512);
+        assert_true(act->vec_dot_q16_rows == ms_dot_rows_q8_0_q16_0_avx512);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x16_avx512);
         assert_true(act->q16_pack == ms_pack_q16_0_x16);
         assert_int_equal(act->gemm_tok_q16_lanes, 16);
     } else if (!strcmp(ms_quant_isa(), "avx2") || ms_quant_avx512_split()) {
         /* a split AVX-512 part takes the AVX2 forms (quant_dispatch.c) */
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx2);
+        assert_null(act->vec_dot_q16_rows);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x8_avx2);
         assert_true(act->q16_pack == ms_pack_q16_0_x8);
         assert_int_equal(act->gemm_tok_q16_lanes, 8);
@@ -411,6 +452,7 @@ int main(void) {
         cmocka_unit_test(test_quantize),
         cmocka_unit_test(test_ref_dot_accuracy),
         cmocka_unit_test(test_dots_bit_identical),
+        cmocka_unit_test(test_dot_rows),
         cmocka_unit_test(test_pack),
         cmocka_unit_test(test_pack_x8),
         cmocka_unit_test(test_gemm_bit_identical),

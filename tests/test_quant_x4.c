@@ -294,6 +294,49 @@ static void test_gemm_q8_0_f32x16(void **state) {
     }
 }
 
+/* The many-rows Q8_0 x Q8_0 dot (decode's single-token matmuls) against
+ * the single-token dot it repeats, bit for bit: 1-9 rows read at a stride
+ * with a gap, every block count of block_counts and rows longer than its
+ * stack buffer (the single-dot path), weights uniform over all 256 codes
+ * (-128 included), activations normal with outliers; outputs past n_rows
+ * untouched. */
+static void test_dot_rows_q8_0(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x70e5a11ull);
+    static const int64_t counts[] = {1, 2, 3, 5, 15, 16, 17, 33, 128, 512, 513};
+    enum { NR = 9 };
+    int checked = 0;
+    for (size_t li = 0; li < sizeof counts / sizeof counts[0]; li++) {
+        const int64_t n = counts[li] * QK8_0;
+        const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
+        char *w = xalloc(stride * NR);
+        char *a = xalloc(row);
+        for (int64_t i = 0; i < NR; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
+        make_row(&r, MS_TYPE_Q8_0, n, false, a);
+        for (int64_t rows = 1; rows <= NR; rows++) {
+            float y[NR + 1], want;
+            for (int k = 0; k <= NR; k++) y[k] = -1.0f;
+            ms_dot_rows_q8_0_q8_0_avx512(n, y, w, stride, rows, a);
+            for (int64_t i = 0; i < rows; i++) {
+                ms_dot_q8_0_q8_0_avx512(n, &want, w + (size_t)i * stride, a);
+                if (memcmp(&want, &y[i], sizeof want))
+                    fail_msg("q8_0 dot_rows nb=%lld rows=%lld: row %lld %.9g vs single %.9g", (long long)counts[li],
+                             (long long)rows, (long long)i, (double)y[i], (double)want);
+                assert_true(want != 0.0f);
+                checked++;
+            }
+            for (int64_t k = rows; k <= NR; k++) assert_true(y[k] == -1.0f);
+        }
+        ms_free(w), ms_free(a);
+    }
+    assert_true(checked > 400);
+    /* the AVX-512 table has it (test_matmul_batch_invariant runs it through
+     * matmul's one-token path against batched products) */
+    if (!getenv("MS_ISA")) assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows, ms_dot_rows_q8_0_q8_0_avx512);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
@@ -402,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_q8_0),
         cmocka_unit_test(test_q8_0_order),
         cmocka_unit_test(test_gemm_q8_0_f32x16),
+        cmocka_unit_test(test_dot_rows_q8_0),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

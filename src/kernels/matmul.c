@@ -42,6 +42,7 @@ struct mm_job {
     size_t act_stride;     /* bytes between tokens' activation rows */
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4; /* NULL: tokens one by one */
+    ms_vec_dot_rows_fn dot_rows; /* a token against many rows, or NULL */
     ms_gemm_tok_fn gemm;   /* token-lane GEMM over the packed groups, or NULL */
     const void *pack;      /* its packed activations: groups of `lanes` tokens */
     int lanes;             /* the GEMM's tokens per group */
@@ -59,7 +60,8 @@ struct mm_job {
 #define MM_TILE_BYTES (128 * 1024)
 
 /* y[t][r] for r in [r0, r1) and every token: one dot call per element
- * (four-token calls for whole groups of four). */
+ * (four-token calls for whole groups of four, many-rows calls for the
+ * tokens left over where the type has them). */
 static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     const int64_t n = j->w->n_cols;
     const size_t as = j->act_stride;
@@ -98,6 +100,10 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
         }
         t = j->n_tok;
     }
+    /* a token's outputs are contiguous in y: one many-rows call a tile */
+    for (; t < j->n_tok && j->dot_rows; t++)
+        j->dot_rows(n, j->y + t * j->ldy + r0, (const char *)j->w->data + (size_t)r0 * j->w->row_stride,
+                    j->w->row_stride, r1 - r0, (const char *)j->act + (size_t)t * as);
     for (; t < j->n_tok; t++) {
         const char *a = (const char *)j->act + (size_t)t * as;
         for (int64_t r = r0; r < r1; r++) {
@@ -172,6 +178,7 @@ struct act_fmt {
     ms_from_float_fn conv;
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4;  /* may be NULL */
+    ms_vec_dot_rows_fn dot_rows; /* may be NULL */
     ms_act_pack_fn pack;    /* token-lane GEMM (may be NULL) and its packing */
     ms_gemm_tok_fn gemm;
     size_t pack_block;      /* packed bytes per pack_blck elements of a group */
@@ -207,6 +214,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.conv = tt->q16_from_float;
         f.dot = tt->vec_dot_q16;
         f.dot4 = tt->vec_dot_q16_x4;
+        f.dot_rows = tt->vec_dot_q16_rows;
         if (tt->gemm_tok_q16) {
             f.pack = tt->q16_pack;
             f.gemm = tt->gemm_tok_q16;
@@ -223,6 +231,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.conv = at ? at->from_float : NULL;
         f.dot = tt->vec_dot;
         f.dot4 = tt->vec_dot_x4;
+        f.dot_rows = tt->vec_dot_rows;
         if (tt->gemm_tok) {
             f.pack = tt->act_pack;
             f.gemm = tt->gemm_tok;
@@ -348,7 +357,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         const struct act_fmt *f = &fmts[i];
         struct mm_job *j = &jobs[2 * i];
         *j = (struct mm_job){.w = op->w, .n_tok = op->n_tok, .y = op->y, .ldy = op->ldy,
-                             .dot = f->dot, .dot4 = f->dot4};
+                             .dot = f->dot, .dot4 = f->dot4, .dot_rows = f->dot_rows};
         const size_t row = f->row_bytes;
         if (row == 0) {
             j->act = op->x;

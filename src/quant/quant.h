@@ -83,6 +83,12 @@ typedef void (*ms_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict
  * batching never changes a result. */
 typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restrict x,
                                  const void *const y[4]);
+/* s[r] = dot(row r, y) for r < n_rows, row r at x + r * x_stride bytes: one
+ * activation row against many weight rows (the single-token matmul of
+ * decode), with what depends only on y prepared once per call. Each s[r]
+ * is bit for bit the matching ms_vec_dot_fn's value for (row r, y). */
+typedef void (*ms_vec_dot_rows_fn)(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
+                                   int64_t n_rows, const void *restrict y);
 
 /* Token-lane GEMM for prefill (optional; see struct ms_type_traits): the
  * activations of a group of up to gemm_tok_lanes tokens (8 or 16, at most
@@ -126,6 +132,9 @@ struct ms_type_traits {
      * ms_vec_dot_x4_fn); NULL where there is none: call the single kernel. */
     ms_vec_dot_x4_fn vec_dot_x4;
     ms_vec_dot_x4_fn vec_dot_f32_x4;
+    /* Optional many-rows form of vec_dot (ms_vec_dot_rows_fn); NULL where
+     * there is none: call vec_dot row by row. */
+    ms_vec_dot_rows_fn vec_dot_rows;
     /* Optional token-lane GEMM (fast mode, see ms_gemm_tok_fn): NULL where
      * there is none; act_pack_block is the packed bytes per blck_size of
      * vec_dot_type elements of one group of gemm_tok_lanes tokens; a last
@@ -147,7 +156,8 @@ struct ms_type_traits {
      * accurate; NULL where the weight type has none, and those products then
      * take f32 activations). q16_from_float makes the activation rows (n a
      * multiple of 32), vec_dot_q16 / vec_dot_q16_x4 are the single and
-     * four-token dots, gemm_tok_q16 (optional) a token-lane GEMM over groups
+     * four-token dots, vec_dot_q16_rows (optional) the many-rows form
+     * (ms_vec_dot_rows_fn), gemm_tok_q16 (optional) a token-lane GEMM over groups
      * of gemm_tok_q16_lanes (8 or 16) tokens packed by q16_pack
      * (ms_pack_q16_0_x8 / _x16, q16_pack_block bytes per 32 elements of a
      * group), run from gemm_tok_q16_min tokens.
@@ -156,6 +166,7 @@ struct ms_type_traits {
     ms_from_float_fn q16_from_float;
     ms_vec_dot_fn vec_dot_q16;
     ms_vec_dot_x4_fn vec_dot_q16_x4;
+    ms_vec_dot_rows_fn vec_dot_q16_rows; /* optional, as vec_dot_rows */
     ms_act_pack_fn q16_pack;
     ms_gemm_tok_fn gemm_tok_q16;
     size_t q16_pack_block;

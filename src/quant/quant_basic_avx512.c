@@ -208,42 +208,6 @@ MS_SIMD_INLINE __m512i w64_values(const void *w, int64_t i, bool mx) {
     return load2x32(q[i].qs, q[i + 1].qs);
 }
 
-/* Block scales, 16 at a time (blocks 0 .. nc - 1 of b, nc <= 16): lane j
- * holds block j's scale as f32, lanes from nc on hold 0. The raw scales are
- * inserted one by one (vpinsrw / vpinsrb with a memory operand; measured
- * faster here than vpgatherdd or than a GPR shift-or) and converted all
- * at once: the same f32 values as fp16_scale and ms_e8m0_to_f32_half. */
-#define INS16(v, b, j, l) v = _mm_insert_epi16(v, (b)[j].d, l)
-#define INS16_IF(v, b, nc, j, l) \
-    if ((j) < (nc)) INS16(v, b, j, l)
-
-MS_SIMD_INLINE __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
-    __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
-    if (nc == 16) { /* the usual case: no tests */
-        INS16(lo, b, 0, 0); INS16(lo, b, 1, 1); INS16(lo, b, 2, 2); INS16(lo, b, 3, 3);
-        INS16(lo, b, 4, 4); INS16(lo, b, 5, 5); INS16(lo, b, 6, 6); INS16(lo, b, 7, 7);
-        INS16(hi, b, 8, 0); INS16(hi, b, 9, 1); INS16(hi, b, 10, 2); INS16(hi, b, 11, 3);
-        INS16(hi, b, 12, 4); INS16(hi, b, 13, 5); INS16(hi, b, 14, 6); INS16(hi, b, 15, 7);
-    } else {
-        INS16(lo, b, 0, 0); /* nc >= 1 */
-        INS16_IF(lo, b, nc, 1, 1);
-        INS16_IF(lo, b, nc, 2, 2);
-        INS16_IF(lo, b, nc, 3, 3);
-        INS16_IF(lo, b, nc, 4, 4);
-        INS16_IF(lo, b, nc, 5, 5);
-        INS16_IF(lo, b, nc, 6, 6);
-        INS16_IF(lo, b, nc, 7, 7);
-        INS16_IF(hi, b, nc, 8, 0);
-        INS16_IF(hi, b, nc, 9, 1);
-        INS16_IF(hi, b, nc, 10, 2);
-        INS16_IF(hi, b, nc, 11, 3);
-        INS16_IF(hi, b, nc, 12, 4);
-        INS16_IF(hi, b, nc, 13, 5);
-        INS16_IF(hi, b, nc, 14, 6);
-    }
-    return _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
-}
-
 /* ms_e8m0_to_f32_half per lane: e < 2 ? 0x00200000 << e : (e - 1) << 23. */
 MS_SIMD_INLINE __m512 mxfp4_scales16(const block_mxfp4 *b, int64_t nc) {
     __m128i v = _mm_setzero_si128();
@@ -414,6 +378,76 @@ MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const
 MS_DECL_DOT(q8_0, q8_0, avx512) {
     const block_q8_0 *b[4] = {y, NULL, NULL, NULL};
     dot_q8_0_q8_0_n(x, b, 1, n / QK8_0, s);
+}
+
+/*
+ * The same dot for one activation row against n_rows weight rows (decode's
+ * single-token matmuls): what depends only on the activation is made once
+ * per call, into a small stack buffer: its scales as f32 (16 blocks a
+ * vector), its values in 64-byte block pairs, and 128 times each block's
+ * sum of values. Each row's values then go in offset by 128, as the
+ * unsigned operand of vpdpbusd, against the activations as they are:
+ * sum (w + 128) a - 128 sum a is the exact int32 block sum the single dot
+ * gets from |w| and the activations with w's sign, one xor a block pair
+ * instead of an abs, a sign mask and a masked negate. The float steps are
+ * the single dot's, so every row's result is its value bit for bit. Rows
+ * longer than ROWS_MAX_BLOCKS blocks go through the single dot.
+ */
+#define ROWS_MAX_BLOCKS 512
+
+void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
+                                  int64_t n_rows, const void *restrict y) {
+    const int64_t nb = n / QK8_0;
+    if (nb > ROWS_MAX_BLOCKS || nb == 0) {
+        for (int64_t r = 0; r < n_rows; r++) ms_dot_q8_0_q8_0_avx512(n, s + r, (const char *)x + (size_t)r * x_stride, y);
+        return;
+    }
+    const block_q8_0 *a = y;
+    const int64_t nbr = (nb + 15) / 16 * 16;
+    int8_t aq[ROWS_MAX_BLOCKS * QK8_0] __attribute__((aligned(64)));
+    float da[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    int32_t corr[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    const __m256i bias8 = _mm256_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < nbr; i++) {
+        if (i % 16 == 0) _mm512_store_ps(da + i, q8_0_scales16(a + i, nb - i < 16 ? nb - i : 16));
+        if (i < nb) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)a[i].qs);
+            _mm256_store_si256((__m256i *)(aq + QK8_0 * i), v);
+            /* sum of (a + 128) by sad against zero, in four 64-bit lanes */
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, bias8), _mm256_setzero_si256());
+            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * QK8_0;
+            corr[i] = 128 * sum;
+        } else {
+            _mm256_store_si256((__m256i *)(aq + QK8_0 * i), _mm256_setzero_si256());
+            corr[i] = 0;
+        }
+    }
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
+        __m128 acc = _mm_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int64_t nc = nb - c < 16 ? nb - c : 16;
+            const __m512 ws = q8_0_scales16(w + c, nc);
+            __m512i part[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                /* past the row's end: weights 0 (+128 after the xor)
+                 * against activations 0 */
+                const int64_t i = c + 2 * q;
+                const __m512i wv = i + 1 < nb ? load2x32(w[i].qs, w[i + 1].qs)
+                                   : i < nb   ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs))
+                                              : _mm512_setzero_si512();
+                part[q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(wv, bias),
+                                              _mm512_load_si512((const void *)(aq + QK8_0 * i)));
+            }
+            const __m512i sumi = _mm512_sub_epi32(block_sums16(part), _mm512_load_si512((const void *)(corr + c)));
+            const __m512 d = _mm512_mul_ps(ws, _mm512_load_ps(da + c));
+            acc = add_by4(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        }
+        s[r] = reduce_by4(acc);
+    }
 }
 
 /*

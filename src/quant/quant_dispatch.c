@@ -132,6 +132,7 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->vec_dot_f32 = k.vec_dot_f32;
     t->vec_dot_x4 = NULL; /* attach_x4 sets the ones that exist */
     t->vec_dot_f32_x4 = NULL;
+    t->vec_dot_rows = NULL; /* attach_x4 sets the ones that exist */
     t->act_pack = NULL; /* attach_gemm_tok sets the ones that exist */
     t->gemm_tok = NULL;
     t->act_pack_block = 0;
@@ -142,6 +143,7 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->q16_from_float = NULL; /* attach_q16 sets the ones that exist */
     t->vec_dot_q16 = NULL;
     t->vec_dot_q16_x4 = NULL;
+    t->vec_dot_q16_rows = NULL;
     t->q16_pack = NULL;
     t->gemm_tok_q16 = NULL;
     t->q16_pack_block = 0;
@@ -200,6 +202,8 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
     tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_f16_f32_x4);
     tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
     tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
+    /* with the AVX-512 single-token dot (kept on split parts too) */
+    if (isa == ISA_AVX512) tab[MS_TYPE_Q8_0].vec_dot_rows = ms_dot_rows_q8_0_q8_0_avx512;
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
     /* Q4_K x4: the AVX-512 kernel (the single-token dot stays AVX2, see
@@ -277,6 +281,7 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
     t->vec_dot_q16_x4 = PICK_X4(isa, ms_dot_q8_0_q16_0_x4);
     if (isa == ISA_AVX512) {
+        t->vec_dot_q16_rows = ms_dot_rows_q8_0_q16_0_avx512;
         t->q16_pack = ms_pack_q16_0_x16;
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;
         t->q16_pack_block = sizeof(block_q16_0x16);

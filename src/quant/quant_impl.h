@@ -35,6 +35,8 @@ MS_DECL_DOT(bf16, f32, ref);  MS_DECL_DOT(bf16, f32, avx2);  MS_DECL_DOT(bf16, f
 MS_DECL_DEQUANT(q8_0, ref);   MS_DECL_DEQUANT(q8_0, avx2);   MS_DECL_DEQUANT(q8_0, avx512);
 MS_DECL_QUANT(q8_0, ref);     MS_DECL_QUANT(q8_0, avx2);     MS_DECL_QUANT(q8_0, avx512);
 MS_DECL_DOT(q8_0, q8_0, ref); MS_DECL_DOT(q8_0, q8_0, avx2); MS_DECL_DOT(q8_0, q8_0, avx512);
+void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
+                                  int64_t n_rows, const void *restrict y);
 MS_DECL_DOT(q8_0, f32, ref);  MS_DECL_DOT(q8_0, f32, avx2);  MS_DECL_DOT(q8_0, f32, avx512);
 MS_DECL_DEQUANT(mxfp4, ref);  MS_DECL_DEQUANT(mxfp4, avx2);  MS_DECL_DEQUANT(mxfp4, avx512);
 MS_DECL_QUANT(mxfp4, ref);
@@ -54,6 +56,8 @@ void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const
 MS_DECL_QUANT(q16_0, ref);      MS_DECL_QUANT(q16_0, avx2);      MS_DECL_QUANT(q16_0, avx512);
 MS_DECL_DOT(q8_0, q16_0, ref);  MS_DECL_DOT(q8_0, q16_0, avx2);  MS_DECL_DOT(q8_0, q16_0, avx512);
 MS_DECL_DOT_X4(q8_0, q16_0, avx2); MS_DECL_DOT_X4(q8_0, q16_0, avx512);
+void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
+                                   int64_t n_rows, const void *restrict y);
 void ms_gemm_q8_0_q16_0x8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,

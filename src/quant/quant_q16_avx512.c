@@ -129,6 +129,46 @@ MS_DECL_DOT_X4(q8_0, q16_0, avx512) {
     dot_q8_0_q16_0_n(x, a, 4, n / QK8_0, s);
 }
 
+/* One activation row against n_rows weight rows (decode): the activation's
+ * scales are converted once per call (16 blocks a vector, into a small
+ * stack buffer), the weights' by word inserts (q8_0_scales16: the same f32
+ * values as the gather, measured faster), and each row takes the single
+ * dot's operations, so every result is its value bit for bit. Rows longer
+ * than Q16_ROWS_MAX_BLOCKS blocks go through the single dot. */
+#define Q16_ROWS_MAX_BLOCKS 1024
+
+void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
+                                   int64_t n_rows, const void *restrict y) {
+    const int64_t nb = n / QK8_0;
+    if (nb > Q16_ROWS_MAX_BLOCKS || nb == 0) {
+        for (int64_t r = 0; r < n_rows; r++)
+            ms_dot_q8_0_q16_0_avx512(n, s + r, (const char *)x + (size_t)r * x_stride, y);
+        return;
+    }
+    const block_q16_0 *a = y;
+    float da[Q16_ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    for (int64_t c = 0; c < nb; c += 16) _mm512_store_ps(da + c, a_scales16(a + c, nb - c < 16 ? nb - c : 16));
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
+        __m128 acc = _mm_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int64_t nc = nb - c < 16 ? nb - c : 16;
+            const __m512 ws = q8_0_scales16(w + c, nc);
+            __m512i part[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                const int64_t i = c + 2 * q;
+                part[q] = fold2(_mm512_madd_epi16(w16_load(w, i, nb), a16_load(a, i, nb)),
+                                _mm512_madd_epi16(w16_load(w, i + 1, nb), a16_load(a, i + 1, nb)));
+            }
+            const __m512i sumi = block_sums16(part);
+            const __m512 d = _mm512_mul_ps(ws, _mm512_load_ps(da + c));
+            acc = add_by4(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        }
+        s[r] = reduce_by4(acc);
+    }
+}
+
 /* ---- token-lane GEMM: Q8_0 rows x 16 packed Q16_0 tokens ---------------- */
 
 /* Block i of R (1 or 2) rows against the pack's 16 tokens: acc[k] +=

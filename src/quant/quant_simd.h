@@ -240,6 +240,42 @@ static inline __m512i load2x32(const void *lo, const void *hi) {
     return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
 }
 
+/* Block scales, 16 at a time (blocks 0 .. nc - 1 of b, nc <= 16): lane j
+ * holds block j's scale as f32, lanes from nc on hold 0. The raw scales are
+ * inserted one by one (vpinsrw / vpinsrb with a memory operand; measured
+ * faster here than vpgatherdd or than a GPR shift-or) and converted all
+ * at once: the same f32 values as fp16_scale and ms_e8m0_to_f32_half (mxfp4_scales16, quant_basic_avx512.c). */
+#define INS16(v, b, j, l) v = _mm_insert_epi16(v, (b)[j].d, l)
+#define INS16_IF(v, b, nc, j, l) \
+    if ((j) < (nc)) INS16(v, b, j, l)
+
+MS_SIMD_INLINE __m512 q8_0_scales16(const block_q8_0 *b, int64_t nc) {
+    __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
+    if (nc == 16) { /* the usual case: no tests */
+        INS16(lo, b, 0, 0); INS16(lo, b, 1, 1); INS16(lo, b, 2, 2); INS16(lo, b, 3, 3);
+        INS16(lo, b, 4, 4); INS16(lo, b, 5, 5); INS16(lo, b, 6, 6); INS16(lo, b, 7, 7);
+        INS16(hi, b, 8, 0); INS16(hi, b, 9, 1); INS16(hi, b, 10, 2); INS16(hi, b, 11, 3);
+        INS16(hi, b, 12, 4); INS16(hi, b, 13, 5); INS16(hi, b, 14, 6); INS16(hi, b, 15, 7);
+    } else {
+        INS16(lo, b, 0, 0); /* nc >= 1 */
+        INS16_IF(lo, b, nc, 1, 1);
+        INS16_IF(lo, b, nc, 2, 2);
+        INS16_IF(lo, b, nc, 3, 3);
+        INS16_IF(lo, b, nc, 4, 4);
+        INS16_IF(lo, b, nc, 5, 5);
+        INS16_IF(lo, b, nc, 6, 6);
+        INS16_IF(lo, b, nc, 7, 7);
+        INS16_IF(hi, b, nc, 8, 0);
+        INS16_IF(hi, b, nc, 9, 1);
+        INS16_IF(hi, b, nc, 10, 2);
+        INS16_IF(hi, b, nc, 11, 3);
+        INS16_IF(hi, b, nc, 12, 4);
+        INS16_IF(hi, b, nc, 13, 5);
+        INS16_IF(hi, b, nc, 14, 6);
+    }
+    return _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
+}
+
 /* Eight registers of partial sums (p[q]: block 2q in lanes 0-7, block
  * 2q + 1 in lanes 8-15) to one with block j's sum in lane j: in-lane
  * unpacks add 4 partials per 128-bit lane (register B lane 4m + k is
