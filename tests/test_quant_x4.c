@@ -337,6 +337,60 @@ static void test_dot_rows_q8_0(void **state) {
     if (!getenv("MS_ISA")) assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows, ms_dot_rows_q8_0_q8_0_avx512);
 }
 
+/* Every many-rows dot of the active table (vec_dot_rows, vec_dot_q16_rows)
+ * against its table's single dot, bit for bit: 1-7 rows at a stride with
+ * a gap, several row lengths, random weights and activations. On a SIMD
+ * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. */
+static void test_dot_rows_table(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 0x4f3a9d1ull);
+    const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
+                                  MS_TYPE_F16, MS_TYPE_BF16};
+    static const int64_t lengths[] = {256, 512, 1280, 4096};
+    enum { NR = 7 };
+    int have = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const struct ms_type_traits *tt = ms_type_traits(types[ti]);
+        for (int q16 = 0; q16 < 2; q16++) {
+            const ms_vec_dot_rows_fn rows_fn = q16 ? tt->vec_dot_q16_rows : tt->vec_dot_rows;
+            const ms_vec_dot_fn one = q16 ? tt->vec_dot_q16 : tt->vec_dot;
+            if (!rows_fn) continue;
+            have |= 1 << types[ti];
+            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+                const int64_t n = lengths[li];
+                const size_t row = ms_row_size(types[ti], n), stride = row + 10;
+                char *w = xalloc(stride * NR);
+                for (int64_t i = 0; i < NR; i++) make_row(&r, types[ti], n, true, w + (size_t)i * stride);
+                float *x = xalloc((size_t)n * sizeof(float));
+                ms_rng_fill_normal(&r, x, n, 1.0f);
+                char *a = xalloc((size_t)n * 4);
+                if (q16) tt->q16_from_float(x, a, n);
+                else ms_type_traits(tt->vec_dot_type)->from_float(x, a, n);
+                for (int64_t nr = 1; nr <= NR; nr++) {
+                    float y[NR + 1], want;
+                    for (int k = 0; k <= NR; k++) y[k] = -1.0f;
+                    rows_fn(n, y, w, stride, nr, a);
+                    for (int64_t i = 0; i < nr; i++) {
+                        one(n, &want, w + (size_t)i * stride, a);
+                        if (memcmp(&want, &y[i], sizeof want))
+                            fail_msg("%s%s dot_rows n=%lld rows=%lld: row %lld %.9g vs single %.9g", tt->name,
+                                     q16 ? " x q16_0" : "", (long long)n, (long long)nr, (long long)i, (double)y[i],
+                                     (double)want);
+                        assert_true(want != 0.0f);
+                    }
+                    for (int64_t k = nr; k <= NR; k++) assert_true(y[k] == -1.0f);
+                }
+                ms_free(w), ms_free(x), ms_free(a);
+            }
+        }
+    }
+    if (cpu_avx2() && !getenv("MS_ISA")) {
+        const int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q4_K) | (1 << MS_TYPE_Q2_K) | (1 << MS_TYPE_IQ2_XXS);
+        assert_int_equal(have & want, want);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
@@ -446,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_q8_0_order),
         cmocka_unit_test(test_gemm_q8_0_f32x16),
         cmocka_unit_test(test_dot_rows_q8_0),
+        cmocka_unit_test(test_dot_rows_table),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

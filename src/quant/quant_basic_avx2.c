@@ -239,6 +239,7 @@ MS_DECL_DOT(q8_0, q8_0, avx2) {
     const block_q8_0 *a[4] = {y, NULL, NULL, NULL};
     dot_q8_0_q8_0_n(x, a, 1, n / QK8_0, s);
 }
+MS_DEFINE_DOT_ROWS(q8_0, q8_0, avx2)
 
 MS_DECL_DOT(q8_0, f32, avx2) {
     const block_q8_0 *a = x;

@@ -132,7 +132,7 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->vec_dot_f32 = k.vec_dot_f32;
     t->vec_dot_x4 = NULL; /* attach_x4 sets the ones that exist */
     t->vec_dot_f32_x4 = NULL;
-    t->vec_dot_rows = NULL; /* attach_x4 sets the ones that exist */
+    t->vec_dot_rows = NULL; /* attach_rows sets the ones that exist */
     t->act_pack = NULL; /* attach_gemm_tok sets the ones that exist */
     t->gemm_tok = NULL;
     t->act_pack_block = 0;
@@ -192,6 +192,23 @@ static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 
  * sets mix. */
 static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 && split ? ISA_AVX2 : isa; }
 
+/* The many-rows dots (ms_vec_dot_rows_fn), from the set each format's single
+ * dot comes from (the scalar table has none): decode's one-token matmuls
+ * call them once a tile instead of the single dot once a row. Q8_0 and
+ * Q8_0 x Q16_0 have AVX-512 kernels of their own (the activation prepared
+ * once a call; quant_basic_avx512.c, quant_q16_avx512.c), the others are
+ * their single dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
+ * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
+ * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
+#define PICK_ROWS(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
+
+static void attach_rows(struct ms_type_traits *tab, enum isa isa, bool split) {
+    tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_ROWS(isa, ms_dot_rows_q8_0_q8_0);
+    tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
+    tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_ROWS(split_isa(isa, split), ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_ROWS(split_isa(isa, split), ms_dot_rows_iq2_xxs_q8_K);
+}
+
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
 #define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
@@ -202,8 +219,6 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
     tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_f16_f32_x4);
     tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
     tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
-    /* with the AVX-512 single-token dot (kept on split parts too) */
-    if (isa == ISA_AVX512) tab[MS_TYPE_Q8_0].vec_dot_rows = ms_dot_rows_q8_0_q8_0_avx512;
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
     /* Q4_K x4: the AVX-512 kernel (the single-token dot stays AVX2, see
@@ -280,8 +295,8 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     isa = split_isa(isa, split); /* the quantizer stays on the wider set */
     t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
     t->vec_dot_q16_x4 = PICK_X4(isa, ms_dot_q8_0_q16_0_x4);
+    t->vec_dot_q16_rows = PICK_ROWS(isa, ms_dot_rows_q8_0_q16_0);
     if (isa == ISA_AVX512) {
-        t->vec_dot_q16_rows = ms_dot_rows_q8_0_q16_0_avx512;
         t->q16_pack = ms_pack_q16_0_x16;
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;
         t->q16_pack_block = sizeof(block_q16_0x16);
@@ -312,6 +327,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
+    attach_rows(tab, isa, split);
 
     attach_x4(tab, isa, split);
     attach_gemm_tok(tab, isa);

@@ -19,6 +19,11 @@
 #define MS_DECL_QUANT(fmt, isa) void ms_quant_##fmt##_##isa(const float *restrict x, void *restrict y, int64_t n)
 #define MS_DECL_DOT(w, a, isa) void ms_dot_##w##_##a##_##isa(int64_t n, float *restrict s, const void *restrict x, const void *restrict y)
 /* Four-token form (ms_vec_dot_x4_fn): s[k] = ms_dot_<w>_<a>_<isa>(x, y[k]), bit for bit. */
+/* The many-rows form of a single-token dot (ms_vec_dot_rows_fn), where one
+ * exists: quant_simd.h's MS_DEFINE_DOT_ROWS or a kernel of its own. */
+#define MS_DECL_DOT_ROWS(w, a, isa)                                                                      \
+    void ms_dot_rows_##w##_##a##_##isa(int64_t n, float *restrict s, const void *restrict x, size_t x_stride, \
+                                       int64_t n_rows, const void *restrict y)
 #define MS_DECL_DOT_X4(w, a, isa) \
     void ms_dot_##w##_##a##_x4_##isa(int64_t n, float *restrict s, const void *restrict x, const void *const y[4])
 
@@ -35,8 +40,7 @@ MS_DECL_DOT(bf16, f32, ref);  MS_DECL_DOT(bf16, f32, avx2);  MS_DECL_DOT(bf16, f
 MS_DECL_DEQUANT(q8_0, ref);   MS_DECL_DEQUANT(q8_0, avx2);   MS_DECL_DEQUANT(q8_0, avx512);
 MS_DECL_QUANT(q8_0, ref);     MS_DECL_QUANT(q8_0, avx2);     MS_DECL_QUANT(q8_0, avx512);
 MS_DECL_DOT(q8_0, q8_0, ref); MS_DECL_DOT(q8_0, q8_0, avx2); MS_DECL_DOT(q8_0, q8_0, avx512);
-void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
-                                  int64_t n_rows, const void *restrict y);
+MS_DECL_DOT_ROWS(q8_0, q8_0, avx2); MS_DECL_DOT_ROWS(q8_0, q8_0, avx512);
 MS_DECL_DOT(q8_0, f32, ref);  MS_DECL_DOT(q8_0, f32, avx2);  MS_DECL_DOT(q8_0, f32, avx512);
 MS_DECL_DEQUANT(mxfp4, ref);  MS_DECL_DEQUANT(mxfp4, avx2);  MS_DECL_DEQUANT(mxfp4, avx512);
 MS_DECL_QUANT(mxfp4, ref);
@@ -56,8 +60,7 @@ void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const
 MS_DECL_QUANT(q16_0, ref);      MS_DECL_QUANT(q16_0, avx2);      MS_DECL_QUANT(q16_0, avx512);
 MS_DECL_DOT(q8_0, q16_0, ref);  MS_DECL_DOT(q8_0, q16_0, avx2);  MS_DECL_DOT(q8_0, q16_0, avx512);
 MS_DECL_DOT_X4(q8_0, q16_0, avx2); MS_DECL_DOT_X4(q8_0, q16_0, avx512);
-void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
-                                   int64_t n_rows, const void *restrict y);
+MS_DECL_DOT_ROWS(q8_0, q16_0, avx2); MS_DECL_DOT_ROWS(q8_0, q16_0, avx512);
 void ms_gemm_q8_0_q16_0x8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
@@ -73,6 +76,9 @@ MS_DECL_DOT_X4(mxfp4, q8_0, avx2); MS_DECL_DOT_X4(mxfp4, q8_0, avx512);
 MS_DECL_DOT_X4(q4_K, q8_K, avx2);  MS_DECL_DOT_X4(q4_K, q8_K, avx512);
 MS_DECL_DOT_X4(q2_K, q8_K, avx2);  MS_DECL_DOT_X4(q2_K, q8_K, avx512);
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
+MS_DECL_DOT_ROWS(q4_K, q8_K, avx2);
+MS_DECL_DOT_ROWS(q2_K, q8_K, avx2); MS_DECL_DOT_ROWS(q2_K, q8_K, avx512);
+MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx2); MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512);
 
 /* ---- k-quants, iq2_xxs, q8_K activations (quant_kq*.c) */
 MS_DECL_DEQUANT(q8_K, ref);

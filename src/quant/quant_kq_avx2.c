@@ -234,6 +234,7 @@ MS_DECL_DOT(q4_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q4_K, q8_K, avx2) { q4k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS(q4_K, q8_K, avx2)
 
 /* Q2_K: element 128h + 32j + l has code (qs[32h + l] >> 2j) & 3 and scale
  * (128h + 32j + l) / 16: code vector c = 4h + j takes scale 2c in its low
@@ -293,6 +294,7 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q2_K, q8_K, avx2) { q2k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS(q2_K, q8_K, avx2)
 
 /* ---- token-lane GEMM (prefill): Q4_K rows x 8 packed Q8_K tokens
  *
@@ -495,6 +497,7 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n_avx2(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx2)
 
 /* ---- token-lane GEMM (prefill): IQ2_XXS rows x 8 widened Q8_K tokens
  *

@@ -292,6 +292,8 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx512)
+MS_DEFINE_DOT_ROWS(q2_K, q8_K, avx512)
 
 /* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
 

@@ -47,6 +47,16 @@
         }                                                  \
     } while (0)
 
+/* The many-rows form (ms_vec_dot_rows_fn) of a single-token dot defined
+ * earlier in the same file: the single dot inlined into the loop over rows
+ * (flatten), so a decode matmul pays one call a tile instead of one a row,
+ * and every row's result is the single dot's by construction. */
+#define MS_DEFINE_DOT_ROWS(w, a, isa)                                                       \
+    __attribute__((flatten)) MS_DECL_DOT_ROWS(w, a, isa) {                                  \
+        for (int64_t r = 0; r < n_rows; r++)                                                \
+            ms_dot_##w##_##a##_##isa(n, s + r, (const char *)x + (size_t)r * x_stride, y); \
+    }
+
 /* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
  * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
 static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
