@@ -152,6 +152,7 @@ static void test_isa_avx512_split(void **state) {
             setenv("MS_AVX512_SPLIT", split ? "1" : "0", 1);
             const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
             const struct ms_type_traits *q2 = ms_type_traits(MS_TYPE_Q2_K);
+            const struct ms_type_traits *iq2 = ms_type_traits(MS_TYPE_IQ2_XXS);
             const bool ok = !strcmp(ms_quant_isa(), "avx512") && ms_quant_avx512_split() == (split == 1) &&
                             q8->vec_dot == ms_dot_q8_0_q8_0_avx512 &&
                             q8->gemm_tok == ms_gemm_q8_0_q8_0x16_avx512 &&
@@ -159,7 +160,12 @@ static void test_isa_avx512_split(void **state) {
                             q8->gemm_tok_q16 == (split ? ms_gemm_q8_0_q16_0x8_avx2 : ms_gemm_q8_0_q16_0x16_avx512) &&
                             q8->gemm_tok_q16_lanes == (split ? 8 : 16) &&
                             q2->vec_dot == (split ? ms_dot_q2_K_q8_K_avx2 : ms_dot_q2_K_q8_K_avx512) &&
-                            q2->gemm_tok == ms_gemm_q2_K_q8_Kx16_avx512;
+                            q2->gemm_tok == ms_gemm_q2_K_q8_Kx16_avx512 &&
+                            q8->vec_dot_rows == ms_dot_rows_q8_0_q8_0_avx512 &&
+                            q8->vec_dot_q16_rows == (split ? ms_dot_rows_q8_0_q16_0_avx2 : ms_dot_rows_q8_0_q16_0_avx512) &&
+                            iq2->vec_dot == (split ? ms_dot_iq2_xxs_q8_K_avx2 : ms_dot_iq2_xxs_q8_K_avx512) &&
+                            iq2->vec_dot_x4 == (split ? ms_dot_iq2_xxs_q8_K_x4_avx2 : ms_dot_iq2_xxs_q8_K_x4_avx512) &&
+                            iq2->vec_dot_rows == (split ? ms_dot_rows_iq2_xxs_q8_K_avx2 : ms_dot_rows_iq2_xxs_q8_K_avx512);
             _exit(ok ? 0 : 1);
         }
         int st = 0;

@@ -120,6 +120,14 @@ static void test_tables(void **state) {
         for (int j = 0; j < 8; j++) /* the expanded form: -1 where the bit is set */
             assert_int_equal((int8_t)(ms_iq2_signs64[i] >> (8 * j)), (ms_iq2_ksigns[i] >> j) & 1 ? -1 : 1);
     }
+    /* the grid as 2-bit levels: the same magnitudes, level 3 unused */
+    static const int mag[3] = {8, 25, 43};
+    for (int g = 0; g < 256; g++)
+        for (int j = 0; j < 8; j++) {
+            const int l = (ms_iq2xxs_levels[g] >> (2 * j)) & 3;
+            assert_true(l < 3);
+            assert_int_equal(mag[l], ms_iq2xxs_grid_val((unsigned)g, j));
+        }
     /* grid: 256 distinct points, ascending as in ggml, every byte 8/25/43 */
     for (int g = 0; g < 256; g++) {
         if (g) assert_true(ms_iq2xxs_grid[g] > ms_iq2xxs_grid[g - 1]);

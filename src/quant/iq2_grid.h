@@ -14,6 +14,9 @@
 
 extern const uint64_t ms_iq2xxs_grid[MS_IQ2XXS_GRID_SIZE];
 extern const uint8_t ms_iq2_ksigns[128];
+/* The grid's points as 2-bit levels: element j of point idx is magnitude
+ * {8, 25, 43}[(ms_iq2xxs_levels[idx] >> 2 j) & 3]. */
+extern const uint16_t ms_iq2xxs_levels[MS_IQ2XXS_GRID_SIZE];
 /* Byte j of ms_iq2_signs64[s7]: -1 if bit j of ms_iq2_ksigns[s7] is set, else +1. */
 extern const uint64_t ms_iq2_signs64[128];
 

@@ -228,7 +228,10 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
      * --rows 512 --cols 1024 --batches 4 --working-set 1024) */
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q2_K_q8_K_x4);
-    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(isa, ms_dot_iq2_xxs_q8_K_x4);
+    /* IQ2_XXS x4: its AVX-512 form is the 512-bit register-lookup kernel,
+     * whose wide shuffles a split part pays twice for; there it takes the
+     * AVX2 one, as the single dot does */
+    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_iq2_xxs_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens

@@ -438,15 +438,15 @@ void ms_gemm_q2_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const v
                  nt);
 }
 
-/* IQ2_XXS, AVX2 set: the form of quant_kq_iq2.h (grid rows and +-1 sign
- * rows read from tables, signs moved onto the activations) in 128-bit
+/* IQ2_XXS, AVX2 set: grid rows and +-1 sign rows read from tables
+ * (quant_kq_iq2.h's), the signs moved onto the activations, in 128-bit
  * halves, two 8-value groups per register. A Zen 1 core splits 256-bit
  * integer operations in two anyway, and the halves save the cross-lane
  * insert per sub-block; the two halves' int16 pair sums (at most 2 * 43 *
  * 127 each) are added in int16 before the one vpmaddwd by the sub-block's
  * scale, and each table row pair is one 8-byte load and one load into the
  * high half. Measured (cache-resident rows, 4096 columns, Zen 1): 37 -> 32
- * ns per block single-token. The AVX-512 set keeps the header's form. */
+ * ns per block single-token. */
 static inline __m128i iq2_rows2(const uint64_t *tab, unsigned i0, unsigned i1) {
     return _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(tab + i0))),
                                          (const double *)(tab + i1)));
