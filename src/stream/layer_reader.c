@@ -46,7 +46,11 @@ struct ms_layer_reader {
     struct lbuf b[MS_LR_BUFFERS];
     int running;           /* buffer of the job being read, or -1 */
     struct ms_io_req *run; /* [max_ranges] the running job's requests */
+    /* bytes read and not yet taken (ms_layer_reader_take_bytes): moved in
+     * as each request ends, so a waiter that has its ranges finds their
+     * bytes counted even while the rest of the job is in flight */
     uint64_t bytes_untaken;
+    uint64_t io_mark;      /* ms_io_bytes_read already moved into bytes_untaken */
     uint64_t next_seq;
     pthread_mutex_t mu;
     pthread_cond_t cv;     /* any state change */
@@ -77,9 +81,18 @@ static bool hook_want(void *ctx, size_t i) {
     return w;
 }
 
+/* Moves the bytes the io has read since the last mark into bytes_untaken.
+ * Lock held; called on the reader thread (the io's only user). */
+static void move_bytes(struct ms_layer_reader *r) {
+    const uint64_t now = ms_io_bytes_read(r->io);
+    r->bytes_untaken += now - r->io_mark;
+    r->io_mark = now;
+}
+
 static void hook_done(void *ctx, size_t i, int status) {
     struct ms_layer_reader *r = ctx;
     pthread_mutex_lock(&r->mu);
+    move_bytes(r); /* the io counts a request's bytes before it reports it done */
     struct lbuf *b = &r->b[r->running];
     b->status[i] = status;
     b->ended[i] = true;
@@ -104,6 +117,7 @@ static void *reader_main(void *arg) {
             reqs[k] = b->reads[k];
             reqs[k].buf = (char *)b->mem + (uintptr_t)b->reads[k].buf;
         }
+        r->io_mark = ms_io_bytes_read(r->io);
         pthread_mutex_unlock(&r->mu);
         ms_err e = {{0}};
         const uint64_t b0 = ms_io_bytes_read(r->io);
@@ -114,7 +128,7 @@ static void *reader_main(void *arg) {
         pthread_mutex_lock(&r->mu);
         r->running = -1;
         r->busy_s += dt;
-        r->bytes_untaken += got;
+        move_bytes(r);
         b->bytes = got;
         b->counted = false;
         b->err = e;
