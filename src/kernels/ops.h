@@ -7,8 +7,8 @@
  * All are f32 code with double accumulation where the references
  * accumulate in double. They are O(n) next to the matmuls and mostly
  * scalar; RMSNorm's loops run on the vec.h primitives (a prefill runs it
- * on every token's 4 x n_embd hyper-connection state). Formulas and their sources are cited per function; the
- * derivations are in docs/model.md.
+ * on every token's 4 x n_embd hyper-connection state). Formulas and their
+ * sources are cited per function; the derivations are in docs/model.md.
  */
 #ifndef MS_KERNELS_OPS_H
 #define MS_KERNELS_OPS_H

@@ -367,9 +367,7 @@ MS_SIMD_INLINE void dot_q8_0_q8_0_n(const block_q8_0 *w, const block_q8_0 *const
                            : i < nb   ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bk[i].qs))
                                       : _mm512_setzero_si512());
             }
-            const __m512i sumi = block_sums16(part);
-            const __m512 d = _mm512_mul_ps(ws, q8_0_scales16(bk + c, nc));
-            acc[k] = add_by4(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+            acc[k] = q8_0_step16(acc[k], block_sums16(part), ws, q8_0_scales16(bk + c, nc));
         });
     }
     MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
@@ -443,8 +441,7 @@ void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *rest
                                               _mm512_load_si512((const void *)(aq + QK8_0 * i)));
             }
             const __m512i sumi = _mm512_sub_epi32(block_sums16(part), _mm512_load_si512((const void *)(corr + c)));
-            const __m512 d = _mm512_mul_ps(ws, _mm512_load_ps(da + c));
-            acc = add_by4(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+            acc = q8_0_step16(acc, sumi, ws, _mm512_load_ps(da + c));
         }
         s[r] = reduce_by4(acc);
     }

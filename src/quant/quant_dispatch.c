@@ -192,6 +192,10 @@ static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 
  * sets mix. */
 static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 && split ? ISA_AVX2 : isa; }
 
+/* A kernel that exists for the SIMD sets only (four-token and many-rows
+ * dots): NULL for the scalar set, and matmul falls back to the single dot. */
+#define PICK_SIMD(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
+
 /* The many-rows dots (ms_vec_dot_rows_fn), from the set each format's single
  * dot comes from (the scalar table has none): decode's one-token matmuls
  * call them once a tile instead of the single dot once a row. Q8_0 and
@@ -200,38 +204,35 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
  * their single dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
  * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
  * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
-#define PICK_ROWS(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
-
 static void attach_rows(struct ms_type_traits *tab, enum isa isa, bool split) {
-    tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_ROWS(isa, ms_dot_rows_q8_0_q8_0);
+    tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
-    tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_ROWS(split_isa(isa, split), ms_dot_rows_q2_K_q8_K);
-    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_ROWS(split_isa(isa, split), ms_dot_rows_iq2_xxs_q8_K);
+    tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(split_isa(isa, split), ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(split_isa(isa, split), ms_dot_rows_iq2_xxs_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
-#define PICK_X4(isa, name) ((isa) == ISA_AVX512 ? name##_avx512 : (isa) == ISA_AVX2 ? name##_avx2 : NULL)
 
 static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
-    tab[MS_TYPE_F32].vec_dot_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
-    tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_X4(isa, ms_dot_f32_f32_x4);
-    tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_f16_f32_x4);
-    tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
-    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
-    tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_X4(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
-    tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_X4(isa, ms_dot_mxfp4_q8_0_x4);
+    tab[MS_TYPE_F32].vec_dot_x4 = PICK_SIMD(isa, ms_dot_f32_f32_x4);
+    tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_SIMD(isa, ms_dot_f32_f32_x4);
+    tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_f16_f32_x4);
+    tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
+    tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_SIMD(isa, ms_dot_mxfp4_q8_0_x4);
     /* Q4_K x4: the AVX-512 kernel (the single-token dot stays AVX2, see
      * q4_K_isa; every set equals the reference bit for bit, so they mix):
      * 147-150 against 97-100 GFLOPS for 4 tokens of a 512 x 1024 expert
      * matrix from DRAM on a Zen 5 core (bench_kernels -t 1 --types q4_K
      * --rows 512 --cols 1024 --batches 4 --working-set 1024) */
-    tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q4_K_q8_K_x4);
-    tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_X4(isa, ms_dot_q2_K_q8_K_x4);
+    tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
+    tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
     /* IQ2_XXS x4: its AVX-512 form is the 512-bit register-lookup kernel,
      * whose wide shuffles a split part pays twice for; there it takes the
      * AVX2 one, as the single dot does */
-    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_X4(split_isa(isa, split), ms_dot_iq2_xxs_q8_K_x4);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_iq2_xxs_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
@@ -297,8 +298,8 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     t->q16_from_float = PICK_ISA(isa, ms_quant_q16_0);
     isa = split_isa(isa, split); /* the quantizer stays on the wider set */
     t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
-    t->vec_dot_q16_x4 = PICK_X4(isa, ms_dot_q8_0_q16_0_x4);
-    t->vec_dot_q16_rows = PICK_ROWS(isa, ms_dot_rows_q8_0_q16_0);
+    t->vec_dot_q16_x4 = PICK_SIMD(isa, ms_dot_q8_0_q16_0_x4);
+    t->vec_dot_q16_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q16_0);
     if (isa == ISA_AVX512) {
         t->q16_pack = ms_pack_q16_0_x16;
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;

@@ -111,9 +111,7 @@ MS_SIMD_INLINE void dot_q8_0_q16_0_n(const block_q8_0 *w, const block_q16_0 *con
                 part[q] = fold2(_mm512_madd_epi16(wv[2 * q], a16_load(ak, i, nb)),
                                 _mm512_madd_epi16(wv[2 * q + 1], a16_load(ak, i + 1, nb)));
             }
-            const __m512i sumi = block_sums16(part);
-            const __m512 d = _mm512_mul_ps(ws, a_scales16(ak + c, nc));
-            acc[k] = add_by4(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+            acc[k] = q8_0_step16(acc[k], block_sums16(part), ws, a_scales16(ak + c, nc));
         });
     }
     MS_XN(k, nt, s[k] = reduce_by4(acc[k]););
@@ -161,9 +159,7 @@ void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *res
                 part[q] = fold2(_mm512_madd_epi16(w16_load(w, i, nb), a16_load(a, i, nb)),
                                 _mm512_madd_epi16(w16_load(w, i + 1, nb), a16_load(a, i + 1, nb)));
             }
-            const __m512i sumi = block_sums16(part);
-            const __m512 d = _mm512_mul_ps(ws, _mm512_load_ps(da + c));
-            acc = add_by4(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+            acc = q8_0_step16(acc, block_sums16(part), ws, _mm512_load_ps(da + c));
         }
         s[r] = reduce_by4(acc);
     }

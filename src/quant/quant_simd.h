@@ -316,6 +316,14 @@ static inline __m128 add_by4(__m128 acc, __m512 p) {
     return _mm_add_ps(acc, _mm512_extractf32x4_ps(p, 3));
 }
 
+/* The float step of the AVX-512 Q8_0 x Q8_0 and Q8_0 x Q16_0 dots for 16
+ * blocks: acc[i % 4] += (float)sumi_i * (ws_i * da_i) (weight scale times
+ * activation scale, then the block sum), lanes past the row's end +0. The
+ * single, four-token and many-rows forms all take it from here. */
+static inline __m128 q8_0_step16(__m128 acc, __m512i sumi, __m512 ws, __m512 da) {
+    return add_by4(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(ws, da)));
+}
+
 
 /* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
 static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt) {
