@@ -528,4 +528,7 @@ int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_
 }
 void ms_snapshot_free(struct ms_snapshot *snap) { dsv4_snapshot_free((struct dsv4_snapshot *)snap); }
 
-const char *ms_kernels_isa(void) { return ms_quant_avx512_split() ? "avx512-split" : ms_quant_isa(); }
+const char *ms_kernels_isa(void) {
+    if (ms_quant_avx512_split()) return "avx512-split";
+    return ms_quant_avx512_vbmi() ? "avx512-vbmi" : ms_quant_isa();
+}

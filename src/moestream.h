@@ -139,9 +139,10 @@ int ms_hotlist_check(const char *path, ms_err *err);
 
 /* The kernel set this CPU runs: "scalar", "avx2", "avx512", or
  * "avx512-split" where 512-bit operations are split in two (Zen 4) and
- * some entries take AVX2 kernels (chosen on first use; MS_ISA=scalar|
+ * some entries take AVX2 kernels, or "avx512-vbmi" where a full-width
+ * part's VBMI runs the IQ2_XXS dots (chosen on first use; MS_ISA=scalar|
  * avx2|avx512 in the environment caps it, MS_AVX512_SPLIT=0|1 overrides
- * the split detection). A static string. */
+ * the split detection, MS_AVX512_VBMI=0 turns VBMI off). A static string. */
 const char *ms_kernels_isa(void);
 
 /* The memory plan (bytes): what the engine decided at load. */

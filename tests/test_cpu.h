@@ -1,7 +1,8 @@
 /*
  * test_cpu.h - what the test machine's CPU can run, with the same
  * requirements as the kernel dispatch (src/quant/quant_dispatch.c): the AVX2
- * set needs AVX2 + FMA + F16C, the AVX-512 set also F/BW/VL/DQ/VNNI. Tests
+ * set needs AVX2 + FMA + F16C, the AVX-512 set also F/BW/VL/DQ/VNNI, its
+ * VBMI kernels VBMI as well. Tests
  * call an ISA's kernels directly only when these say yes.
  */
 #ifndef MS_TEST_CPU_H
@@ -22,5 +23,8 @@ static inline bool cpu_avx512(void) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
 }
+
+/* The VBMI kernels (quant_iq2_avx512vbmi.c): the AVX-512 set and VBMI. */
+static inline bool cpu_avx512vbmi(void) { return cpu_avx512() && __builtin_cpu_supports("avx512vbmi"); }
 
 #endif

@@ -29,6 +29,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/quant_impl.h"
+#include "moestream.h"
 #include "test_cpu.h"
 #include "util/mem.h"
 #include "util/rng.h"
@@ -150,11 +151,12 @@ static void test_isa_avx512_split(void **state) {
         assert_true(pid >= 0);
         if (pid == 0) {
             setenv("MS_AVX512_SPLIT", split ? "1" : "0", 1);
+            setenv("MS_AVX512_VBMI", "0", 1); /* the VBMI-less forms; test_isa_avx512_vbmi has the others */
             const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
             const struct ms_type_traits *q2 = ms_type_traits(MS_TYPE_Q2_K);
             const struct ms_type_traits *iq2 = ms_type_traits(MS_TYPE_IQ2_XXS);
             const bool ok = !strcmp(ms_quant_isa(), "avx512") && ms_quant_avx512_split() == (split == 1) &&
-                            q8->vec_dot == ms_dot_q8_0_q8_0_avx512 &&
+                            !ms_quant_avx512_vbmi() && q8->vec_dot == ms_dot_q8_0_q8_0_avx512 &&
                             q8->gemm_tok == ms_gemm_q8_0_q8_0x16_avx512 &&
                             q8->vec_dot_q16 == (split ? ms_dot_q8_0_q16_0_avx2 : ms_dot_q8_0_q16_0_avx512) &&
                             q8->gemm_tok_q16 == (split ? ms_gemm_q8_0_q16_0x8_avx2 : ms_gemm_q8_0_q16_0x16_avx512) &&
@@ -166,6 +168,34 @@ static void test_isa_avx512_split(void **state) {
                             iq2->vec_dot == (split ? ms_dot_iq2_xxs_q8_K_avx2 : ms_dot_iq2_xxs_q8_K_avx512) &&
                             iq2->vec_dot_x4 == (split ? ms_dot_iq2_xxs_q8_K_x4_avx2 : ms_dot_iq2_xxs_q8_K_x4_avx512) &&
                             iq2->vec_dot_rows == (split ? ms_dot_rows_iq2_xxs_q8_K_avx2 : ms_dot_rows_iq2_xxs_q8_K_avx512);
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
+/* The IQ2_XXS dots take the VBMI forms on a full-width AVX-512 part with
+ * VBMI, and only there: not where 512-bit operations split (the AVX2 forms,
+ * above), nor with MS_AVX512_VBMI=0. Forked like the tests above. */
+static void test_isa_avx512_vbmi(void **state) {
+    (void)state;
+    if (!cpu_avx512() || getenv("MS_ISA") || getenv("MS_AVX512_SPLIT") || getenv("MS_AVX512_VBMI")) skip();
+    for (int c = 0; c < 3; c++) { /* c: 0 detected, 1 MS_AVX512_VBMI=0, 2 split part */
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            setenv("MS_AVX512_SPLIT", c == 2 ? "1" : "0", 1);
+            if (c == 1) setenv("MS_AVX512_VBMI", "0", 1);
+            const bool want = c == 0 && cpu_avx512vbmi();
+            const struct ms_type_traits *iq2 = ms_type_traits(MS_TYPE_IQ2_XXS);
+            const bool ok = ms_quant_avx512_vbmi() == want &&
+                            !strcmp(ms_kernels_isa(), c == 2 ? "avx512-split" : want ? "avx512-vbmi" : "avx512") &&
+                            (iq2->vec_dot == ms_dot_iq2_xxs_q8_K_avx512vbmi) == want &&
+                            (iq2->vec_dot_x4 == ms_dot_iq2_xxs_q8_K_x4_avx512vbmi) == want &&
+                            (iq2->vec_dot_rows == ms_dot_rows_iq2_xxs_q8_K_avx512vbmi) == want;
             _exit(ok ? 0 : 1);
         }
         int st = 0;
@@ -772,6 +802,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_env_cap), /* must stay first: see comment */
         cmocka_unit_test(test_isa_avx512_split), /* forks before any selection too */
+        cmocka_unit_test(test_isa_avx512_vbmi),
         cmocka_unit_test(test_type_table),
         cmocka_unit_test(test_fp16_known),
         cmocka_unit_test(test_bf16_known),

@@ -127,6 +127,8 @@ static void test_tables(void **state) {
             const int l = (ms_iq2xxs_levels[g] >> (2 * j)) & 3;
             assert_true(l < 3);
             assert_int_equal(mag[l], ms_iq2xxs_grid_val((unsigned)g, j));
+            /* the same levels in two byte tables */
+            assert_int_equal((ms_iq2xxs_level_bytes[j / 4][g] >> (2 * (j % 4))) & 3, l);
         }
     /* grid: 256 distinct points, ascending as in ggml, every byte 8/25/43 */
     for (int g = 0; g < 256; g++) {
@@ -525,6 +527,14 @@ static void test_dot_q8_K(void **state) {
                 if (memcmp(&got, &ref, sizeof got))
                     fail_msg("%s dot %s nb=%lld: %.9g vs ref %.9g (must be identical)", k_fmts[f].name,
                              isa_name[isa], (long long)nb, got, ref);
+            }
+            /* IQ2_XXS's VBMI form (its own file and flags), the same way */
+            if (!strcmp(k_fmts[f].name, "iq2_xxs") && cpu_avx512vbmi()) {
+                float got = 0.0f;
+                ms_dot_iq2_xxs_q8_K_avx512vbmi(n, &got, w, a);
+                if (memcmp(&got, &ref, sizeof got))
+                    fail_msg("iq2_xxs dot avx512vbmi nb=%lld: %.9g vs ref %.9g (must be identical)", (long long)nb,
+                             got, ref);
             }
             free(w), free(x), free(wf), free(a), free(aq);
         }

@@ -75,7 +75,7 @@ static void make_row(ms_rng *r, enum ms_type type, int64_t n, bool weight, void 
 
 struct x4_case {
     const char *name;
-    int isa; /* 1 avx2, 2 avx512 */
+    int isa; /* 1 avx2, 2 avx512, 3 avx512vbmi */
     enum ms_type w, a;
     ms_vec_dot_fn one;
     ms_vec_dot_x4_fn four;
@@ -92,6 +92,7 @@ static const struct x4_case cases[] = {
     X4_BOTH(MS_TYPE_BF16, MS_TYPE_F32, bf16, f32), X4_BOTH(MS_TYPE_F32, MS_TYPE_F32, f32, f32),
     X4_BOTH(MS_TYPE_Q4_K, MS_TYPE_Q8_K, q4_K, q8_K), X4_BOTH(MS_TYPE_Q2_K, MS_TYPE_Q8_K, q2_K, q8_K),
     X4_BOTH(MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
+    X4_CASE(avx512vbmi, 3, MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
 };
 
 /* Lengths in blocks for block formats; for the float formats (block size 1)
@@ -127,7 +128,7 @@ static void check_case(const struct x4_case *c, int64_t n, ms_rng *r) {
 
 static void test_x4_bit_identical(void **state) {
     (void)state;
-    const bool have[3] = {true, cpu_avx2(), cpu_avx512()};
+    const bool have[4] = {true, cpu_avx2(), cpu_avx512(), cpu_avx512vbmi()};
     ms_rng r;
     ms_rng_seed(&r, 0x7e574a11ull);
     int ran = 0;
@@ -428,10 +429,12 @@ static void test_x4_table(void **state) {
         assert_int_equal(q8->gemm_tok_lanes, 16);
         assert_ptr_equal(q8->gemm_tok_f32, ms_gemm_q8_0_f32x16_avx512);
         /* IQ2_XXS's x4 (the 512-bit register-lookup form) follows its
-         * single dot onto the AVX2 set where 512-bit operations split */
-        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_quant_avx512_split()
-                                                                          ? ms_dot_iq2_xxs_q8_K_x4_avx2
-                                                                          : ms_dot_iq2_xxs_q8_K_x4_avx512);
+         * single dot onto the AVX2 set where 512-bit operations split, and
+         * onto the VBMI form where the part has VBMI */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4,
+                         ms_quant_avx512_split()  ? ms_dot_iq2_xxs_q8_K_x4_avx2
+                         : ms_quant_avx512_vbmi() ? ms_dot_iq2_xxs_q8_K_x4_avx512vbmi
+                                                  : ms_dot_iq2_xxs_q8_K_x4_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);

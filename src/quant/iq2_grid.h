@@ -17,6 +17,9 @@ extern const uint8_t ms_iq2_ksigns[128];
 /* The grid's points as 2-bit levels: element j of point idx is magnitude
  * {8, 25, 43}[(ms_iq2xxs_levels[idx] >> 2 j) & 3]. */
 extern const uint16_t ms_iq2xxs_levels[MS_IQ2XXS_GRID_SIZE];
+/* ms_iq2xxs_levels in bytes: [h][idx] holds the levels of elements 4 h ..
+ * 4 h + 3 of point idx, element j at bits 2 (j % 4). */
+extern const uint8_t ms_iq2xxs_level_bytes[2][MS_IQ2XXS_GRID_SIZE];
 /* Byte j of ms_iq2_signs64[s7]: -1 if bit j of ms_iq2_ksigns[s7] is set, else +1. */
 extern const uint64_t ms_iq2_signs64[128];
 

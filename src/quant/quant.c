@@ -59,18 +59,21 @@ static struct ms_type_traits g_active[MS_TYPE_COUNT];
 
 /* Provided by the dispatch code: fills kernel pointers of the reference and
  * active tables, sets *split (whether the AVX-512 set took the split-part
- * choices) and returns the ISA name. Called exactly once. */
-const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split);
+ * choices) and *vbmi (whether it took the VBMI kernels) and returns the ISA
+ * name. Called exactly once. */
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split,
+                                    bool *vbmi);
 
 #include <pthread.h>
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const char *g_isa = "scalar";
 static bool g_split;
+static bool g_vbmi;
 
 static void init_once(void) {
     memcpy(g_ref, ref_table, sizeof g_ref);
     memcpy(g_active, ref_table, sizeof g_active);
-    g_isa = ms_quant_attach_kernels(g_ref, g_active, &g_split);
+    g_isa = ms_quant_attach_kernels(g_ref, g_active, &g_split, &g_vbmi);
 }
 
 void ms_quant_init(void) { pthread_once(&g_once, init_once); }
@@ -81,6 +84,10 @@ const char *ms_quant_isa(void) {
 bool ms_quant_avx512_split(void) {
     ms_quant_init();
     return g_split;
+}
+bool ms_quant_avx512_vbmi(void) {
+    ms_quant_init();
+    return g_vbmi;
 }
 
 const struct ms_type_traits *ms_type_traits(enum ms_type type) {

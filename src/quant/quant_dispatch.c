@@ -27,7 +27,8 @@
 #include <cpuid.h>
 #endif
 
-const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split);
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split,
+                                    bool *vbmi);
 
 enum isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
 
@@ -89,6 +90,20 @@ static bool cpu_avx512_split(void) {
     const unsigned base = (a >> 8) & 0xfu;
     const unsigned family = base == 0xfu ? base + ((a >> 20) & 0xffu) : base;
     return family == 0x19u;
+#else
+    return false;
+#endif
+}
+
+/* Whether the AVX-512 set may take the VBMI kernels (quant_iq2_avx512vbmi.c):
+ * the CPU reports AVX512_VBMI (Ice Lake, Zen 4 and later; Skylake-X and
+ * Cascade Lake do not). MS_AVX512_VBMI=0 in the environment turns them off,
+ * for measurement and to test the VBMI-less forms on a VBMI part. */
+static bool cpu_avx512_vbmi(void) {
+    const char *v = getenv("MS_AVX512_VBMI");
+    if (v && !strcmp(v, "0")) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx512vbmi");
 #else
     return false;
 #endif
@@ -316,6 +331,21 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     }
 }
 
+/* IQ2_XXS single, four-token and many-rows dots on a full-width AVX-512 part
+ * with VBMI: the sign and magnitude expansions in byte permutes
+ * (quant_iq2_avx512vbmi.c). Measured on a Zen 5 core, bench_kernels -t 1
+ * --types iq2_xxs --rows 512 --cols 1024 --batches 1,4 --working-set 512,
+ * best of three interleaved with MS_AVX512_VBMI=0: one token 9.1-9.4
+ * against 6.2-6.9 GB/s, four tokens 122-125 against 99-103 GFLOPS
+ * (bench/RESULTS.md, "IQ2_XXS in byte permutes"). Bit for bit the
+ * reference's, as every IQ2_XXS kernel is, so it mixes with the others.
+ * Split parts (Zen 4) keep their AVX2 forms: unmeasured there. */
+static void attach_vbmi(struct ms_type_traits *tab) {
+    tab[MS_TYPE_IQ2_XXS].vec_dot = ms_dot_iq2_xxs_q8_K_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = ms_dot_iq2_xxs_q8_K_x4_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
+}
+
 static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     ms_vec_dot_fn f32dot = PICK_ISA(isa, ms_dot_f32_f32);
     set_kernels(&tab[MS_TYPE_F32], MS_TYPE_F32, KSET(f32_copy_to_float, f32_copy_from_float, f32dot, f32dot));
@@ -343,12 +373,15 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     tab[MS_TYPE_Q8_K].from_float = PICK_ISA(isa, ms_quant_q8_K);
 }
 
-const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split) {
+const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_traits *active, bool *split,
+                                    bool *vbmi) {
     enum isa isa = detect_isa();
     const enum isa cap = env_cap();
     if (isa > cap) isa = cap;
     *split = isa == ISA_AVX512 && cpu_avx512_split();
+    *vbmi = isa == ISA_AVX512 && !*split && cpu_avx512_vbmi();
     attach(ref, ISA_SCALAR, false);
     attach(active, isa, *split);
+    if (*vbmi) attach_vbmi(active);
     return isa_names[isa];
 }

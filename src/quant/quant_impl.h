@@ -79,6 +79,9 @@ MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
 MS_DECL_DOT_ROWS(q4_K, q8_K, avx2);
 MS_DECL_DOT_ROWS(q2_K, q8_K, avx2); MS_DECL_DOT_ROWS(q2_K, q8_K, avx512);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx2); MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512);
+/* IQ2_XXS on AVX-512 parts with VBMI (quant_iq2_avx512vbmi.c) */
+MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi);
+MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi);
 
 /* ---- k-quants, iq2_xxs, q8_K activations (quant_kq*.c) */
 MS_DECL_DEQUANT(q8_K, ref);

@@ -1,0 +1,245 @@
+/*
+ * quant_iq2_avx512vbmi.c - IQ2_XXS x Q8_K single-token, four-token and
+ * many-rows dots for AVX-512 parts with VBMI (Ice Lake, Zen 4 and later;
+ * not Skylake-X or Cascade Lake, which keep quant_kq_avx512.c's forms).
+ *
+ * A decode step's IQ2_XXS matmuls are bound by the work of expanding the
+ * 2.06-bit codes, not by the bytes read: the VBMI-less 512-bit dot spends
+ * about 130 instructions a 256-value block, half of them in scalar code
+ * that turns each group's 7 stored sign bits into 8 (pdep and a parity
+ * fold, four times a block) and most of the rest in 16-bit table lookups.
+ * VBMI's byte permutes (vpermb, vpermi2b) and vpmultishiftqb take both
+ * expansions to a few vector instructions, and work on two blocks at once:
+ *
+ * - a block pair's 64 grid indices are gathered by one vpermi2b, and
+ *   looked up in ms_iq2xxs_level_bytes (two 256-byte tables in eight
+ *   registers: four vpermi2b and two blends) as each point's 2-bit levels
+ *   in two bytes, elements 0-3 and 4-7;
+ * - each 64-value register (eight points) then takes those two bytes of
+ *   each point into its qword (one vpermi2b), the 2-bit fields into bytes
+ *   (one vpmultishiftqb) and the magnitudes {8, 25, 43} from them (one
+ *   vpermb);
+ * - the signs: vpmultishiftqb pulls every group's 7 stored sign bits into
+ *   a byte, the same gather as the indices packs the pair's 64 groups, and
+ *   one vpermi2b looks them up in ms_iq2_ksigns (parity included): byte g
+ *   holds group g's eight sign bits. A register takes its 64 as a mask
+ *   register by one vpermb and one vptestmb.
+ *
+ * The rest is the VBMI-less form's arithmetic: the activations negated by
+ * a masked subtract, vpmaddubsw, and VNNI's vpdpwssd with the sub-block
+ * scales. The integer sums are exact and the float step is the
+ * reference's, in its order, so every result is ms_dot_iq2_xxs_q8_K_ref's,
+ * bit for bit.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant/iq2_grid.h"
+#include "quant/quant_impl.h"
+#include "quant/quant_kq.h"
+#include "quant/quant_simd.h"
+
+/* Byte p of a block pair's gather: block p / 32's group p % 32, the byte
+ * p % 4 of its sub-block (p % 32) / 4's first word (bit 6 picks the second
+ * block's register). The grid indices sit there in the blocks, the sign
+ * fields in the multishifted words, so one map gathers both. */
+static const uint8_t k_pair_bytes[64] = {
+    0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41,
+    42, 43, 48, 49, 50, 51, 56, 57, 58, 59, 64, 65, 66, 67, 72, 73, 74, 75, 80, 81, 82, 83,
+    88, 89, 90, 91, 96, 97, 98, 99, 104, 105, 106, 107, 112, 113, 114, 115, 120, 121, 122, 123};
+
+/* The sign fields: byte g < 4 of each qword takes bits 32 + 7 g (group g's
+ * 7 stored sign bits, the low 28 bits of the sub-block's second word);
+ * bytes 4-7 are not used. */
+static const uint8_t k_sign_shift[64] = {
+    32, 39, 46, 53, 0, 0, 0, 0, 32, 39, 46, 53, 0, 0, 0, 0, 32, 39, 46, 53, 0, 0,
+    0,  0,  32, 39, 46, 53, 0, 0, 0, 0, 32, 39, 46, 53, 0, 0, 0,  0,  32, 39, 46, 53,
+    0,  0,  0,  0,  32, 39, 46, 53, 0, 0, 0, 0, 32, 39, 46, 53, 0, 0, 0, 0};
+
+/* Register r = 4 blk + v of a pair (values 64 v .. 64 v + 63 of block
+ * blk, the pair's points 8 r .. 8 r + 7): k_lev_map[r] gathers point 8 r +
+ * j's two level bytes into qword j (lev[0] at even bytes, lev[1] at odd),
+ * k_sign_map[r] group 8 r + p / 8's sign byte into byte p, and
+ * k_scale_map[r] sub-block 2 v + l / 8's scale into dword l. */
+static const uint8_t k_lev_map[8][64] = {
+    {0, 64, 0, 64, 0, 64, 0, 64, 1, 65, 1, 65, 1, 65, 1, 65,
+     2, 66, 2, 66, 2, 66, 2, 66, 3, 67, 3, 67, 3, 67, 3, 67,
+     4, 68, 4, 68, 4, 68, 4, 68, 5, 69, 5, 69, 5, 69, 5, 69,
+     6, 70, 6, 70, 6, 70, 6, 70, 7, 71, 7, 71, 7, 71, 7, 71},
+    {8, 72, 8, 72, 8, 72, 8, 72, 9, 73, 9, 73, 9, 73, 9, 73,
+     10, 74, 10, 74, 10, 74, 10, 74, 11, 75, 11, 75, 11, 75, 11, 75,
+     12, 76, 12, 76, 12, 76, 12, 76, 13, 77, 13, 77, 13, 77, 13, 77,
+     14, 78, 14, 78, 14, 78, 14, 78, 15, 79, 15, 79, 15, 79, 15, 79},
+    {16, 80, 16, 80, 16, 80, 16, 80, 17, 81, 17, 81, 17, 81, 17, 81,
+     18, 82, 18, 82, 18, 82, 18, 82, 19, 83, 19, 83, 19, 83, 19, 83,
+     20, 84, 20, 84, 20, 84, 20, 84, 21, 85, 21, 85, 21, 85, 21, 85,
+     22, 86, 22, 86, 22, 86, 22, 86, 23, 87, 23, 87, 23, 87, 23, 87},
+    {24, 88, 24, 88, 24, 88, 24, 88, 25, 89, 25, 89, 25, 89, 25, 89,
+     26, 90, 26, 90, 26, 90, 26, 90, 27, 91, 27, 91, 27, 91, 27, 91,
+     28, 92, 28, 92, 28, 92, 28, 92, 29, 93, 29, 93, 29, 93, 29, 93,
+     30, 94, 30, 94, 30, 94, 30, 94, 31, 95, 31, 95, 31, 95, 31, 95},
+    {32, 96, 32, 96, 32, 96, 32, 96, 33, 97, 33, 97, 33, 97, 33, 97,
+     34, 98, 34, 98, 34, 98, 34, 98, 35, 99, 35, 99, 35, 99, 35, 99,
+     36, 100, 36, 100, 36, 100, 36, 100, 37, 101, 37, 101, 37, 101, 37, 101,
+     38, 102, 38, 102, 38, 102, 38, 102, 39, 103, 39, 103, 39, 103, 39, 103},
+    {40, 104, 40, 104, 40, 104, 40, 104, 41, 105, 41, 105, 41, 105, 41, 105,
+     42, 106, 42, 106, 42, 106, 42, 106, 43, 107, 43, 107, 43, 107, 43, 107,
+     44, 108, 44, 108, 44, 108, 44, 108, 45, 109, 45, 109, 45, 109, 45, 109,
+     46, 110, 46, 110, 46, 110, 46, 110, 47, 111, 47, 111, 47, 111, 47, 111},
+    {48, 112, 48, 112, 48, 112, 48, 112, 49, 113, 49, 113, 49, 113, 49, 113,
+     50, 114, 50, 114, 50, 114, 50, 114, 51, 115, 51, 115, 51, 115, 51, 115,
+     52, 116, 52, 116, 52, 116, 52, 116, 53, 117, 53, 117, 53, 117, 53, 117,
+     54, 118, 54, 118, 54, 118, 54, 118, 55, 119, 55, 119, 55, 119, 55, 119},
+    {56, 120, 56, 120, 56, 120, 56, 120, 57, 121, 57, 121, 57, 121, 57, 121,
+     58, 122, 58, 122, 58, 122, 58, 122, 59, 123, 59, 123, 59, 123, 59, 123,
+     60, 124, 60, 124, 60, 124, 60, 124, 61, 125, 61, 125, 61, 125, 61, 125,
+     62, 126, 62, 126, 62, 126, 62, 126, 63, 127, 63, 127, 63, 127, 63, 127},
+};
+static const uint8_t k_sign_map[8][64] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+     4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
+     6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9,
+     10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11,
+     12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+    {16, 16, 16, 16, 16, 16, 16, 16, 17, 17, 17, 17, 17, 17, 17, 17,
+     18, 18, 18, 18, 18, 18, 18, 18, 19, 19, 19, 19, 19, 19, 19, 19,
+     20, 20, 20, 20, 20, 20, 20, 20, 21, 21, 21, 21, 21, 21, 21, 21,
+     22, 22, 22, 22, 22, 22, 22, 22, 23, 23, 23, 23, 23, 23, 23, 23},
+    {24, 24, 24, 24, 24, 24, 24, 24, 25, 25, 25, 25, 25, 25, 25, 25,
+     26, 26, 26, 26, 26, 26, 26, 26, 27, 27, 27, 27, 27, 27, 27, 27,
+     28, 28, 28, 28, 28, 28, 28, 28, 29, 29, 29, 29, 29, 29, 29, 29,
+     30, 30, 30, 30, 30, 30, 30, 30, 31, 31, 31, 31, 31, 31, 31, 31},
+    {32, 32, 32, 32, 32, 32, 32, 32, 33, 33, 33, 33, 33, 33, 33, 33,
+     34, 34, 34, 34, 34, 34, 34, 34, 35, 35, 35, 35, 35, 35, 35, 35,
+     36, 36, 36, 36, 36, 36, 36, 36, 37, 37, 37, 37, 37, 37, 37, 37,
+     38, 38, 38, 38, 38, 38, 38, 38, 39, 39, 39, 39, 39, 39, 39, 39},
+    {40, 40, 40, 40, 40, 40, 40, 40, 41, 41, 41, 41, 41, 41, 41, 41,
+     42, 42, 42, 42, 42, 42, 42, 42, 43, 43, 43, 43, 43, 43, 43, 43,
+     44, 44, 44, 44, 44, 44, 44, 44, 45, 45, 45, 45, 45, 45, 45, 45,
+     46, 46, 46, 46, 46, 46, 46, 46, 47, 47, 47, 47, 47, 47, 47, 47},
+    {48, 48, 48, 48, 48, 48, 48, 48, 49, 49, 49, 49, 49, 49, 49, 49,
+     50, 50, 50, 50, 50, 50, 50, 50, 51, 51, 51, 51, 51, 51, 51, 51,
+     52, 52, 52, 52, 52, 52, 52, 52, 53, 53, 53, 53, 53, 53, 53, 53,
+     54, 54, 54, 54, 54, 54, 54, 54, 55, 55, 55, 55, 55, 55, 55, 55},
+    {56, 56, 56, 56, 56, 56, 56, 56, 57, 57, 57, 57, 57, 57, 57, 57,
+     58, 58, 58, 58, 58, 58, 58, 58, 59, 59, 59, 59, 59, 59, 59, 59,
+     60, 60, 60, 60, 60, 60, 60, 60, 61, 61, 61, 61, 61, 61, 61, 61,
+     62, 62, 62, 62, 62, 62, 62, 62, 63, 63, 63, 63, 63, 63, 63, 63},
+};
+static const uint32_t k_scale_map[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+/* The registers of a block pair, made once for its two blocks and the nt
+ * tokens: byte p of lev[h] holds the levels of elements 4 h .. 4 h + 3 of
+ * the pair's point p (32 a block, as the gather orders them), byte g of
+ * sgn the sign bits of group g, and dword 8 blk + s of ls block blk's
+ * sub-block s scale 2 s + 1 in both int16 halves. */
+struct iq2_pair {
+    __m512i lev[2], sgn, ls;
+};
+
+struct iq2_consts {
+    __m512i lb[2][4]; /* ms_iq2xxs_level_bytes[h], 64 entries a register */
+    __m512i ks_lo, ks_hi, pair_bytes, sign_shift;
+};
+
+MS_SIMD_INLINE void iq2_consts_load(struct iq2_consts *c) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            c->lb[h][k] = _mm512_loadu_si512((const void *)(ms_iq2xxs_level_bytes[h] + 64 * k));
+    c->ks_lo = _mm512_loadu_si512((const void *)ms_iq2_ksigns);
+    c->ks_hi = _mm512_loadu_si512((const void *)(ms_iq2_ksigns + 64));
+    c->pair_bytes = _mm512_loadu_si512((const void *)k_pair_bytes);
+    c->sign_shift = _mm512_loadu_si512((const void *)k_sign_shift);
+}
+
+/* The pair registers of blocks b0 and b1 (the same block for a last odd one). */
+MS_SIMD_INLINE void iq2_pair_expand(const struct iq2_consts *c, const block_iq2_xxs *b0, const block_iq2_xxs *b1,
+                                    struct iq2_pair *e) {
+    const __m512i q0 = _mm512_loadu_si512((const void *)b0->qs);
+    const __m512i q1 = _mm512_loadu_si512((const void *)b1->qs);
+    /* the 64 grid indices; bit 7 picks each table's upper 128 entries */
+    const __m512i idx = _mm512_permutex2var_epi8(q0, c->pair_bytes, q1);
+    const __mmask64 upper = _mm512_movepi8_mask(idx);
+    for (int h = 0; h < 2; h++)
+        e->lev[h] = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(c->lb[h][0], idx, c->lb[h][1]),
+                                           _mm512_permutex2var_epi8(c->lb[h][2], idx, c->lb[h][3]));
+    /* ksigns of the 7-bit fields (vpermi2b ignores the index's bit 7) */
+    const __m512i f = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c->sign_shift, q0), c->pair_bytes,
+                                               _mm512_multishift_epi64_epi8(c->sign_shift, q1));
+    e->sgn = _mm512_permutex2var_epi8(c->ks_lo, f, c->ks_hi);
+    /* the sub-blocks' second words: (w >> 27) | 1 = 2 s + 1 for s = w >> 28 */
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i ls =
+        _mm512_or_si512(_mm512_srli_epi32(_mm512_permutex2var_epi32(q0, odd, q1), 27), _mm512_set1_epi32(1));
+    e->ls = _mm512_or_si512(ls, _mm512_slli_epi32(ls, 16));
+}
+
+/* acc[k] += the integer dot of the pair's block blk (0 or 1, a constant)
+ * with token k's activations a[k][i] (k < nt) */
+MS_SIMD_INLINE void iq2_pair_block(const struct iq2_pair *e, const int blk, const block_q8_K *const *a, int64_t i,
+                                   __m512i acc[4], const int nt) {
+    /* byte b of a qword of level bytes: element b's 2-bit field */
+    const __m512i lev_shift = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i mag_lut = _mm512_set1_epi32(0x002b1908); /* byte i: {8, 25, 43, -}[i % 4] */
+    const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ull); /* value p: bit p % 8 */
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < 4; v++) {
+        const int r = 4 * blk + v;
+        const __m512i lmap = _mm512_loadu_si512((const void *)k_lev_map[r]);
+        const __m512i lb = _mm512_permutex2var_epi8(e->lev[0], lmap, e->lev[1]);
+        const __m512i mag = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(lev_shift, lb), mag_lut);
+        const __m512i sg = _mm512_permutexvar_epi8(_mm512_loadu_si512((const void *)k_sign_map[r]), e->sgn);
+        const __mmask64 neg = _mm512_test_epi8_mask(sg, bit);
+        const __m512i sc = _mm512_permutexvar_epi32(_mm512_loadu_si512((const void *)k_scale_map[r]), e->ls);
+        MS_XN(k, nt, const __m512i a8 = _mm512_loadu_si512((const void *)(a[k][i].qs + 64 * v));
+              const __m512i av = _mm512_mask_sub_epi8(a8, neg, _mm512_setzero_si512(), a8);
+              acc[k] = _mm512_dpwssd_epi32(acc[k], _mm512_maddubs_epi16(mag, av), sc););
+    }
+}
+
+/* s[k] = dot(row x, activations y[k]) for k < nt (1 or 4, a constant). */
+MS_SIMD_INLINE void iq2xxs_dot_vbmi_n(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
+    const block_iq2_xxs *w = x;
+    const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
+    struct iq2_consts c;
+    iq2_consts_load(&c);
+    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int64_t nb = n / QK_K;
+    /* the next pair is expanded before this one's products: its permutes
+     * then run beside them rather than ahead of them */
+    struct iq2_pair e[2];
+    if (nb > 0) iq2_pair_expand(&c, &w[0], &w[nb > 1 ? 1 : 0], &e[0]);
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int pair = i + 1 < nb ? 2 : 1;
+        const struct iq2_pair *cur = &e[(i >> 1) & 1];
+        if (i + 2 < nb) iq2_pair_expand(&c, &w[i + 2], &w[i + 3 < nb ? i + 3 : i + 2], &e[((i >> 1) + 1) & 1]);
+        for (int blk = 0; blk < pair; blk++) {
+            __m512i acc[4];
+            MS_XN(k, nt, acc[k] = _mm512_setzero_si512(););
+            iq2_pair_block(cur, blk, a, i + blk, acc, nt);
+            const float d = fp16_scale(w[i + blk].d);
+            MS_XN(k, nt, sumf[k] += a[k][i + blk].d * d * (float)_mm512_reduce_add_epi32(acc[k]););
+        }
+    }
+    MS_XN(k, nt, s[k] = 0.125f * sumf[k];);
+}
+
+MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi) {
+    const void *y1[1] = {y};
+    iq2xxs_dot_vbmi_n(n, s, x, y1, 1);
+}
+
+MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi) { iq2xxs_dot_vbmi_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi)
