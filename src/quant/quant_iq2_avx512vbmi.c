@@ -209,6 +209,11 @@ MS_SIMD_INLINE void iq2_pair_block(const struct iq2_pair *e, const int blk, cons
     }
 }
 
+/* a's 16 int32 lanes folded to 8 */
+MS_SIMD_INLINE __m256i fold256(__m512i a) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
+
 /* s[k] = dot(row x, activations y[k]) for k < nt (1 or 4, a constant). */
 MS_SIMD_INLINE void iq2xxs_dot_vbmi_n(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
     const block_iq2_xxs *w = x;
@@ -225,12 +230,20 @@ MS_SIMD_INLINE void iq2xxs_dot_vbmi_n(int64_t n, float *s, const void *x, const 
         const int pair = i + 1 < nb ? 2 : 1;
         const struct iq2_pair *cur = &e[(i >> 1) & 1];
         if (i + 2 < nb) iq2_pair_expand(&c, &w[i + 2], &w[i + 3 < nb ? i + 3 : i + 2], &e[((i >> 1) + 1) & 1]);
-        for (int blk = 0; blk < pair; blk++) {
+        if (pair == 2) {
+            __m512i acc0[4], acc1[4];
+            MS_XN(k, nt, acc0[k] = _mm512_setzero_si512(); acc1[k] = _mm512_setzero_si512(););
+            iq2_pair_block(cur, 0, a, i, acc0, nt);
+            iq2_pair_block(cur, 1, a, i + 1, acc1, nt);
+            const float d0 = fp16_scale(w[i].d), d1 = fp16_scale(w[i + 1].d);
+            MS_XN(k, nt, int32_t t0, t1; hsum2x256_i32(fold256(acc0[k]), fold256(acc1[k]), &t0, &t1);
+                  sumf[k] += a[k][i].d * d0 * (float)t0; sumf[k] += a[k][i + 1].d * d1 * (float)t1;);
+        } else {
             __m512i acc[4];
             MS_XN(k, nt, acc[k] = _mm512_setzero_si512(););
-            iq2_pair_block(cur, blk, a, i + blk, acc, nt);
-            const float d = fp16_scale(w[i + blk].d);
-            MS_XN(k, nt, sumf[k] += a[k][i + blk].d * d * (float)_mm512_reduce_add_epi32(acc[k]););
+            iq2_pair_block(cur, 0, a, i, acc, nt);
+            const float d = fp16_scale(w[i].d);
+            MS_XN(k, nt, sumf[k] += a[k][i].d * d * (float)_mm512_reduce_add_epi32(acc[k]););
         }
     }
     MS_XN(k, nt, s[k] = 0.125f * sumf[k];);

@@ -151,9 +151,13 @@ static inline __m256i kq_summ(const struct kq_prep *p, const block_q8_K *a) {
     return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
 }
 
+/* the block's sumi (16 lanes folded to 8) and summ in one reduction tree */
 MS_SIMD_INLINE float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
-    const int32_t sumi = _mm512_reduce_add_epi32(kq_sumi(p, a->qs));
-    return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, hsum256_i32(kq_summ(p, a)));
+    const __m512i acc = kq_sumi(p, a->qs);
+    int32_t sumi, summ;
+    hsum2x256_i32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), kq_summ(p, a),
+                  &sumi, &summ);
+    return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, summ);
 }
 
 /* One block for four tokens: sumf[k] += the block's share for token k. */

@@ -82,6 +82,17 @@ static inline int32_t hsum256_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* *ta, *tb = the sums of a's and of b's eight int32 lanes, in one reduction
+ * tree for both (integer sums: exact in any order). */
+static inline void hsum2x256_i32(__m256i a, __m256i b, int32_t *ta, int32_t *tb) {
+    /* a's four partial sums in the low 128 bits, b's in the high */
+    __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+    v = _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0x4e));
+    v = _mm256_add_epi32(v, _mm256_shuffle_epi32(v, 0xb1));
+    *ta = _mm256_cvtsi256_si32(v);
+    *tb = _mm256_extract_epi32(v, 4);
+}
+
 /* Sum of w[j] * a[j] over 32 int8 pairs, as 8 f32 lanes (exact): ggml's sign
  * trick, maddubs(|w|, sign(a, w)), valid while a has no -128. */
 static inline __m256 dot_i8x32(__m256i w, __m256i a) {
