@@ -14,12 +14,15 @@
  * The weights are copied until they fill --working-set bytes (default
  * 512 MiB, far above any last-level cache) and the products walk the
  * copies in turn, so batch 1 measures weights streamed from memory, as in
- * decode, not a matrix that stays in cache.
+ * decode, not a matrix that stays in cache. --order random visits the
+ * copies in a scattered order (a stride coprime to their count), as a
+ * decode step reads its experts from all over a file: every product then
+ * starts a new stream that the hardware prefetchers have not seen.
  *
  * usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R]
  *                      [--cols C] [--batches 1,512] [--min-time S]
  *                      [--working-set MIB] [--clock wall|cpu]
- *                      [--activations converted|f32|q16]
+ *                      [--activations converted|f32|q16] [--order seq|random]
  * out:   CSV on stdout: type,batch,threads,rows,cols,seconds,gflops,weight_gbs,
  *        best_seconds,best_gflops,best_weight_gbs (gflops = 2 rows cols batch /
  *        time; weight_gbs = weight bytes / time, 10^9 units; seconds is the
@@ -43,6 +46,21 @@
 static int g_cpu_clock, g_threads = 1;
 static enum ms_act g_act = MS_ACT_QUANT; /* --activations */
 
+/* The copy product number `rep` reads: in turn, or (random) by a stride
+ * near 0.618 of their count made coprime to it, so that consecutive
+ * products are far apart and every copy is still visited. */
+static size_t copy_index(long rep, size_t copies, int random) {
+    if (!random || copies < 3) return (size_t)rep % copies;
+    size_t stride = (size_t)((double)copies * 0.6180339887) | 1;
+    for (;;) {
+        size_t a = stride, b = copies;
+        while (b) { const size_t t = a % b; a = b; b = t; }
+        if (a == 1) break;
+        stride += 2;
+    }
+    return (size_t)(((unsigned long long)rep * stride) % copies);
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
@@ -64,6 +82,7 @@ int main(int argc, char **argv) {
     long rows = 2048, cols = 4096;
     double min_time = 0.5;
     long working_set_mib = 512;
+    int random_order = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -80,6 +99,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--activations") && !strcmp(v, "converted")) g_act = MS_ACT_QUANT;
         else if (!strcmp(k, "--activations") && !strcmp(v, "f32")) g_act = MS_ACT_F32;
         else if (!strcmp(k, "--activations") && !strcmp(v, "q16")) g_act = MS_ACT_Q16;
+        else if (!strcmp(k, "--order") && (!strcmp(v, "seq") || !strcmp(v, "random")))
+            random_order = !strcmp(v, "random");
         else goto usage;
     }
     if (threads < 1 || rows < 1 || cols < 256 || cols % 256 || !(min_time > 0) ||
@@ -143,7 +164,7 @@ int main(int argc, char **argv) {
             const double t0 = now();
             double dt, best = 1e30, tp = t0;
             do {
-                m.data = (const char *)w + (size_t)(reps % (long)copies) * mat_bytes;
+                m.data = (const char *)w + copy_index(reps, copies, random_order) * mat_bytes;
                 ms_matmul(&mm, &m, x, cols, nb, y, rows, g_act, &err);
                 reps++;
                 const double t_now = now();
@@ -169,6 +190,7 @@ int main(int argc, char **argv) {
 usage:
     fprintf(stderr, "usage: bench_kernels [-t THREADS] [--types f32,q8_0,...] [--rows R] "
                     "[--cols C (multiple of 256)] [--batches 1,512] [--min-time S] "
-                    "[--working-set MIB] [--clock wall|cpu] [--activations converted|f32|q16]\n");
+                    "[--working-set MIB] [--clock wall|cpu] [--activations converted|f32|q16]\n"
+                    "                     [--order seq|random]\n");
     return 2;
 }

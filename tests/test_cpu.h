@@ -24,7 +24,9 @@ static inline bool cpu_avx512(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
-/* The VBMI kernels (quant_iq2_avx512vbmi.c): the AVX-512 set and VBMI. */
-static inline bool cpu_avx512vbmi(void) { return cpu_avx512() && __builtin_cpu_supports("avx512vbmi"); }
+/* The VBMI kernels (quant_iq2_avx512vbmi.c): the AVX-512 set, VBMI and BITALG. */
+static inline bool cpu_avx512vbmi(void) {
+    return cpu_avx512() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg");
+}
 
 #endif

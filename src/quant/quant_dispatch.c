@@ -103,7 +103,7 @@ static bool cpu_avx512_vbmi(void) {
     const char *v = getenv("MS_AVX512_VBMI");
     if (v && !strcmp(v, "0")) return false;
 #if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx512vbmi");
+    return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg");
 #else
     return false;
 #endif

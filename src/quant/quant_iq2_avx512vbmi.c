@@ -1,7 +1,8 @@
 /*
  * quant_iq2_avx512vbmi.c - IQ2_XXS x Q8_K single-token, four-token and
- * many-rows dots for AVX-512 parts with VBMI (Ice Lake, Zen 4 and later;
- * not Skylake-X or Cascade Lake, which keep quant_kq_avx512.c's forms).
+ * many-rows dots for AVX-512 parts with VBMI and BITALG (Ice Lake, Zen 4
+ * and later; not Skylake-X or Cascade Lake, which keep quant_kq_avx512.c's
+ * forms).
  *
  * A decode step's IQ2_XXS matmuls are bound by the work of expanding the
  * 2.06-bit codes, not by the bytes read: the VBMI-less 512-bit dot spends
@@ -20,10 +21,11 @@
  *   (one vpmultishiftqb) and the magnitudes {8, 25, 43} from them (one
  *   vpermb);
  * - the signs: vpmultishiftqb pulls every group's 7 stored sign bits into
- *   a byte, the same gather as the indices packs the pair's 64 groups, and
- *   one vpermi2b looks them up in ms_iq2_ksigns (parity included): byte g
- *   holds group g's eight sign bits. A register takes its 64 as a mask
- *   register by one vpermb and one vptestmb.
+ *   a byte, a gather like the indices' packs the pair's 64 groups (as an
+ *   8 x 8 transpose: qword q holds groups q, 8 + q, ..., 56 + q), and one
+ *   vpermi2b looks them up in ms_iq2_ksigns (parity included). A register
+ *   takes its 64 sign bits as a mask register by one vpshufbitqmb (BITALG,
+ *   on every VBMI part but Cannon Lake), which picks byte r of each qword.
  *
  * The rest is the VBMI-less form's arithmetic: the activations negated by
  * a masked subtract, vpmaddubsw, and VNNI's vpdpwssd with the sub-block
@@ -48,6 +50,16 @@ static const uint8_t k_pair_bytes[64] = {
     42, 43, 48, 49, 50, 51, 56, 57, 58, 59, 64, 65, 66, 67, 72, 73, 74, 75, 80, 81, 82, 83,
     88, 89, 90, 91, 96, 97, 98, 99, 104, 105, 106, 107, 112, 113, 114, 115, 120, 121, 122, 123};
 
+/* The same gather with the groups transposed as 8 x 8 bytes: byte 8 q + b
+ * takes group 8 b + q's sign field, so that qword q holds groups q, 8 + q,
+ * ..., 56 + q, and register r's 64 sign bits (groups 8 r .. 8 r + 7, one
+ * a qword) are byte r of every qword: what vpshufbitqmb picks. */
+static const uint8_t k_pair_bytes_t[64] = {
+    0, 16, 32, 48, 64, 80, 96, 112, 1, 17, 33, 49, 65, 81, 97, 113,
+    2, 18, 34, 50, 66, 82, 98, 114, 3, 19, 35, 51, 67, 83, 99, 115,
+    8, 24, 40, 56, 72, 88, 104, 120, 9, 25, 41, 57, 73, 89, 105, 121,
+    10, 26, 42, 58, 74, 90, 106, 122, 11, 27, 43, 59, 75, 91, 107, 123};
+
 /* The sign fields: byte g < 4 of each qword takes bits 32 + 7 g (group g's
  * 7 stored sign bits, the low 28 bits of the sub-block's second word);
  * bytes 4-7 are not used. */
@@ -59,8 +71,7 @@ static const uint8_t k_sign_shift[64] = {
 /* Register r = 4 blk + v of a pair (values 64 v .. 64 v + 63 of block
  * blk, the pair's points 8 r .. 8 r + 7): k_lev_map[r] gathers point 8 r +
  * j's two level bytes into qword j (lev[0] at even bytes, lev[1] at odd),
- * k_sign_map[r] group 8 r + p / 8's sign byte into byte p, and
- * k_scale_map[r] sub-block 2 v + l / 8's scale into dword l. */
+ * and k_scale_map[r] sub-block 2 v + l / 8's scale into dword l. */
 static const uint8_t k_lev_map[8][64] = {
     {0, 64, 0, 64, 0, 64, 0, 64, 1, 65, 1, 65, 1, 65, 1, 65,
      2, 66, 2, 66, 2, 66, 2, 66, 3, 67, 3, 67, 3, 67, 3, 67,
@@ -95,40 +106,6 @@ static const uint8_t k_lev_map[8][64] = {
      60, 124, 60, 124, 60, 124, 60, 124, 61, 125, 61, 125, 61, 125, 61, 125,
      62, 126, 62, 126, 62, 126, 62, 126, 63, 127, 63, 127, 63, 127, 63, 127},
 };
-static const uint8_t k_sign_map[8][64] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-     4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
-     6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9,
-     10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11,
-     12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
-     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
-    {16, 16, 16, 16, 16, 16, 16, 16, 17, 17, 17, 17, 17, 17, 17, 17,
-     18, 18, 18, 18, 18, 18, 18, 18, 19, 19, 19, 19, 19, 19, 19, 19,
-     20, 20, 20, 20, 20, 20, 20, 20, 21, 21, 21, 21, 21, 21, 21, 21,
-     22, 22, 22, 22, 22, 22, 22, 22, 23, 23, 23, 23, 23, 23, 23, 23},
-    {24, 24, 24, 24, 24, 24, 24, 24, 25, 25, 25, 25, 25, 25, 25, 25,
-     26, 26, 26, 26, 26, 26, 26, 26, 27, 27, 27, 27, 27, 27, 27, 27,
-     28, 28, 28, 28, 28, 28, 28, 28, 29, 29, 29, 29, 29, 29, 29, 29,
-     30, 30, 30, 30, 30, 30, 30, 30, 31, 31, 31, 31, 31, 31, 31, 31},
-    {32, 32, 32, 32, 32, 32, 32, 32, 33, 33, 33, 33, 33, 33, 33, 33,
-     34, 34, 34, 34, 34, 34, 34, 34, 35, 35, 35, 35, 35, 35, 35, 35,
-     36, 36, 36, 36, 36, 36, 36, 36, 37, 37, 37, 37, 37, 37, 37, 37,
-     38, 38, 38, 38, 38, 38, 38, 38, 39, 39, 39, 39, 39, 39, 39, 39},
-    {40, 40, 40, 40, 40, 40, 40, 40, 41, 41, 41, 41, 41, 41, 41, 41,
-     42, 42, 42, 42, 42, 42, 42, 42, 43, 43, 43, 43, 43, 43, 43, 43,
-     44, 44, 44, 44, 44, 44, 44, 44, 45, 45, 45, 45, 45, 45, 45, 45,
-     46, 46, 46, 46, 46, 46, 46, 46, 47, 47, 47, 47, 47, 47, 47, 47},
-    {48, 48, 48, 48, 48, 48, 48, 48, 49, 49, 49, 49, 49, 49, 49, 49,
-     50, 50, 50, 50, 50, 50, 50, 50, 51, 51, 51, 51, 51, 51, 51, 51,
-     52, 52, 52, 52, 52, 52, 52, 52, 53, 53, 53, 53, 53, 53, 53, 53,
-     54, 54, 54, 54, 54, 54, 54, 54, 55, 55, 55, 55, 55, 55, 55, 55},
-    {56, 56, 56, 56, 56, 56, 56, 56, 57, 57, 57, 57, 57, 57, 57, 57,
-     58, 58, 58, 58, 58, 58, 58, 58, 59, 59, 59, 59, 59, 59, 59, 59,
-     60, 60, 60, 60, 60, 60, 60, 60, 61, 61, 61, 61, 61, 61, 61, 61,
-     62, 62, 62, 62, 62, 62, 62, 62, 63, 63, 63, 63, 63, 63, 63, 63},
-};
 static const uint32_t k_scale_map[8][16] = {
     {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
     {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
@@ -142,8 +119,8 @@ static const uint32_t k_scale_map[8][16] = {
 
 /* The registers of a block pair, made once for its two blocks and the nt
  * tokens: byte p of lev[h] holds the levels of elements 4 h .. 4 h + 3 of
- * the pair's point p (32 a block, as the gather orders them), byte g of
- * sgn the sign bits of group g, and dword 8 blk + s of ls block blk's
+ * the pair's point p (32 a block, as the gather orders them), byte 8 q + b
+ * of sgn the sign bits of group 8 b + q (k_pair_bytes_t), and dword 8 blk + s of ls block blk's
  * sub-block s scale 2 s + 1 in both int16 halves. */
 struct iq2_pair {
     __m512i lev[2], sgn, ls;
@@ -151,7 +128,7 @@ struct iq2_pair {
 
 struct iq2_consts {
     __m512i lb[2][4]; /* ms_iq2xxs_level_bytes[h], 64 entries a register */
-    __m512i ks_lo, ks_hi, pair_bytes, sign_shift;
+    __m512i ks_lo, ks_hi, pair_bytes, pair_bytes_t, sign_shift;
 };
 
 MS_SIMD_INLINE void iq2_consts_load(struct iq2_consts *c) {
@@ -161,6 +138,7 @@ MS_SIMD_INLINE void iq2_consts_load(struct iq2_consts *c) {
     c->ks_lo = _mm512_loadu_si512((const void *)ms_iq2_ksigns);
     c->ks_hi = _mm512_loadu_si512((const void *)(ms_iq2_ksigns + 64));
     c->pair_bytes = _mm512_loadu_si512((const void *)k_pair_bytes);
+    c->pair_bytes_t = _mm512_loadu_si512((const void *)k_pair_bytes_t);
     c->sign_shift = _mm512_loadu_si512((const void *)k_sign_shift);
 }
 
@@ -176,7 +154,7 @@ MS_SIMD_INLINE void iq2_pair_expand(const struct iq2_consts *c, const block_iq2_
         e->lev[h] = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(c->lb[h][0], idx, c->lb[h][1]),
                                            _mm512_permutex2var_epi8(c->lb[h][2], idx, c->lb[h][3]));
     /* ksigns of the 7-bit fields (vpermi2b ignores the index's bit 7) */
-    const __m512i f = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c->sign_shift, q0), c->pair_bytes,
+    const __m512i f = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c->sign_shift, q0), c->pair_bytes_t,
                                                _mm512_multishift_epi64_epi8(c->sign_shift, q1));
     e->sgn = _mm512_permutex2var_epi8(c->ks_lo, f, c->ks_hi);
     /* the sub-blocks' second words: (w >> 27) | 1 = 2 s + 1 for s = w >> 28 */
@@ -193,15 +171,16 @@ MS_SIMD_INLINE void iq2_pair_block(const struct iq2_pair *e, const int blk, cons
     /* byte b of a qword of level bytes: element b's 2-bit field */
     const __m512i lev_shift = _mm512_set1_epi64(0x0e0c0a0806040200ll);
     const __m512i mag_lut = _mm512_set1_epi32(0x002b1908); /* byte i: {8, 25, 43, -}[i % 4] */
-    const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ull); /* value p: bit p % 8 */
+    /* value j of register r: bit 8 r + j % 8 of qword j / 8 of sgn */
+    const __m512i sign_bit = _mm512_set1_epi64(0x0706050403020100ll);
     _Pragma("GCC unroll 4")
     for (int v = 0; v < 4; v++) {
         const int r = 4 * blk + v;
         const __m512i lmap = _mm512_loadu_si512((const void *)k_lev_map[r]);
         const __m512i lb = _mm512_permutex2var_epi8(e->lev[0], lmap, e->lev[1]);
         const __m512i mag = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(lev_shift, lb), mag_lut);
-        const __m512i sg = _mm512_permutexvar_epi8(_mm512_loadu_si512((const void *)k_sign_map[r]), e->sgn);
-        const __mmask64 neg = _mm512_test_epi8_mask(sg, bit);
+        const __mmask64 neg =
+            _mm512_bitshuffle_epi64_mask(e->sgn, _mm512_add_epi8(sign_bit, _mm512_set1_epi8((char)(8 * r))));
         const __m512i sc = _mm512_permutexvar_epi32(_mm512_loadu_si512((const void *)k_scale_map[r]), e->ls);
         MS_XN(k, nt, const __m512i a8 = _mm512_loadu_si512((const void *)(a[k][i].qs + 64 * v));
               const __m512i av = _mm512_mask_sub_epi8(a8, neg, _mm512_setzero_si512(), a8);

@@ -269,6 +269,7 @@ MS_DECL_DOT(q2_K, q8_K, avx512) {
     const block_q8_K *a = y;
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_ahead(&w[i], 2); /* 84 bytes a block */
         struct kq_prep p;
         q2k_prep(&w[i], &p);
         sumf += kq_block_one(&p, &a[i]);
