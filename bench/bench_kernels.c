@@ -46,34 +46,22 @@
 static int g_cpu_clock, g_threads = 1;
 static enum ms_act g_act = MS_ACT_QUANT; /* --activations */
 
-/* The copy product number `rep` reads: in turn, or (random) by a stride
- * near 0.618 of their count made coprime to it, so that consecutive
- * products are far apart and every copy is still visited. */
-static size_t copy_index(long rep, size_t copies, int random) {
-    if (!random || copies < 3) return (size_t)rep % copies;
+/* The stride between the copies consecutive products read: 1 (in turn),
+ * or for --order random one near 0.618 of their count made coprime to it,
+ * so that consecutive products are far apart and every copy is visited. */
+static size_t copy_stride(size_t copies, int random) {
+    if (!random || copies < 3) return 1;
     size_t stride = (size_t)((double)copies * 0.6180339887) | 1;
     for (;;) {
         size_t a = stride, b = copies;
-        while (b) { const size_t t = a % b; a = b; b = t; }
-        if (a == 1) break;
+        while (b) {
+            const size_t t = a % b;
+            a = b;
+            b = t;
+        }
+        if (a == 1) return stride;
         stride += 2;
     }
-    return (size_t)(((unsigned long long)rep * stride) % copies);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    return g_cpu_clock ? t / g_threads : t;
-}
-
-/* xorshift uniform in [-1, 1) */
-static float rnd(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
 int main(int argc, char **argv) {
@@ -143,6 +131,7 @@ int main(int argc, char **argv) {
         const size_t row_bytes = ms_row_size(t, cols), mat_bytes = row_bytes * (size_t)rows;
         size_t copies = mat_bytes ? ((size_t)working_set_mib << 20) / mat_bytes : 1;
         if (copies < 1) copies = 1;
+        const size_t stride = copy_stride(copies, random_order);
         void *w = ms_aligned_alloc(64, mat_bytes * copies);
         if (!w || !row_bytes) {
             fprintf(stderr, "bench_kernels: cannot hold %s weights\n", tn);
@@ -164,7 +153,7 @@ int main(int argc, char **argv) {
             const double t0 = now();
             double dt, best = 1e30, tp = t0;
             do {
-                m.data = (const char *)w + copy_index(reps, copies, random_order) * mat_bytes;
+                m.data = (const char *)w + (size_t)(((unsigned long long)reps * stride) % copies) * mat_bytes;
                 ms_matmul(&mm, &m, x, cols, nb, y, rows, g_act, &err);
                 reps++;
                 const double t_now = now();

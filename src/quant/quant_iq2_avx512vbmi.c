@@ -120,8 +120,8 @@ static const uint32_t k_scale_map[8][16] = {
 /* The registers of a block pair, made once for its two blocks and the nt
  * tokens: byte p of lev[h] holds the levels of elements 4 h .. 4 h + 3 of
  * the pair's point p (32 a block, as the gather orders them), byte 8 q + b
- * of sgn the sign bits of group 8 b + q (k_pair_bytes_t), and dword 8 blk + s of ls block blk's
- * sub-block s scale 2 s + 1 in both int16 halves. */
+ * of sgn the sign bits of group 8 b + q (k_pair_bytes_t), and dword 8 blk
+ * + s of ls block blk's sub-block s scale 2 s + 1 in both int16 halves. */
 struct iq2_pair {
     __m512i lev[2], sgn, ls;
 };
@@ -188,11 +188,6 @@ MS_SIMD_INLINE void iq2_pair_block(const struct iq2_pair *e, const int blk, cons
     }
 }
 
-/* a's 16 int32 lanes folded to 8 */
-MS_SIMD_INLINE __m256i fold256(__m512i a) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-}
-
 /* s[k] = dot(row x, activations y[k]) for k < nt (1 or 4, a constant). */
 MS_SIMD_INLINE void iq2xxs_dot_vbmi_n(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
     const block_iq2_xxs *w = x;
@@ -215,7 +210,7 @@ MS_SIMD_INLINE void iq2xxs_dot_vbmi_n(int64_t n, float *s, const void *x, const 
             iq2_pair_block(cur, 0, a, i, acc0, nt);
             iq2_pair_block(cur, 1, a, i + 1, acc1, nt);
             const float d0 = fp16_scale(w[i].d), d1 = fp16_scale(w[i + 1].d);
-            MS_XN(k, nt, int32_t t0, t1; hsum2x256_i32(fold256(acc0[k]), fold256(acc1[k]), &t0, &t1);
+            MS_XN(k, nt, int32_t t0, t1; hsum2x256_i32(fold256_i32(acc0[k]), fold256_i32(acc1[k]), &t0, &t1);
                   sumf[k] += a[k][i].d * d0 * (float)t0; sumf[k] += a[k][i + 1].d * d1 * (float)t1;);
         } else {
             __m512i acc[4];

@@ -155,7 +155,7 @@ static inline __m256i kq_summ(const struct kq_prep *p, const block_q8_K *a) {
 MS_SIMD_INLINE float kq_block_one(const struct kq_prep *p, const block_q8_K *a) {
     const __m512i acc = kq_sumi(p, a->qs);
     int32_t sumi, summ;
-    hsum2x256_i32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), kq_summ(p, a),
+    hsum2x256_i32(fold256_i32(acc), kq_summ(p, a),
                   &sumi, &summ);
     return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, summ);
 }
@@ -164,7 +164,7 @@ MS_SIMD_INLINE float kq_block_one(const struct kq_prep *p, const block_q8_K *a) 
 MS_SIMD_INLINE void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
     __m256i v[8];
     MS_X4(k, const __m512i acc = kq_sumi(p, a[k]->qs);
-          v[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+          v[k] = fold256_i32(acc);
           v[4 + k] = kq_summ(p, a[k]););
     int32_t r[8];
     _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));

@@ -252,6 +252,11 @@ static inline __m256i q4k_mins16(const uint8_t m[8]) {
 }
 
 #ifdef __AVX512F__
+/* a's 16 int32 lanes folded to 8 (lane l + lane l + 8) */
+static inline __m256i fold256_i32(__m512i a) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
+
 /* Two 256-bit halves: lo in bits 0..255, hi in 256..511. */
 static inline __m512i cat256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
