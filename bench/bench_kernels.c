@@ -64,6 +64,21 @@ static size_t copy_stride(size_t copies, int random) {
     }
 }
 
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return g_cpu_clock ? t / g_threads : t;
+}
+
+/* xorshift uniform in [-1, 1) */
+static float rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 int main(int argc, char **argv) {
     int threads = 1;
     const char *types = "f32,f16,bf16,q8_0,q4_K,q2_K,iq2_xxs,mxfp4", *batches = "1,512";
