@@ -348,7 +348,7 @@ static void test_dot_rows_table(void **state) {
     ms_rng_seed(&r, 0x4f3a9d1ull);
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
                                   MS_TYPE_F16, MS_TYPE_BF16};
-    static const int64_t lengths[] = {256, 512, 1280, 4096};
+    static const int64_t lengths[] = {256, 512, 1024, 1280, 4096};
     enum { NR = 7 };
     int have = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
