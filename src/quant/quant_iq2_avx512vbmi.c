@@ -244,15 +244,39 @@ MS_SIMD_INLINE void iq2_pair_dot1(const struct iq2_pair *e, const block_iq2_xxs 
     *sumf += a[i + 1].d * fp16_scale(w[i + 1].d) * (float)t1;
 }
 
+/* One turn of the many-rows sequence: pair *p of row *r (expanded in cur)
+ * against the token, after its successor (the row's next pair, or the
+ * next row's first) is expanded into next; at the row's last pair its
+ * result goes to s[*r]. Advances (*r, *p); false when no pair is left. */
+MS_SIMD_INLINE bool iq2_rows_turn(const struct iq2_consts *c, const char *x, size_t x_stride, int64_t n_rows,
+                                  int64_t np, const block_q8_K *a, float *s, int64_t *r, int64_t *p,
+                                  float *sumf, const struct iq2_pair *cur, struct iq2_pair *next) {
+    const block_iq2_xxs *w = (const block_iq2_xxs *)(x + (size_t)*r * x_stride);
+    int64_t rn = *r, pn = *p + 1;
+    if (pn == np) rn++, pn = 0;
+    if (rn < n_rows) {
+        const block_iq2_xxs *wn = (const block_iq2_xxs *)(x + (size_t)rn * x_stride);
+        iq2_pair_expand(c, &wn[2 * pn], &wn[2 * pn + 1], next);
+    }
+    iq2_pair_dot1(cur, w, a, 2 * *p, sumf);
+    if (pn == 0) {
+        s[*r] = 0.125f * *sumf;
+        *sumf = 0.0f;
+    }
+    *r = rn;
+    *p = pn;
+    return rn < n_rows;
+}
+
 /* Many rows against one token. A row of n_embd 1024 is only two pairs, and
  * the single dot's row loop starts each row with an expansion nothing
- * overlaps and ends it with a reduction nothing overlaps: in cache that
- * cost a row about as much as its two pairs' products (10 GB/s against 20
- * at 4096 columns). Here the pairs of all rows are one sequence, each
- * pair's successor (the next row's first, at a row's end) expanded before
- * its products, two pairs a turn so that both expansions stay in
- * registers. Rows of an odd block count take the single dot. Every row's
- * sum is the single dot's, operation for operation. */
+ * overlaps and ends it with a reduction nothing overlaps (in cache, 512 x
+ * 1024: 10.0-10.4 GB/s that way, 11.4-11.8 this way). Here the pairs of
+ * all rows are one sequence, each pair's successor (the next row's first,
+ * at a row's end) expanded before its products, two pairs a turn so that
+ * both expansions stay in registers. Rows of an odd block count take the
+ * single dot. Every row's sum is the single dot's, operation for
+ * operation. */
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) {
     const int64_t nb = n / QK_K, np = nb / 2;
     if (nb == 0 || nb % 2) {
@@ -260,44 +284,14 @@ MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) {
             ms_dot_iq2_xxs_q8_K_avx512vbmi(n, s + r, (const char *)x + (size_t)r * x_stride, y);
         return;
     }
-    const block_q8_K *a = y;
+    if (n_rows <= 0) return;
     struct iq2_consts c;
     iq2_consts_load(&c);
-#define IQ2_ROW(r) ((const block_iq2_xxs *)((const char *)x + (size_t)(r) * x_stride))
-    /* pair q of the sequence is row q / np's pair q % np */
-    const int64_t total = n_rows * np;
     struct iq2_pair e0 = {0}, e1 = {0};
-    if (total > 0) iq2_pair_expand(&c, &IQ2_ROW(0)[0], &IQ2_ROW(0)[1], &e0);
+    iq2_pair_expand(&c, &((const block_iq2_xxs *)x)[0], &((const block_iq2_xxs *)x)[1], &e0);
     float sumf = 0.0f;
-    int64_t r = 0, p = 0; /* the current pair's row and pair index */
-    for (int64_t q = 0; q < total; q += 2) {
-        /* pair q (in e0), then q + 1 (in e1) */
-        const block_iq2_xxs *w = IQ2_ROW(r);
-        int64_t r1 = r, p1 = p + 1;
-        if (p1 == np) r1++, p1 = 0;
-        if (q + 1 < total) {
-            const block_iq2_xxs *wn = IQ2_ROW(r1);
-            iq2_pair_expand(&c, &wn[2 * p1], &wn[2 * p1 + 1], &e1);
-        }
-        iq2_pair_dot1(&e0, w, a, 2 * p, &sumf);
-        if (p1 == 0) {
-            s[r] = 0.125f * sumf;
-            sumf = 0.0f;
-        }
-        if (q + 1 >= total) break;
-        int64_t r2 = r1, p2 = p1 + 1;
-        if (p2 == np) r2++, p2 = 0;
-        if (q + 2 < total) {
-            const block_iq2_xxs *wn = IQ2_ROW(r2);
-            iq2_pair_expand(&c, &wn[2 * p2], &wn[2 * p2 + 1], &e0);
-        }
-        iq2_pair_dot1(&e1, IQ2_ROW(r1), a, 2 * p1, &sumf);
-        if (p2 == 0) {
-            s[r1] = 0.125f * sumf;
-            sumf = 0.0f;
-        }
-        r = r2;
-        p = p2;
+    int64_t r = 0, p = 0;
+    while (iq2_rows_turn(&c, x, x_stride, n_rows, np, y, s, &r, &p, &sumf, &e0, &e1) &&
+           iq2_rows_turn(&c, x, x_stride, n_rows, np, y, s, &r, &p, &sumf, &e1, &e0)) {
     }
-#undef IQ2_ROW
 }
