@@ -256,6 +256,7 @@ MS_SIMD_INLINE bool iq2_rows_turn(const struct iq2_consts *c, const char *x, siz
     if (pn == np) rn++, pn = 0;
     if (rn < n_rows) {
         const block_iq2_xxs *wn = (const block_iq2_xxs *)(x + (size_t)rn * x_stride);
+        prefetch_ahead(&wn[2 * pn], 3); /* 132 bytes a pair */
         iq2_pair_expand(c, &wn[2 * pn], &wn[2 * pn + 1], next);
     }
     iq2_pair_dot1(cur, w, a, 2 * *p, sumf);

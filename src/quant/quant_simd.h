@@ -145,7 +145,10 @@ static inline __m256i bcast32(const void *p) {
  * sweep); Q4_K 11.5 -> 13.1, F16 12 -> 14.2, Q8_0 x Q16_0 13 -> 14.9,
  * and decode of the 3 GB bench models +7% (ds4 mix) to +20% (Q8_0). The
  * AVX2 single-token dots of Q8_0 (both activation formats), F16/BF16,
- * Q4_K and Q2_K use it; IQ2_XXS's is bound by decoding its codes. */
+ * Q4_K and Q2_K use it, and the VBMI IQ2_XXS many-rows dot: bound by
+ * decoding its codes in cache, it still waited on memory in decode, where
+ * each routed expert is a cold stream (with matmul.c's tile-start prefetch,
+ * ds4 decode +1-3%). */
 #define MS_PREFETCH_AHEAD 2048
 static inline void prefetch_ahead(const void *p, int lines) {
     /* asm, not _mm_prefetch: gcc 12's dead-code pass drops __builtin_prefetch
