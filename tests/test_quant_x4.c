@@ -341,14 +341,16 @@ static void test_dot_rows_q8_0(void **state) {
 /* Every many-rows dot of the active table (vec_dot_rows, vec_dot_q16_rows)
  * against its table's single dot, bit for bit: 1-7 rows at a stride with
  * a gap, several row lengths, random weights and activations. On a SIMD
- * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. */
+ * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. 8192 and 8704 are
+ * the VBMI IQ2_XXS form's largest element-major activation (16 block
+ * pairs) and the first length past it (its single-dot fallback). */
 static void test_dot_rows_table(void **state) {
     (void)state;
     ms_rng r;
     ms_rng_seed(&r, 0x4f3a9d1ull);
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
                                   MS_TYPE_F16, MS_TYPE_BF16};
-    static const int64_t lengths[] = {256, 512, 1024, 1280, 4096};
+    static const int64_t lengths[] = {256, 512, 1024, 1280, 4096, 8192, 8704};
     enum { NR = 7 };
     int have = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

@@ -31,7 +31,9 @@
  * a masked subtract, vpmaddubsw, and VNNI's vpdpwssd with the sub-block
  * scales. The integer sums are exact and the float step is the
  * reference's, in its order, so every result is ms_dot_iq2_xxs_q8_K_ref's,
- * bit for bit.
+ * bit for bit. The many-rows form (decode, below) shares the expansion
+ * but not the products: it transposes the activations once a call, so
+ * that a register takes three instructions instead of about ten.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -142,9 +144,13 @@ MS_SIMD_INLINE void iq2_consts_load(struct iq2_consts *c) {
     c->sign_shift = _mm512_loadu_si512((const void *)k_sign_shift);
 }
 
-/* The pair registers of blocks b0 and b1 (the same block for a last odd one). */
-MS_SIMD_INLINE void iq2_pair_expand(const struct iq2_consts *c, const block_iq2_xxs *b0, const block_iq2_xxs *b1,
-                                    struct iq2_pair *e) {
+/* The pair registers of blocks b0 and b1, the sign bytes gathered by
+ * sign_map (k_pair_bytes_t for iq2_pair_block, k_pair_bytes for the
+ * many-rows form's point order) and each scale in both int16 halves of its
+ * dword when ls16 (vpdpwssd's operand), else as an int32. */
+MS_SIMD_INLINE void iq2_pair_expand_as(const struct iq2_consts *c, const block_iq2_xxs *b0,
+                                       const block_iq2_xxs *b1, struct iq2_pair *e, const __m512i sign_map,
+                                       const bool ls16) {
     const __m512i q0 = _mm512_loadu_si512((const void *)b0->qs);
     const __m512i q1 = _mm512_loadu_si512((const void *)b1->qs);
     /* the 64 grid indices; bit 7 picks each table's upper 128 entries */
@@ -154,14 +160,20 @@ MS_SIMD_INLINE void iq2_pair_expand(const struct iq2_consts *c, const block_iq2_
         e->lev[h] = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(c->lb[h][0], idx, c->lb[h][1]),
                                            _mm512_permutex2var_epi8(c->lb[h][2], idx, c->lb[h][3]));
     /* ksigns of the 7-bit fields (vpermi2b ignores the index's bit 7) */
-    const __m512i f = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c->sign_shift, q0), c->pair_bytes_t,
+    const __m512i f = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c->sign_shift, q0), sign_map,
                                                _mm512_multishift_epi64_epi8(c->sign_shift, q1));
     e->sgn = _mm512_permutex2var_epi8(c->ks_lo, f, c->ks_hi);
     /* the sub-blocks' second words: (w >> 27) | 1 = 2 s + 1 for s = w >> 28 */
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     const __m512i ls =
         _mm512_or_si512(_mm512_srli_epi32(_mm512_permutex2var_epi32(q0, odd, q1), 27), _mm512_set1_epi32(1));
-    e->ls = _mm512_or_si512(ls, _mm512_slli_epi32(ls, 16));
+    e->ls = ls16 ? _mm512_or_si512(ls, _mm512_slli_epi32(ls, 16)) : ls;
+}
+
+/* The pair registers of blocks b0 and b1 (the same block for a last odd one). */
+MS_SIMD_INLINE void iq2_pair_expand(const struct iq2_consts *c, const block_iq2_xxs *b0, const block_iq2_xxs *b1,
+                                    struct iq2_pair *e) {
+    iq2_pair_expand_as(c, b0, b1, e, c->pair_bytes_t, true);
 }
 
 /* acc[k] += the integer dot of the pair's block blk (0 or 1, a constant)
@@ -229,19 +241,139 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi) {
 }
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi) { iq2xxs_dot_vbmi_n(n, s, x, y, 4); }
-/* The products of one expanded pair (blocks i and i + 1 of a row whose
- * scales are w) with the single token a, added to *sumf in the reference's
- * order. */
-MS_SIMD_INLINE void iq2_pair_dot1(const struct iq2_pair *e, const block_iq2_xxs *w, const block_q8_K *a,
-                                  int64_t i, float *sumf) {
-    const block_q8_K *a1[1] = {a};
-    __m512i acc0[4] = {_mm512_setzero_si512()}, acc1[4] = {_mm512_setzero_si512()};
-    iq2_pair_block(e, 0, a1, i, acc0, 1);
-    iq2_pair_block(e, 1, a1, i + 1, acc1, 1);
-    int32_t t0, t1;
-    hsum2x256_i32(fold256_i32(acc0[0]), fold256_i32(acc1[0]), &t0, &t1);
-    *sumf += a[i].d * fp16_scale(w[i].d) * (float)t0;
-    *sumf += a[i + 1].d * fp16_scale(w[i + 1].d) * (float)t1;
+/* ---- The many-rows form (decode): activations transposed once a call.
+ *
+ * iq2_pair_block spends about ten vector instructions a 64-value
+ * register: a gather of level bytes, a field extraction and a magnitude
+ * lookup, a sign mask, the scales' permute, the negation, vpmaddubsw and
+ * vpdpwssd. With the activations laid out element-major (register e of a
+ * block pair holds element e of each of its 64 points, e = 0..7), three do:
+ *
+ * - a point's grid index is its byte p in every register, so the level
+ *   bytes of the expansion are used where they stand: element e's 2-bit
+ *   field is at bits 2 (e % 4) of lev[e / 4] (shifted down by 2 for e % 4
+ *   = 3, so that it falls in the six bits vpermb reads), and its sign at
+ *   bit e of sgn (sgn << 2 for e = 0, sgn >> 4 for 6 and 7). One vpternlogd
+ *   puts the sign bit into the field's byte, one vpermb maps the pair to
+ *   the weight in offset binary, 64 + sign * magnitude (a 64-entry table a
+ *   field and sign position: k_w_lut);
+ * - vpdpbusd multiplies those unsigned bytes with the signed activations
+ *   and adds each 4 products into a dword. Dword l of every register then
+ *   covers points 4 l .. 4 l + 3, which is sub-block l % 8 of block l / 8:
+ *   one accumulator takes all eight registers, and the scales multiply it
+ *   once a pair (vpmulld), after the offset is taken off: 64 times each
+ *   sub-block's activation sum, from Q8_K's bsums.
+ *
+ * The integer sums are the reference's exactly (the largest dword, 8 * 4 *
+ * 107 * 128 before the scale of 31, is far from overflow), and the float
+ * step is its own, so every row's result is ms_dot_iq2_xxs_q8_K_ref's bit
+ * for bit. The transpose costs about 40 vector instructions a block pair,
+ * once a call; the matmul calls this once a cache tile (tens to hundreds
+ * of rows). */
+
+/* Activation pairs kept on the stack: rows of up to 16 pairs (8192
+ * values; n_embd is 4096 in DeepSeek V4 Flash). Longer rows take the
+ * single dot. */
+#define IQ2_ROWS_MAX_PAIRS 16
+
+/* One activation block pair, element-major: byte p of e[k] is value 8 p +
+ * k of the pair (blocks 2 q and 2 q + 1 in a row, 512 values), and dword l
+ * of corr is 64 times the sum of sub-block l % 8 of block l / 8. */
+struct iq2_act_pair {
+    __m512i e[8];
+    __m512i corr;
+};
+
+/* Byte i of k_w_lut[t]: 64 + the weight whose 2-bit level field is at bits
+ * f, f + 1 of i and whose sign is bit s (set: negative), for table t's (f,
+ * s) in k_w_fs; the other bits of i are ignored. Magnitudes 8, 25, 43 are
+ * the IQ2_XXS grid's levels (0x08, 0x19, 0x2b). */
+#define IQ2_W_MAG(x) ((x) == 0 ? 8 : (x) == 1 ? 25 : (x) == 2 ? 43 : 0)
+#define IQ2_W(i, f, s) (uint8_t)(64 + ((((i) >> (s)) & 1) ? -1 : 1) * IQ2_W_MAG(((i) >> (f)) & 3))
+#define IQ2_W8(b, f, s)                                                                                      \
+    IQ2_W(b, f, s), IQ2_W(b + 1, f, s), IQ2_W(b + 2, f, s), IQ2_W(b + 3, f, s), IQ2_W(b + 4, f, s),         \
+        IQ2_W(b + 5, f, s), IQ2_W(b + 6, f, s), IQ2_W(b + 7, f, s)
+#define IQ2_W64(f, s)                                                                                        \
+    {IQ2_W8(0, f, s),  IQ2_W8(8, f, s),  IQ2_W8(16, f, s), IQ2_W8(24, f, s),                                 \
+     IQ2_W8(32, f, s), IQ2_W8(40, f, s), IQ2_W8(48, f, s), IQ2_W8(56, f, s)}
+/* (f, s) of elements 0..7 as the products read them: e 0 (0, 2), 1 (2, 1),
+ * 2 and 6 (4, 2), 3 and 7 (4, 3), 4 (0, 4), 5 (2, 5) */
+static const uint8_t k_w_lut[6][64] __attribute__((aligned(64))) = {
+    IQ2_W64(0, 2), IQ2_W64(2, 1), IQ2_W64(4, 2), IQ2_W64(4, 3), IQ2_W64(0, 4), IQ2_W64(2, 5)};
+
+/* Byte 8 k + j takes byte 8 j + k: within a 64-value register of 8 points,
+ * qword k gathers element k of each point. */
+static const uint8_t k_elem_major[64] = {
+    0, 8,  16, 24, 32, 40, 48, 56, 1, 9,  17, 25, 33, 41, 49, 57, 2, 10, 18, 26, 34, 42,
+    50, 58, 3, 11, 19, 27, 35, 43, 51, 59, 4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29,
+    37, 45, 53, 61, 6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63};
+
+/* The np activation pairs of a (2 np blocks) into t, element-major. */
+MS_SIMD_INLINE void iq2_act_transpose(const block_q8_K *a, int64_t np, struct iq2_act_pair *t) {
+    const __m512i em = _mm512_loadu_si512((const void *)k_elem_major);
+    /* an 8 x 8 transpose of qwords by three butterflies: at bit b, the
+     * registers i and i | b (i & b = 0) trade the qwords q whose bit b is
+     * not the register's, so that register and qword index swap bit b */
+    const __m512i lo1 = _mm512_setr_epi64(0, 8, 2, 10, 4, 12, 6, 14), hi1 = _mm512_setr_epi64(1, 9, 3, 11, 5, 13, 7, 15);
+    const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    const __m512i lo4 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), hi4 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    const __m256i sixty_four = _mm256_set1_epi16(64);
+    for (int64_t q = 0; q < np; q++) {
+        __m512i r[8];
+        for (int v = 0; v < 8; v++)
+            r[v] = _mm512_permutexvar_epi8(em, _mm512_loadu_si512((const void *)(a[2 * q + v / 4].qs + 64 * (v % 4))));
+        for (int i = 0; i < 8; i += 2) {
+            const __m512i x = r[i], y = r[i + 1];
+            r[i] = _mm512_permutex2var_epi64(x, lo1, y);
+            r[i + 1] = _mm512_permutex2var_epi64(x, hi1, y);
+        }
+        for (int i = 0; i < 8; i += (i & 1) ? 3 : 1) {
+            const __m512i x = r[i], y = r[i + 2];
+            r[i] = _mm512_permutex2var_epi64(x, lo2, y);
+            r[i + 2] = _mm512_permutex2var_epi64(x, hi2, y);
+        }
+        for (int i = 0; i < 4; i++) {
+            const __m512i x = r[i], y = r[i + 4];
+            r[i] = _mm512_permutex2var_epi64(x, lo4, y);
+            r[i + 4] = _mm512_permutex2var_epi64(x, hi4, y);
+        }
+        for (int k = 0; k < 8; k++) t[q].e[k] = r[k];
+        /* 64 (bsums[2 s] + bsums[2 s + 1]) = sub-block s's sum, times 64 */
+        const __m256i c0 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[2 * q].bsums), sixty_four);
+        const __m256i c1 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[2 * q + 1].bsums), sixty_four);
+        t[q].corr = cat256(c0, c1);
+    }
+}
+
+/* The two block sums of one expanded pair (k_pair_bytes point order, int32
+ * scales) against its element-major activations t: *t0 for the pair's
+ * first block, *t1 for its second, each the reference's bsum. */
+MS_SIMD_INLINE void iq2_pair_dot_em(const struct iq2_pair *e, const struct iq2_act_pair *t, int32_t *t0,
+                                    int32_t *t1) {
+    const __m512i l0 = e->lev[0], l1 = e->lev[1];
+    const __m512i l0s = _mm512_srli_epi16(l0, 2), l1s = _mm512_srli_epi16(l1, 2);
+    const __m512i s = e->sgn, sl = _mm512_slli_epi16(s, 2), sr = _mm512_srli_epi16(s, 4);
+    /* two accumulators: vpdpbusd's latency (4-5 cycles) times eight in one
+     * chain would be longer than the pair's other work */
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    /* the sign bit (mask bit sb) from S, the rest from L: (M & S) | (~M & L) */
+#define IQ2_EM(k, L, S, sb, tab)                                                                        \
+    acc[(k) & 1] = _mm512_dpbusd_epi32(                                                                 \
+        acc[(k) & 1],                                                                                   \
+        _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(L, S, _mm512_set1_epi8(1 << (sb)), 0xd8),     \
+                                _mm512_load_si512((const void *)k_w_lut[tab])),                         \
+        t->e[k])
+    IQ2_EM(0, l0, sl, 2, 0);
+    IQ2_EM(1, l0, s, 1, 1);
+    IQ2_EM(2, l0, s, 2, 2);
+    IQ2_EM(3, l0s, s, 3, 3);
+    IQ2_EM(4, l1, s, 4, 4);
+    IQ2_EM(5, l1, s, 5, 5);
+    IQ2_EM(6, l1, sr, 2, 2);
+    IQ2_EM(7, l1s, sr, 3, 3);
+#undef IQ2_EM
+    const __m512i v = _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_add_epi32(acc[0], acc[1]), t->corr), e->ls);
+    hsum2x256_i32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1), t0, t1);
 }
 
 /* One turn of the many-rows sequence: pair *p of row *r (expanded in cur)
@@ -249,17 +381,22 @@ MS_SIMD_INLINE void iq2_pair_dot1(const struct iq2_pair *e, const block_iq2_xxs 
  * next row's first) is expanded into next; at the row's last pair its
  * result goes to s[*r]. Advances (*r, *p); false when no pair is left. */
 MS_SIMD_INLINE bool iq2_rows_turn(const struct iq2_consts *c, const char *x, size_t x_stride, int64_t n_rows,
-                                  int64_t np, const block_q8_K *a, float *s, int64_t *r, int64_t *p,
-                                  float *sumf, const struct iq2_pair *cur, struct iq2_pair *next) {
+                                  int64_t np, const block_q8_K *a, const struct iq2_act_pair *t, float *s,
+                                  int64_t *r, int64_t *p, float *sumf, const struct iq2_pair *cur,
+                                  struct iq2_pair *next) {
     const block_iq2_xxs *w = (const block_iq2_xxs *)(x + (size_t)*r * x_stride);
     int64_t rn = *r, pn = *p + 1;
     if (pn == np) rn++, pn = 0;
     if (rn < n_rows) {
         const block_iq2_xxs *wn = (const block_iq2_xxs *)(x + (size_t)rn * x_stride);
         prefetch_ahead(&wn[2 * pn], 3); /* 132 bytes a pair */
-        iq2_pair_expand(c, &wn[2 * pn], &wn[2 * pn + 1], next);
+        iq2_pair_expand_as(c, &wn[2 * pn], &wn[2 * pn + 1], next, c->pair_bytes, false);
     }
-    iq2_pair_dot1(cur, w, a, 2 * *p, sumf);
+    const int64_t i = 2 * *p;
+    int32_t t0, t1;
+    iq2_pair_dot_em(cur, &t[*p], &t0, &t1);
+    *sumf += a[i].d * fp16_scale(w[i].d) * (float)t0;
+    *sumf += a[i + 1].d * fp16_scale(w[i + 1].d) * (float)t1;
     if (pn == 0) {
         s[*r] = 0.125f * *sumf;
         *sumf = 0.0f;
@@ -269,30 +406,28 @@ MS_SIMD_INLINE bool iq2_rows_turn(const struct iq2_consts *c, const char *x, siz
     return rn < n_rows;
 }
 
-/* Many rows against one token. A row of n_embd 1024 is only two pairs, and
- * the single dot's row loop starts each row with an expansion nothing
- * overlaps and ends it with a reduction nothing overlaps (in cache, 512 x
- * 1024: 10.0-10.4 GB/s that way, 11.4-11.8 this way). Here the pairs of
- * all rows are one sequence, each pair's successor (the next row's first,
- * at a row's end) expanded before its products, two pairs a turn so that
- * both expansions stay in registers. Rows of an odd block count take the
- * single dot. Every row's sum is the single dot's, operation for
- * operation. */
+/* Many rows against one token. A row of n_embd 1024 is only two pairs, so
+ * the pairs of all rows are one sequence, each pair's successor (the next
+ * row's first, at a row's end) expanded before its products, two pairs a
+ * turn so that both expansions stay in registers. Rows of an odd block
+ * count, or longer than IQ2_ROWS_MAX_PAIRS pairs, take the single dot. */
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) {
     const int64_t nb = n / QK_K, np = nb / 2;
-    if (nb == 0 || nb % 2) {
+    if (nb == 0 || nb % 2 || np > IQ2_ROWS_MAX_PAIRS) {
         for (int64_t r = 0; r < n_rows; r++)
             ms_dot_iq2_xxs_q8_K_avx512vbmi(n, s + r, (const char *)x + (size_t)r * x_stride, y);
         return;
     }
     if (n_rows <= 0) return;
+    struct iq2_act_pair t[IQ2_ROWS_MAX_PAIRS];
+    iq2_act_transpose(y, np, t);
     struct iq2_consts c;
     iq2_consts_load(&c);
     struct iq2_pair e0 = {0}, e1 = {0};
-    iq2_pair_expand(&c, &((const block_iq2_xxs *)x)[0], &((const block_iq2_xxs *)x)[1], &e0);
+    iq2_pair_expand_as(&c, &((const block_iq2_xxs *)x)[0], &((const block_iq2_xxs *)x)[1], &e0, c.pair_bytes, false);
     float sumf = 0.0f;
     int64_t r = 0, p = 0;
-    while (iq2_rows_turn(&c, x, x_stride, n_rows, np, y, s, &r, &p, &sumf, &e0, &e1) &&
-           iq2_rows_turn(&c, x, x_stride, n_rows, np, y, s, &r, &p, &sumf, &e1, &e0)) {
+    while (iq2_rows_turn(&c, x, x_stride, n_rows, np, y, t, s, &r, &p, &sumf, &e0, &e1) &&
+           iq2_rows_turn(&c, x, x_stride, n_rows, np, y, t, s, &r, &p, &sumf, &e1, &e0)) {
     }
 }
