@@ -390,7 +390,122 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot512_n(n, s, x, y, 4); }
 MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx512)
-MS_DEFINE_DOT_ROWS(q2_K, q8_K, avx512)
+
+/* ---- Q2_K many rows against one token (decode's routed down projection)
+ *
+ * The single dot lays a block's codes out to match the activations
+ * (a 32-byte broadcast, vpsrlvw and a mask a 64-value register, a vpermw
+ * for its scales) and reduces every block on its own. Here the
+ * activations are laid out once a call to match the codes instead:
+ * plane j of a block is (qs >> 2 j) & 3 over all 64 bytes (byte 32 h + l
+ * holds value 128 h + 32 j + l), so each register is a shift and a mask,
+ * its 128-bit lane k is one sub-block (8 (k / 2) + 2 j + k % 2) and takes
+ * its scale by an in-lane vpshufb of the 16 scales; and four blocks'
+ * sums (sumi and summ) are reduced at once. Integer sums and the float
+ * step are the single dot's, so every row's result is its bit for bit. */
+
+/* Activations of up to 32 blocks (8192 values) on the stack; longer rows
+ * take the single dot. */
+#define Q2K_ROWS_MAX_BLOCKS 32
+
+/* Plane j's scale words: lane k's eight int16 take byte (sub-block) 8 (k /
+ * 2) + 2 j + k % 2 of the scales broadcast to every lane (0x80: a zero
+ * high byte). */
+#define Q2K_SC_LANE(g) g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80
+#define Q2K_SC_PLANE(j) {Q2K_SC_LANE(2 * (j)), Q2K_SC_LANE(2 * (j) + 1), Q2K_SC_LANE(8 + 2 * (j)), Q2K_SC_LANE(9 + 2 * (j))}
+static const uint8_t k_q2k_plane_sc[4][64] __attribute__((aligned(64))) = {Q2K_SC_PLANE(0), Q2K_SC_PLANE(1),
+                                                                           Q2K_SC_PLANE(2), Q2K_SC_PLANE(3)};
+
+/* One block of a row against its plane-major activations act[0..3] (act[j]
+ * bytes 32 h + l = a->qs[128 h + 32 j + l]): *vi the scaled code products
+ * and *vm the min products, 8 int32 lanes each, whose sums are the single
+ * dot's sumi and summ. */
+MS_SIMD_INLINE void q2k_rows_block(const block_q2_K *b, const __m512i act[4], const block_q8_K *a, __m256i *vi,
+                                   __m256i *vm) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i q = _mm512_loadu_si512((const void *)b->qs);
+    const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_and_si128(scb, m4));
+    /* two accumulators: four vpdpwssd in one chain outlast the block */
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    MS_UNROLL4
+    for (int j = 0; j < 4; j++) {
+        const __m512i w = _mm512_and_si512(j ? _mm512_srli_epi16(q, 2 * j) : q, m3);
+        const __m512i scw = _mm512_shuffle_epi8(sc, _mm512_load_si512((const void *)k_q2k_plane_sc[j]));
+        acc[j & 1] = _mm512_dpwssd_epi32(acc[j & 1], _mm512_maddubs_epi16(w, act[j]), scw);
+    }
+    *vi = fold256_i32(_mm512_add_epi32(acc[0], acc[1]));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
+    *vm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mins);
+}
+
+/* One turn of the many-rows sequence: its next m blocks (m = 1..4, a
+ * constant), from block *i of row *r on. Their integer sums are reduced
+ * at once and their float steps (the single dot's ms_kq_block_sum_f32)
+ * run in four lanes, then are added to *sumf in order; a row's last block
+ * puts its result in s[row]. Advances (*r, *i). */
+MS_SIMD_INLINE void q2k_rows_turn(const char *x, size_t x_stride, int64_t nb, const __m512i (*act)[4],
+                                  const block_q8_K *a, const float *ad, float *s, int64_t *r, int64_t *i,
+                                  float *sumf, const int m) {
+    /* d and dmin, adjacent fp16 in a block, as one 32-bit word: the
+     * deinterleave after vcvtph2ps puts the four d in lanes 0-3 */
+    const __m256i dd_split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m256i v[8];
+    int32_t dd[4] = {0, 0, 0, 0};
+    int64_t br[4];
+    const int64_t i0 = *i;
+    for (int k = 0; k < 4; k++) {
+        if (k >= m) {
+            v[k] = v[4 + k] = _mm256_setzero_si256();
+            continue;
+        }
+        const block_q2_K *b = (const block_q2_K *)(x + (size_t)*r * x_stride) + *i;
+        prefetch_ahead(b, 2); /* 84 bytes a block */
+        q2k_rows_block(b, act[*i], &a[*i], &v[k], &v[4 + k]);
+        memcpy(&dd[k], &b->d, sizeof dd[k]);
+        br[k] = *r;
+        if (++*i == nb) *i = 0, ++*r;
+    }
+    const __m256 t = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(v)); /* sumi in lanes 0-3, summ in 4-7 */
+    const __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32(dd[0], dd[1], dd[2], dd[3])), dd_split);
+    const __m128 adv = _mm_loadu_ps(ad + i0);
+    const __m128 sd = _mm_mul_ps(adv, _mm256_castps256_ps128(dm));
+    const __m128 smin = _mm_mul_ps(adv, _mm256_extractf128_ps(dm, 1));
+    float f[4];
+    _mm_storeu_ps(f, _mm_sub_ps(_mm_mul_ps(sd, _mm256_castps256_ps128(t)), _mm_mul_ps(smin, _mm256_extractf128_ps(t, 1))));
+    for (int k = 0, p = (int)i0; k < m; k++, p++) {
+        *sumf += f[k];
+        if (p == nb - 1) { /* the row's last block */
+            s[br[k]] = *sumf;
+            *sumf = 0.0f;
+            p = -1;
+        }
+    }
+}
+
+MS_DECL_DOT_ROWS(q2_K, q8_K, avx512) {
+    const int64_t nb = n / QK_K;
+    const block_q8_K *a = y;
+    if (nb == 0 || nb > Q2K_ROWS_MAX_BLOCKS) {
+        for (int64_t r = 0; r < n_rows; r++)
+            ms_dot_q2_K_q8_K_avx512(n, s + r, (const char *)x + (size_t)r * x_stride, y);
+        return;
+    }
+    __m512i act[Q2K_ROWS_MAX_BLOCKS][4];
+    /* the activation scales of blocks j mod nb, so that four consecutive
+     * blocks of the sequence (which wraps at a row's end) are one load */
+    float ad[Q2K_ROWS_MAX_BLOCKS + 4];
+    for (int64_t i = 0; i < nb; i++)
+        for (int j = 0; j < 4; j++) act[i][j] = load2x32(a[i].qs + 32 * j, a[i].qs + 128 + 32 * j);
+    for (int64_t j = 0; j < nb + 4; j++) ad[j] = a[j % nb].d;
+    float sumf = 0.0f;
+    int64_t r = 0, i = 0, left = n_rows > 0 ? n_rows * nb : 0;
+    for (; left >= 4; left -= 4) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 4);
+    if (left == 3) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 3);
+    if (left == 2) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 2);
+    if (left == 1) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 1);
+}
 
 /* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
 
