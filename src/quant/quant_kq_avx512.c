@@ -6,6 +6,8 @@
  * (two Q4_K sub-blocks, a quarter of a Q2_K block, two IQ2_XXS sub-blocks,
  * whose 64 sign bits become one mask register applied with a masked
  * subtract); VNNI's dpwssd applies the int16 scales and accumulates.
+ * Q2_K's many-rows dot (decode) turns that around: it lays the token's
+ * activations out once a call to match the codes.
  */
 #include <immintrin.h>
 #include <math.h>
