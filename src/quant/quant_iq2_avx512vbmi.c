@@ -260,9 +260,10 @@ MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi) { iq2xxs_dot_vbmi_n(n, s, x, y, 4); }
  * - vpdpbusd multiplies those unsigned bytes with the signed activations
  *   and adds each 4 products into a dword. Dword l of every register then
  *   covers points 4 l .. 4 l + 3, which is sub-block l % 8 of block l / 8:
- *   one accumulator takes all eight registers, and the scales multiply it
- *   once a pair (vpmulld), after the offset is taken off: 64 times each
- *   sub-block's activation sum, from Q8_K's bsums.
+ *   the eight registers share their accumulators (two, for vpdpbusd's
+ *   latency), and the scales multiply the sum once a pair (vpmulld),
+ *   after the offset is taken off: 64 times each sub-block's activation
+ *   sum, from Q8_K's bsums.
  *
  * The integer sums are the reference's exactly (the largest dword, 8 * 4 *
  * 107 * 128 before the scale of 31, is far from overflow), and the float
@@ -286,7 +287,7 @@ struct iq2_act_pair {
 
 /* Byte i of k_w_lut[t]: 64 + the weight whose 2-bit level field is at bits
  * f, f + 1 of i and whose sign is bit s (set: negative), for table t's (f,
- * s) in k_w_fs; the other bits of i are ignored. Magnitudes 8, 25, 43 are
+ * s) as listed below; the other bits of i are ignored. Magnitudes 8, 25, 43 are
  * the IQ2_XXS grid's levels (0x08, 0x19, 0x2b). */
 #define IQ2_W_MAG(x) ((x) == 0 ? 8 : (x) == 1 ? 25 : (x) == 2 ? 43 : 0)
 #define IQ2_W(i, f, s) (uint8_t)(64 + ((((i) >> (s)) & 1) ? -1 : 1) * IQ2_W_MAG(((i) >> (f)) & 3))
