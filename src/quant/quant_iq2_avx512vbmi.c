@@ -309,35 +309,39 @@ static const uint8_t k_elem_major[64] = {
     50, 58, 3, 11, 19, 27, 35, 43, 51, 59, 4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29,
     37, 45, 53, 61, 6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63};
 
-/* The np activation pairs of a (2 np blocks) into t, element-major. */
+/* One butterfly of an 8 x 8 qword transpose: registers i and i | b (i & b
+ * = 0) trade the qwords q whose bit b differs from the register's, so that
+ * register and qword index swap bit b. The permute picks qword q of the
+ * pair as q & b ? (i | b)'s q ^ b : i's q for register i, q & b ? (i |
+ * b)'s q : i's q ^ b for register i | b. */
+MS_SIMD_INLINE void qword_butterfly(__m512i r[8], const int b) {
+    int64_t lo[8], hi[8];
+    for (int q = 0; q < 8; q++) {
+        lo[q] = q & b ? 8 + (q ^ b) : q;
+        hi[q] = q & b ? 8 + q : q ^ b;
+    }
+    const __m512i il = _mm512_loadu_si512((const void *)lo), ih = _mm512_loadu_si512((const void *)hi);
+    for (int i = 0; i < 8; i++) {
+        if (i & b) continue;
+        const __m512i x = r[i], y = r[i | b];
+        r[i] = _mm512_permutex2var_epi64(x, il, y);
+        r[i | b] = _mm512_permutex2var_epi64(x, ih, y);
+    }
+}
+
+/* The np activation pairs of a (2 np blocks) into t, element-major: each
+ * register's bytes gathered by element (qword k: element k of its 8
+ * points), then the qwords transposed across the pair's 8 registers. */
 MS_SIMD_INLINE void iq2_act_transpose(const block_q8_K *a, int64_t np, struct iq2_act_pair *t) {
     const __m512i em = _mm512_loadu_si512((const void *)k_elem_major);
-    /* an 8 x 8 transpose of qwords by three butterflies: at bit b, the
-     * registers i and i | b (i & b = 0) trade the qwords q whose bit b is
-     * not the register's, so that register and qword index swap bit b */
-    const __m512i lo1 = _mm512_setr_epi64(0, 8, 2, 10, 4, 12, 6, 14), hi1 = _mm512_setr_epi64(1, 9, 3, 11, 5, 13, 7, 15);
-    const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    const __m512i lo4 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), hi4 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     const __m256i sixty_four = _mm256_set1_epi16(64);
     for (int64_t q = 0; q < np; q++) {
         __m512i r[8];
         for (int v = 0; v < 8; v++)
             r[v] = _mm512_permutexvar_epi8(em, _mm512_loadu_si512((const void *)(a[2 * q + v / 4].qs + 64 * (v % 4))));
-        for (int i = 0; i < 8; i += 2) {
-            const __m512i x = r[i], y = r[i + 1];
-            r[i] = _mm512_permutex2var_epi64(x, lo1, y);
-            r[i + 1] = _mm512_permutex2var_epi64(x, hi1, y);
-        }
-        for (int i = 0; i < 8; i += (i & 1) ? 3 : 1) {
-            const __m512i x = r[i], y = r[i + 2];
-            r[i] = _mm512_permutex2var_epi64(x, lo2, y);
-            r[i + 2] = _mm512_permutex2var_epi64(x, hi2, y);
-        }
-        for (int i = 0; i < 4; i++) {
-            const __m512i x = r[i], y = r[i + 4];
-            r[i] = _mm512_permutex2var_epi64(x, lo4, y);
-            r[i + 4] = _mm512_permutex2var_epi64(x, hi4, y);
-        }
+        qword_butterfly(r, 1);
+        qword_butterfly(r, 2);
+        qword_butterfly(r, 4);
         for (int k = 0; k < 8; k++) t[q].e[k] = r[k];
         /* 64 (bsums[2 s] + bsums[2 s + 1]) = sub-block s's sum, times 64 */
         const __m256i c0 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[2 * q].bsums), sixty_four);

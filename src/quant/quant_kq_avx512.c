@@ -414,7 +414,8 @@ MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx512)
  * 2) + 2 j + k % 2 of the scales broadcast to every lane (0x80: a zero
  * high byte). */
 #define Q2K_SC_LANE(g) g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80, g, 0x80
-#define Q2K_SC_PLANE(j) {Q2K_SC_LANE(2 * (j)), Q2K_SC_LANE(2 * (j) + 1), Q2K_SC_LANE(8 + 2 * (j)), Q2K_SC_LANE(9 + 2 * (j))}
+#define Q2K_SC_PLANE(j) \
+    {Q2K_SC_LANE(2 * (j)), Q2K_SC_LANE(2 * (j) + 1), Q2K_SC_LANE(8 + 2 * (j)), Q2K_SC_LANE(9 + 2 * (j))}
 static const uint8_t k_q2k_plane_sc[4][64] __attribute__((aligned(64))) = {Q2K_SC_PLANE(0), Q2K_SC_PLANE(1),
                                                                            Q2K_SC_PLANE(2), Q2K_SC_PLANE(3)};
 
@@ -470,12 +471,14 @@ MS_SIMD_INLINE void q2k_rows_turn(const char *x, size_t x_stride, int64_t nb, co
         if (++*i == nb) *i = 0, ++*r;
     }
     const __m256 t = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(v)); /* sumi in lanes 0-3, summ in 4-7 */
-    const __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32(dd[0], dd[1], dd[2], dd[3])), dd_split);
+    const __m128i dd4 = _mm_setr_epi32(dd[0], dd[1], dd[2], dd[3]);
+    const __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dd4), dd_split);
     const __m128 adv = _mm_loadu_ps(ad + i0);
     const __m128 sd = _mm_mul_ps(adv, _mm256_castps256_ps128(dm));
     const __m128 smin = _mm_mul_ps(adv, _mm256_extractf128_ps(dm, 1));
     float f[4];
-    _mm_storeu_ps(f, _mm_sub_ps(_mm_mul_ps(sd, _mm256_castps256_ps128(t)), _mm_mul_ps(smin, _mm256_extractf128_ps(t, 1))));
+    const __m128 sumi = _mm256_castps256_ps128(t), summ = _mm256_extractf128_ps(t, 1);
+    _mm_storeu_ps(f, _mm_sub_ps(_mm_mul_ps(sd, sumi), _mm_mul_ps(smin, summ)));
     for (int k = 0, p = (int)i0; k < m; k++, p++) {
         *sumf += f[k];
         if (p == nb - 1) { /* the row's last block */
