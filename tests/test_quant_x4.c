@@ -342,8 +342,10 @@ static void test_dot_rows_q8_0(void **state) {
  * against its table's single dot, bit for bit: 1-7 rows at a stride with
  * a gap, several row lengths, random weights and activations. On a SIMD
  * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. 8192 and 8704 are
- * the VBMI IQ2_XXS form's largest element-major activation (16 block
- * pairs) and the first length past it (its single-dot fallback). */
+ * the element-major IQ2_XXS forms' largest activation (16 block pairs
+ * with VBMI, 32 blocks without) and the first length past it (their
+ * single-dot fallback); 1-7 rows of 1, 4, 5 and 16 blocks give the
+ * VBMI-less form's four-block turns every tail length. */
 static void test_dot_rows_table(void **state) {
     (void)state;
     ms_rng r;

@@ -214,11 +214,11 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
 /* The many-rows dots (ms_vec_dot_rows_fn), from the set each format's single
  * dot comes from (the scalar table has none): decode's one-token matmuls
  * call them once a tile instead of the single dot once a row. Q8_0, Q8_0
- * x Q16_0 and Q2_K have AVX-512 kernels of their own and IQ2_XXS a VBMI
- * one (the activation prepared once a call; quant_basic_avx512.c,
- * quant_q16_avx512.c, quant_kq_avx512.c, quant_iq2_avx512vbmi.c), the
- * others are their single dot inlined in a loop over rows
- * (MS_DEFINE_DOT_ROWS). One
+ * x Q16_0, Q2_K and IQ2_XXS have AVX-512 kernels of their own, IQ2_XXS a
+ * VBMI one besides (the activation prepared once a call;
+ * quant_basic_avx512.c, quant_q16_avx512.c, quant_kq_avx512.c,
+ * quant_iq2_avx512.c, quant_iq2_avx512vbmi.c), the others are their single
+ * dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
  * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
  * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
 static void attach_rows(struct ms_type_traits *tab, enum isa isa, bool split) {

@@ -391,7 +391,6 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot512_n(n, s, x, y, 4); }
-MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx512)
 
 /* ---- Q2_K many rows against one token (decode's routed down projection)
  *
