@@ -191,9 +191,10 @@ const char *ms_quant_isa(void);
  * this CPU splits 512-bit operations in two (AMD Zen 4; quant_dispatch.c,
  * split_isa; MS_AVX512_SPLIT=0|1 overrides). False for the other sets. */
 bool ms_quant_avx512_split(void);
-/* Whether the AVX-512 set in use runs the IQ2_XXS dots on the VBMI kernels
- * (a full-width part that reports AVX512_VBMI; quant_dispatch.c,
- * attach_vbmi; MS_AVX512_VBMI=0 turns them off). False for the other sets. */
+/* Whether the AVX-512 set in use runs IQ2_XXS dots on the VBMI kernels
+ * (a part that reports AVX512_VBMI: all three forms on a full-width part,
+ * the many-rows form alone on a split one; quant_dispatch.c, attach_vbmi;
+ * MS_AVX512_VBMI=0 turns them off). False for the other sets. */
 bool ms_quant_avx512_vbmi(void);
 
 /* Traits of a type, or NULL for an id that is not a ggml type. The active

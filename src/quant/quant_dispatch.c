@@ -333,19 +333,32 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     }
 }
 
-/* IQ2_XXS single, four-token and many-rows dots on a full-width AVX-512 part
- * with VBMI: the sign and magnitude expansions in byte permutes
+/* IQ2_XXS single, four-token and many-rows dots on an AVX-512 part with
+ * VBMI: the sign and magnitude expansions in byte permutes
  * (quant_iq2_avx512vbmi.c). Measured on a Zen 5 core, bench_kernels -t 1
  * --types iq2_xxs --rows 512 --cols 1024 --batches 1,4 --working-set 512,
  * best of three interleaved with MS_AVX512_VBMI=0: one token 9.1-9.4
  * against 6.2-6.9 GB/s, four tokens 122-125 against 99-103 GFLOPS
- * (bench/RESULTS.md, "IQ2_XXS in byte permutes"). Bit for bit the
- * reference's, as every IQ2_XXS kernel is, so it mixes with the others.
- * Split parts (Zen 4) keep their AVX2 forms: unmeasured there. */
-static void attach_vbmi(struct ms_type_traits *tab) {
+ * (bench/RESULTS.md, "IQ2_XXS in byte permutes"); the many-rows form
+ * (decode) 18.6-19.5 in cache. Bit for bit the reference's, as every
+ * IQ2_XXS kernel is, so it mixes with the others.
+ *
+ * A split part (Zen 4) takes the many-rows form only, on a prediction
+ * not yet measured on one. On the Zen 4 core of bench/RESULTS.md ("Zen 4
+ * scaling run") a 512-bit kernel lost to its AVX2 twin where both did
+ * about the same operations a block (the scalar-lookup IQ2_XXS dot then:
+ * 4.16 against 4.34 GB/s) and won where the 512-bit form needed far fewer
+ * (the VNNI token-lane GEMMs, 1.4-1.8x). The many-rows VBMI form is about
+ * 30 instructions a block against the AVX2 dot's 260, and 4.1x it on Zen 5
+ * (19.5 against 4.7 GB/s in cache); at twice the cost an instruction it
+ * stays several times ahead. Its single and four-token forms do far more
+ * a block (the per-register sign and magnitude expansion) and stay on the
+ * AVX2 set. MS_AVX512_VBMI=0 restores the AVX2 form. */
+static void attach_vbmi(struct ms_type_traits *tab, bool split) {
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
+    if (split) return;
     tab[MS_TYPE_IQ2_XXS].vec_dot = ms_dot_iq2_xxs_q8_K_avx512vbmi;
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = ms_dot_iq2_xxs_q8_K_x4_avx512vbmi;
-    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
@@ -381,9 +394,9 @@ const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_t
     const enum isa cap = env_cap();
     if (isa > cap) isa = cap;
     *split = isa == ISA_AVX512 && cpu_avx512_split();
-    *vbmi = isa == ISA_AVX512 && !*split && cpu_avx512_vbmi();
+    *vbmi = isa == ISA_AVX512 && cpu_avx512_vbmi();
     attach(ref, ISA_SCALAR, false);
     attach(active, isa, *split);
-    if (*vbmi) attach_vbmi(active);
+    if (*vbmi) attach_vbmi(active, *split);
     return isa_names[isa];
 }
