@@ -82,11 +82,9 @@ static void iq2w_act_transpose(const block_q8_K *a, int64_t nb, struct iq2w_act 
     }
 }
 
-/* Byte i of a table: 64 + the weight whose 2-bit level is at bits f, f + 1
- * of i and whose sign is bit sb (set: negative); 8, 25, 43 are the grid's
- * magnitudes. Table A: f 0, sign bit 2; table B: f 2, sign bit 1. */
-#define IQ2W_MAG(x) ((x) == 0 ? 8 : (x) == 1 ? 25 : 43)
-#define IQ2W_W(i, f, sb) (char)(64 + ((((i) >> (sb)) & 1) ? -1 : 1) * IQ2W_MAG(((i) >> (f)) & 3))
+/* A 16-entry table of MS_IQ2_W_OFFSET: level field at bits f, f + 1,
+ * sign at bit sb. Table A: f 0, sign bit 2; table B: f 2, sign bit 1. */
+#define IQ2W_W(i, f, sb) (char)MS_IQ2_W_OFFSET(i, f, sb)
 #define IQ2W_LUT(f, sb)                                                                                      \
     _mm_setr_epi8(IQ2W_W(0, f, sb), IQ2W_W(1, f, sb), IQ2W_W(2, f, sb), IQ2W_W(3, f, sb), IQ2W_W(4, f, sb), \
                   IQ2W_W(5, f, sb), IQ2W_W(6, f, sb), IQ2W_W(7, f, sb), IQ2W_W(8, f, sb), IQ2W_W(9, f, sb), \
@@ -160,12 +158,7 @@ MS_SIMD_INLINE __m512i iq2w_block(const struct iq2w_consts *c, const block_iq2_x
  * (float) cast of the int32 sum) in 128-bit lane k for block k (all four
  * floats of a lane equal). */
 MS_SIMD_INLINE __m512 iq2w_sums4(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
-    const __m512i z01 = _mm512_add_epi32(_mm512_shuffle_i64x2(r0, r1, 0x88), _mm512_shuffle_i64x2(r0, r1, 0xdd));
-    const __m512i z23 = _mm512_add_epi32(_mm512_shuffle_i64x2(r2, r3, 0x88), _mm512_shuffle_i64x2(r2, r3, 0xdd));
-    __m512i z = _mm512_add_epi32(_mm512_shuffle_i64x2(z01, z23, 0x88), _mm512_shuffle_i64x2(z01, z23, 0xdd));
-    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0x4e));
-    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0xb1));
-    return _mm512_cvtepi32_ps(z);
+    return lane_sums_i32_ps(lane_pairs_add_i32(lane_pairs_add_i32(r0, r1), lane_pairs_add_i32(r2, r3)));
 }
 
 /* One turn of the many-rows sequence: its next m blocks (m 1..4, a

@@ -285,12 +285,9 @@ struct iq2_act_pair {
     __m512i corr;
 };
 
-/* Byte i of k_w_lut[t]: 64 + the weight whose 2-bit level field is at bits
- * f, f + 1 of i and whose sign is bit s (set: negative), for table t's (f,
- * s) as listed below; the other bits of i are ignored. Magnitudes 8, 25, 43 are
- * the IQ2_XXS grid's levels (0x08, 0x19, 0x2b). */
-#define IQ2_W_MAG(x) ((x) == 0 ? 8 : (x) == 1 ? 25 : (x) == 2 ? 43 : 0)
-#define IQ2_W(i, f, s) (uint8_t)(64 + ((((i) >> (s)) & 1) ? -1 : 1) * IQ2_W_MAG(((i) >> (f)) & 3))
+/* Byte i of k_w_lut[t]: MS_IQ2_W_OFFSET(i, f, s) for table t's (f, s) as
+ * listed below; the other bits of i are ignored. */
+#define IQ2_W(i, f, s) MS_IQ2_W_OFFSET(i, f, s)
 #define IQ2_W8(b, f, s)                                                                                      \
     IQ2_W(b, f, s), IQ2_W(b + 1, f, s), IQ2_W(b + 2, f, s), IQ2_W(b + 3, f, s), IQ2_W(b + 4, f, s),         \
         IQ2_W(b + 5, f, s), IQ2_W(b + 6, f, s), IQ2_W(b + 7, f, s)
@@ -387,10 +384,7 @@ MS_SIMD_INLINE __m512i iq2_pair_dot_em(const struct iq2_pair *e, const struct iq
  * reduction a pair (in cache, 512 x 1024: 16.5-16.8 GB/s one a pair,
  * 18.6-18.9 this way). */
 MS_SIMD_INLINE __m512 iq2_block_sums4(__m512i va, __m512i vb) {
-    __m512i z = _mm512_add_epi32(_mm512_shuffle_i64x2(va, vb, 0x88), _mm512_shuffle_i64x2(va, vb, 0xdd));
-    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0x4e));
-    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0xb1));
-    return _mm512_cvtepi32_ps(z);
+    return lane_sums_i32_ps(lane_pairs_add_i32(va, vb));
 }
 
 /* The pair after (*r, *p) in the many-rows sequence (the row's next, or

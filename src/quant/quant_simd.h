@@ -265,6 +265,20 @@ static inline __m512i cat256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* The 128-bit lane pairs of a and b summed (int32): lanes 0 and 1 of the
+ * result hold a's lanes 0 + 1 and 2 + 3, lanes 2 and 3 b's. */
+static inline __m512i lane_pairs_add_i32(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xdd));
+}
+
+/* Each 128-bit lane's four int32 summed (exactly) and converted to float
+ * as a (float) cast does (round to nearest), in all four of its lanes. */
+static inline __m512 lane_sums_i32_ps(__m512i z) {
+    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0x4e));
+    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, 0xb1));
+    return _mm512_cvtepi32_ps(z);
+}
+
 static inline __m512i load2x32(const void *lo, const void *hi) {
     return cat256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
 }
