@@ -428,7 +428,10 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->gemm_tok, ms_gemm_q2_K_q8_Kx16_avx512);
-        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->gemm_tok, ms_gemm_iq2_xxs_q8_Kx16_avx512);
+        /* IQ2_XXS's GEMM: the byte-permute expansion wherever the part has VBMI */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->gemm_tok, ms_quant_avx512_vbmi()
+                                                                          ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
+                                                                          : ms_gemm_iq2_xxs_q8_Kx16_avx512);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q8_0x16_avx512);
         assert_int_equal(q8->gemm_tok_lanes, 16);
         assert_ptr_equal(q8->gemm_tok_f32, ms_gemm_q8_0_f32x16_avx512);

@@ -353,9 +353,19 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
  * (19.5 against 4.7 GB/s in cache); at twice the cost an instruction it
  * stays several times ahead. Its single and four-token forms do far more
  * a block (the per-register sign and magnitude expansion) and stay on the
- * AVX2 set. MS_AVX512_VBMI=0 restores the AVX2 form. */
+ * AVX2 set. MS_AVX512_VBMI=0 restores the AVX2 form.
+ *
+ * The 16-lane token GEMM (prefill) takes the byte-permute expansion on
+ * every VBMI part: its products are the VBMI-less form's, its expansion
+ * about 40 instructions a block and row against 240 (bench_kernels -t 1
+ * --types iq2_xxs --rows 512 --cols 1024 --batches 8,16,32 --working-set
+ * 0, a routed expert's shape and token counts, Zen 5, best GFLOPS: 8
+ * tokens 121-130 against 103-108, 16 and 32 tokens 228-240 against
+ * 194-206). On a split part this too is a prediction: the same 512-bit
+ * products, fewer 512-bit operations. */
 static void attach_vbmi(struct ms_type_traits *tab, bool split) {
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].gemm_tok = ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi;
     if (split) return;
     tab[MS_TYPE_IQ2_XXS].vec_dot = ms_dot_iq2_xxs_q8_K_avx512vbmi;
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = ms_dot_iq2_xxs_q8_K_x4_avx512vbmi;

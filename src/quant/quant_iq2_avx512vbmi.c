@@ -41,6 +41,7 @@
 #include "quant/iq2_grid.h"
 #include "quant/quant_impl.h"
 #include "quant/quant_kq.h"
+#include "quant/quant_kq_iq2.h"
 #include "quant/quant_simd.h"
 
 /* Byte p of a block pair's gather: block p / 32's group p % 32, the byte
@@ -461,3 +462,58 @@ MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) {
         ra = rc, pa = pc;
     }
 }
+
+/* ---- The 16-lane token GEMM (prefill): the weights expanded by byte
+ * permutes.
+ *
+ * The AVX-512 token-lane GEMM (quant_kq_avx512.c) expands each row's block
+ * once per pack of 16 tokens into 256 offset-binary weights, then runs 64
+ * broadcast vpdpbusd against the pack. Its expansion, by 8-byte grid and
+ * sign-row loads and inserts, is about 240 instructions a block and row,
+ * as many as the products; a routed expert in prefill sees one or two
+ * packs (12-48 tokens of a 512-2048-token prompt for 256 experts, top 6),
+ * so the expansion is not amortized. Here the pair expansion above takes a
+ * block of each of the GEMM's two rows (iq2_pair_expand), and each
+ * 64-value register of weights is five instructions from it: the level
+ * bytes' permute, vpmultishiftqb for the 2-bit fields, one vpermb for the
+ * positive weights, vpshufbitqmb for the sign mask and a masked vpermb for
+ * the negative ones (both tables hold 128 + {8, 25, 43} and 128 - them).
+ * The products are quant_kq_iq2.h's, shared with the VBMI-less form, so
+ * the results are the same bits: the reference's. */
+
+/* Row blk's (0 or 1) block of the pair e, as 256 weights in value order
+ * offset by 128, into wu. */
+MS_SIMD_INLINE void iq2_pair_weights_u8(const struct iq2_pair *e, const int blk, uint8_t wu[QK_K]) {
+    const __m512i lev_shift = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i pos = _mm512_set1_epi32((int)0x80ab9988u); /* byte i: 128 + {8, 25, 43, -}[i % 4] */
+    const __m512i neg = _mm512_set1_epi32((int)0x80556778u); /* 128 - {8, 25, 43, -}[i % 4] */
+    const __m512i sign_bit = _mm512_set1_epi64(0x0706050403020100ll);
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < 4; v++) {
+        const int r = 4 * blk + v;
+        const __m512i lb =
+            _mm512_permutex2var_epi8(e->lev[0], _mm512_loadu_si512((const void *)k_lev_map[r]), e->lev[1]);
+        const __m512i f = _mm512_multishift_epi64_epi8(lev_shift, lb);
+        const __mmask64 m =
+            _mm512_bitshuffle_epi64_mask(e->sgn, _mm512_add_epi8(sign_bit, _mm512_set1_epi8((char)(8 * r))));
+        _mm512_store_si512((void *)(wu + 64 * v),
+                           _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(f, pos), m, f, neg));
+    }
+}
+
+/* Block i of R (1 or 2, a constant) rows b[k] against the pack ab, added to
+ * accf[k] (MS_DEFINE_GEMM_KQ_X16's step). */
+MS_SIMD_INLINE void iq2xxs_block_x16_vbmi(const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
+                                          const int R) {
+    struct iq2_consts c;
+    iq2_consts_load(&c);
+    struct iq2_pair e;
+    iq2_pair_expand(&c, b[0], b[1], &e);
+    uint8_t wu[2][QK_K] __attribute__((aligned(64)));
+    uint32_t ls[2][8] __attribute__((aligned(64)));
+    _mm512_store_si512((void *)ls, e.ls); /* dword 8 blk + s: block blk's sub-block s */
+    for (int k = 0; k < R; k++) iq2_pair_weights_u8(&e, k, wu[k]);
+    iq2xxs_x16_products(wu, ls, b, ab, accf, R);
+}
+
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi, block_iq2_xxs, iq2xxs_block_x16_vbmi, iq2xxs_x16_finish)

@@ -657,15 +657,9 @@ MS_SIMD_INLINE void q2k_block_x16(const block_q2_K *const b[2], const block_q8_K
 }
 
 /* IQ2_XXS: the row's block is expanded once into signed weights (grid
- * magnitudes with their signs, -43..43) and stored offset by 128 as the
- * unsigned operand of vpdpbusd, four of them broadcast per step against
- * the 16 tokens' activations. A 32-value sub-block's sum per token then
- * holds 128 times the sum of its activations too, which the pack already
- * has (bsp: bsub[ib] = bsums[2 ib] + bsums[2 ib + 1]): the block's
- * sum_ib ls_ib * sumi_ib is sum_ib ls_ib * T_ib minus 128 * sum_ib ls_ib *
- * bsub_ib, all exact in int32 (|T_ib| <= 32 * 171 * 128, ls_ib <= 31).
- * The float step is the reference's, (ad * d) * bsum per block, 0.125 *
- * the row's sum at the end. */
+ * magnitudes with their signs, -43..43) and stored offset by 128, the
+ * products as quant_kq_iq2.h's iq2xxs_x16_products (the VBMI set's GEMM
+ * expands by byte permutes instead, quant_iq2_avx512vbmi.c). */
 MS_SIMD_INLINE void iq2xxs_block_x16(const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
                                      const int R) {
     uint8_t wu[2][QK_K] __attribute__((aligned(64)));
@@ -681,76 +675,13 @@ MS_SIMD_INLINE void iq2xxs_block_x16(const block_iq2_xxs *const b[2], const bloc
             _mm256_store_si256((__m256i *)(wu[k] + 32 * ib), _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
         }
     }
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 8")
-    for (int ib = 0; ib < 8; ib++) {
-        __m512i t[2][2];
-        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[ib][j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, wu[k] + 32 * ib + 4 * j, 4);
-                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        /* ls[k][ib] holds 2 s + 1 in both int16 halves: the low one is the scale */
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]),
-                                                                   _mm512_set1_epi32((int)(ls[k][ib] & 0xffff))));
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* 128 * sum_ib ls_ib * bsub_ib: bsp[p] pairs (bsub[2p], bsub[2p + 1]) */
-        __m512i corr = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++) {
-            const int lp = (int)((ls[k][2 * p] & 0xffff) | (ls[k][2 * p + 1] << 16));
-            corr = _mm512_add_epi32(corr, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(lp)));
-        }
-        const __m512i bsum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(corr, 7));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
-                                                       _mm512_cvtepi32_ps(bsum)));
-    }
+    iq2xxs_x16_products(wu, ls, b, ab, accf, R);
 }
-
-
-/* Rows in pairs (a last odd row alone), each over all nb blocks. */
-#define MS_DEFINE_GEMM_X16(fmt, blk)                                                                       \
-    void ms_gemm_##fmt##_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, \
-                                        size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) { \
-        const block_q8_Kx16 *a = pack;                                                                     \
-        const int64_t nb = n / QK_K;                                                                       \
-        for (int64_t r = 0; r < n_rows; r += 2) {                                                          \
-            const int R = r + 1 < n_rows ? 2 : 1;                                                          \
-            const blk *b0 = (const blk *)((const char *)w + (size_t)r * w_stride);                         \
-            const blk *b1 = R == 2 ? (const blk *)((const char *)b0 + w_stride) : b0;                     \
-            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                    \
-            if (R == 2) {                                                                                  \
-                for (int64_t i = 0; i < nb; i++) {                                                         \
-                    const blk *const bb[2] = {&b0[i], &b1[i]};                                             \
-                    fmt##_block_x16_fn(bb, &a[i], acc, 2);                                                 \
-                }                                                                                          \
-                x16_store(y, ldy, r + 1, fmt##_x16_finish(acc[1]), nt);                                   \
-            } else {                                                                                       \
-                for (int64_t i = 0; i < nb; i++) {                                                         \
-                    const blk *const bb[2] = {&b0[i], &b0[i]};                                             \
-                    fmt##_block_x16_fn(bb, &a[i], acc, 1);                                                 \
-                }                                                                                          \
-            }                                                                                              \
-            x16_store(y, ldy, r, fmt##_x16_finish(acc[0]), nt);                                           \
-        }                                                                                                  \
-    }
 
 /* the row's sum -> the result: IQ2_XXS's grid is 8 x its values (the
  * reference's 0.125 * sumf), the others are final */
 static inline __m512 q4_K_x16_finish(__m512 v) { return v; }
 static inline __m512 q2_K_x16_finish(__m512 v) { return v; }
-static inline __m512 iq2_xxs_x16_finish(__m512 v) { return _mm512_mul_ps(_mm512_set1_ps(0.125f), v); }
-#define q4_K_block_x16_fn q4k_block_x16
-#define q2_K_block_x16_fn q2k_block_x16
-#define iq2_xxs_block_x16_fn iq2xxs_block_x16
-MS_DEFINE_GEMM_X16(q4_K, block_q4_K)
-MS_DEFINE_GEMM_X16(q2_K, block_q2_K)
-MS_DEFINE_GEMM_X16(iq2_xxs, block_iq2_xxs)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q4_K_q8_Kx16_avx512, block_q4_K, q4k_block_x16, q4_K_x16_finish)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q2_K_q8_Kx16_avx512, block_q2_K, q2k_block_x16, q2_K_x16_finish)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512, block_iq2_xxs, iq2xxs_block_x16, iq2xxs_x16_finish)

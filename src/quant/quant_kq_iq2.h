@@ -7,7 +7,10 @@
  * parity included), which the token-lane GEMMs expand once per row and
  * block. The AVX2 single-token and four-token dots use the same tables in
  * 128-bit halves (quant_kq_avx2.c); the AVX-512 ones look the grid up in
- * registers instead (quant_kq_avx512.c).
+ * registers instead (quant_kq_avx512.c). The 512-bit section has the
+ * 16-lane GEMMs' products over expanded weights, shared by the VBMI-less
+ * expansion (quant_kq_avx512.c) and the byte-permute one
+ * (quant_iq2_avx512vbmi.c).
  */
 #ifndef MS_QUANT_KQ_IQ2_H
 #define MS_QUANT_KQ_IQ2_H
@@ -44,5 +47,59 @@ MS_SIMD_INLINE __m256i iq2xxs_signs4(uint32_t s32) {
                              (long long)ms_iq2_signs64[(s32 >> 7) & 127],
                              (long long)ms_iq2_signs64[s32 & 127]);
 }
+
+#ifdef __AVX512F__
+/* The products of IQ2_XXS block i of R (1 or 2, a constant) rows with a
+ * pack of 16 tokens (the AVX-512 token-lane GEMMs): wu[k] holds row k's
+ * 256 signed weights in value order, offset by 128 (the unsigned operand
+ * of vpdpbusd), ls[k][ib] sub-block ib's 2 s + 1 in its low int16, b[k]
+ * the block (its d). Four weights of a row are broadcast per step against
+ * the 16 tokens' activations; a 32-value sub-block's sum per token then
+ * holds 128 times the sum of its activations too, which the pack already
+ * has (bsp: bsub[ib] = bsums[2 ib] + bsums[2 ib + 1]): the block's sum_ib
+ * ls_ib * sumi_ib is sum_ib ls_ib * T_ib minus 128 * sum_ib ls_ib *
+ * bsub_ib, all exact in int32 (|T_ib| <= 32 * 171 * 128, ls_ib <= 31).
+ * The float step is the reference's, (ad * d) * bsum added to accf[k];
+ * iq2xxs_x16_finish applies its 0.125 at the row's end. */
+MS_SIMD_INLINE void iq2xxs_x16_products(const uint8_t wu[2][QK_K], const uint32_t ls[2][8],
+                                        const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
+                                        const int R) {
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 8")
+    for (int ib = 0; ib < 8; ib++) {
+        __m512i t[2][2];
+        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[ib][j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, wu[k] + 32 * ib + 4 * j, 4);
+                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]),
+                                                                   _mm512_set1_epi32((int)(ls[k][ib] & 0xffff))));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* 128 * sum_ib ls_ib * bsub_ib: bsp[p] pairs (bsub[2p], bsub[2p + 1]) */
+        __m512i corr = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            const int lp = (int)((ls[k][2 * p] & 0xffff) | (ls[k][2 * p + 1] << 16));
+            corr = _mm512_add_epi32(corr, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(lp)));
+        }
+        const __m512i bsum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(corr, 7));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
+                                                       _mm512_cvtepi32_ps(bsum)));
+    }
+}
+
+/* A row's 16 token sums -> its results: the grid is 8 x its values (the
+ * reference's 0.125 * sumf). */
+static inline __m512 iq2xxs_x16_finish(__m512 v) { return _mm512_mul_ps(_mm512_set1_ps(0.125f), v); }
+#endif
 
 #endif

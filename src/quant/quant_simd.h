@@ -402,6 +402,38 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
             }                                                                                             \
         }                                                                                                 \
     }
+
+/* A token-lane GEMM of Q8_K-activation rows (ms_gemm_tok_fn) named fn,
+ * over packs of 16 tokens (block_q8_Kx16), for weight blocks of type BLK:
+ * BLOCK(b, &pack[i], acc, R) adds block i of R (1 or 2, a constant) rows
+ * b[k] to acc[k], and FINISH(acc) turns a row's sums into its results.
+ * Rows go in pairs (a last odd row alone), sharing each activation load,
+ * each over all its blocks. */
+#define MS_DEFINE_GEMM_KQ_X16(fn, BLK, BLOCK, FINISH)                                                    \
+    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,           \
+            int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        const block_q8_Kx16 *a = pack;                                                                    \
+        const int64_t nb = n / QK_K;                                                                      \
+        for (int64_t r = 0; r < n_rows; r += 2) {                                                         \
+            const int R = r + 1 < n_rows ? 2 : 1;                                                         \
+            const BLK *b0 = (const BLK *)((const char *)w + (size_t)r * w_stride);                        \
+            const BLK *b1 = R == 2 ? (const BLK *)((const char *)b0 + w_stride) : b0;                    \
+            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                   \
+            if (R == 2) {                                                                                 \
+                for (int64_t i = 0; i < nb; i++) {                                                        \
+                    const BLK *const bb[2] = {&b0[i], &b1[i]};                                            \
+                    BLOCK(bb, &a[i], acc, 2);                                                             \
+                }                                                                                         \
+                x16_store(y, ldy, r + 1, FINISH(acc[1]), nt);                                             \
+            } else {                                                                                      \
+                for (int64_t i = 0; i < nb; i++) {                                                        \
+                    const BLK *const bb[2] = {&b0[i], &b0[i]};                                            \
+                    BLOCK(bb, &a[i], acc, 1);                                                             \
+                }                                                                                         \
+            }                                                                                             \
+            x16_store(y, ldy, r, FINISH(acc[0]), nt);                                                     \
+        }                                                                                                 \
+    }
 #endif
 
 #endif
