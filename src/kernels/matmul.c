@@ -153,11 +153,14 @@ struct mm_multi {
     const struct mm_chunk *chunks;
 };
 
-/* Chunks aim at about four per thread of the call's total cost (weight
- * bytes times tokens), so that a thread slowed down by a noisy neighbour
- * takes fewer of them, but none smaller than this many weight bytes: a
- * chunk costs an atomic hand-out on a line every thread touches, about the
- * time of reading a few KiB. */
+/* Chunks shrink as the call goes on (guided scheduling): each aims at
+ * 1 / (2 nt) of the cost not yet cut, so the first are large (few
+ * hand-outs) and the last small, and a thread that finishes its chunk
+ * while the others still run theirs waits for little; a thread slowed down
+ * by a noisy neighbour takes fewer of them. None is cut below 1 / (8 nt) of
+ * the whole (a chunk of a prefill reads every token's activations once a
+ * tile) or below this many weight bytes: a chunk costs an atomic hand-out
+ * on a line every thread touches, about the time of reading a few KiB. */
 #define MM_CHUNK_MIN_BYTES (32 * 1024)
 
 static void mm_pair_rows(const struct mm_job *j, const struct mm_job *j2, int64_t r0, int64_t r1) {
@@ -301,12 +304,31 @@ static double row_cost(const struct ms_mm_op *op) {
     return (double)op->w->row_stride * (op->w2 ? 2.0 : 1.0) * (double)op->n_tok;
 }
 
-/* Chunks op is cut into when a chunk should cost about `want`. */
-static int64_t op_chunks(const struct ms_mm_op *op, double want) {
-    const int64_t R = op->w->n_rows;
-    if (R <= 0 || op->n_tok <= 0) return 0;
-    int64_t k = (int64_t)(row_cost(op) * (double)R / want + 0.999);
-    return k < 1 ? 1 : k > R ? R : k;
+/* Cuts the ops into chunks, guided (above), from a total cost of `total`
+ * on nt threads; on one thread an op is one chunk. Stores them in out when
+ * it is not NULL; returns their number either way. */
+static size_t cut_chunks(const struct ms_mm_op *ops, int n_ops, double total, int nt, struct mm_chunk *out) {
+    double least = nt > 1 ? total / (8.0 * nt) : total + 1.0;
+    if (least < MM_CHUNK_MIN_BYTES) least = MM_CHUNK_MIN_BYTES;
+    double left = total;
+    size_t n = 0;
+    for (int i = 0; i < n_ops; i++) {
+        const int64_t R = ops[i].w->n_rows;
+        if (R <= 0 || ops[i].n_tok <= 0) continue;
+        const double rc = row_cost(&ops[i]);
+        for (int64_t r = 0; r < R;) {
+            double want = nt > 1 ? left / (2.0 * nt) : left + 1.0;
+            if (want < least) want = least;
+            int64_t rows = (int64_t)(want / rc + 0.5);
+            if (rows < 1) rows = 1;
+            if (rows > R - r) rows = R - r;
+            if (out) out[n] = (struct mm_chunk){.op = i, .r0 = r, .r1 = r + rows};
+            n++;
+            r += rows;
+            left -= rc * (double)rows;
+        }
+    }
+    return n;
 }
 
 int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_ops,
@@ -348,12 +370,8 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         if (pack_bytes(op, f)) act_bytes += pack_bytes(op, f) + MM_PACK_ALIGN; /* own copy: step 3 */
         if (op->n_tok > 0) total += row_cost(op) * (double)op->w->n_rows;
     }
-    /* 2. chunks of about a quarter of a thread's share (one per op on a
-     * single thread) */
-    double want = nt > 1 ? total / (4.0 * nt) : total + 1.0;
-    if (want < MM_CHUNK_MIN_BYTES) want = MM_CHUNK_MIN_BYTES;
-    size_t n_chunks = 0;
-    for (int i = 0; i < n_ops; i++) n_chunks += (size_t)op_chunks(&ops[i], want);
+    /* 2. the chunks (guided; one per op on a single thread) */
+    const size_t n_chunks = cut_chunks(ops, n_ops, total, nt, NULL);
     const size_t need =
         2 * (size_t)n_ops * sizeof(struct mm_job) + n_chunks * sizeof(struct mm_chunk);
     if (need > c->chunks_cap) {
@@ -421,12 +439,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             jobs[2 * i + 1].y = op->y2;
         }
     }
-    size_t ci = 0;
-    for (int i = 0; i < n_ops; i++) {
-        const int64_t R = ops[i].w->n_rows, k = op_chunks(&ops[i], want);
-        for (int64_t q = 0; q < k; q++)
-            chunks[ci++] = (struct mm_chunk){.op = i, .r0 = R * q / k, .r1 = R * (q + 1) / k};
-    }
+    cut_chunks(ops, n_ops, total, nt, chunks);
     struct mm_multi m = {.ops = ops, .jobs = jobs, .chunks = chunks};
     ms_pool_for_each(c->pool, (int64_t)n_chunks, mm_multi_task, &m);
     return 0;
