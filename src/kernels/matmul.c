@@ -319,9 +319,9 @@ static size_t cut_chunks(const struct ms_mm_op *ops, int n_ops, double total, in
         for (int64_t r = 0; r < R;) {
             double want = nt > 1 ? left / (2.0 * nt) : left + 1.0;
             if (want < least) want = least;
-            int64_t rows = (int64_t)(want / rc + 0.5);
+            /* a row that costs nothing (no columns) leaves the op whole */
+            int64_t rows = rc > 0.0 && want / rc < (double)(R - r) ? (int64_t)(want / rc + 0.5) : R - r;
             if (rows < 1) rows = 1;
-            if (rows > R - r) rows = R - r;
             if (out) out[n] = (struct mm_chunk){.op = i, .r0 = r, .r1 = r + rows};
             n++;
             r += rows;
