@@ -140,9 +140,11 @@ static void test_isa_env_cap(void **state) {
 }
 
 /* MS_AVX512_SPLIT=1 moves the split-part entries (quant_dispatch.c's
- * split_isa) to the AVX2 kernels and =0 keeps them on AVX-512, while the
- * entries that stay wide on every part keep their AVX-512 kernels. Forked
- * like the test above; only meaningful where the AVX-512 set is picked. */
+ * split_isa: the Q2_K and IQ2_XXS single dots, the Q8_0 x Q16_0 single and
+ * four-token dots) to the AVX2 kernels and =0 keeps them on AVX-512, while
+ * the entries that stay wide on every part (the many-rows dots, the other
+ * four-token dots, the GEMMs) keep their AVX-512 kernels. Forked like the
+ * test above; only meaningful where the AVX-512 set is picked. */
 static void test_isa_avx512_split(void **state) {
     (void)state;
     if (!cpu_avx512() || getenv("MS_ISA")) skip();
@@ -159,16 +161,18 @@ static void test_isa_avx512_split(void **state) {
                             !ms_quant_avx512_vbmi() && q8->vec_dot == ms_dot_q8_0_q8_0_avx512 &&
                             q8->gemm_tok == ms_gemm_q8_0_q8_0x16_avx512 &&
                             q8->vec_dot_q16 == (split ? ms_dot_q8_0_q16_0_avx2 : ms_dot_q8_0_q16_0_avx512) &&
-                            q8->gemm_tok_q16 == (split ? ms_gemm_q8_0_q16_0x8_avx2 : ms_gemm_q8_0_q16_0x16_avx512) &&
-                            q8->gemm_tok_q16_lanes == (split ? 8 : 16) &&
+                            q8->vec_dot_q16_x4 == (split ? ms_dot_q8_0_q16_0_x4_avx2 : ms_dot_q8_0_q16_0_x4_avx512) &&
+                            q8->gemm_tok_q16 == ms_gemm_q8_0_q16_0x16_avx512 && q8->gemm_tok_q16_lanes == 16 &&
+                            q8->vec_dot_x4 == ms_dot_q8_0_q8_0_x4_avx512 &&
                             q2->vec_dot == (split ? ms_dot_q2_K_q8_K_avx2 : ms_dot_q2_K_q8_K_avx512) &&
+                            q2->vec_dot_rows == ms_dot_rows_q2_K_q8_K_avx512 &&
                             q2->gemm_tok == ms_gemm_q2_K_q8_Kx16_avx512 &&
                             iq2->gemm_tok == ms_gemm_iq2_xxs_q8_Kx16_avx512 &&
                             q8->vec_dot_rows == ms_dot_rows_q8_0_q8_0_avx512 &&
-                            q8->vec_dot_q16_rows == (split ? ms_dot_rows_q8_0_q16_0_avx2 : ms_dot_rows_q8_0_q16_0_avx512) &&
+                            q8->vec_dot_q16_rows == ms_dot_rows_q8_0_q16_0_avx512 &&
                             iq2->vec_dot == (split ? ms_dot_iq2_xxs_q8_K_avx2 : ms_dot_iq2_xxs_q8_K_avx512) &&
-                            iq2->vec_dot_x4 == (split ? ms_dot_iq2_xxs_q8_K_x4_avx2 : ms_dot_iq2_xxs_q8_K_x4_avx512) &&
-                            iq2->vec_dot_rows == (split ? ms_dot_rows_iq2_xxs_q8_K_avx2 : ms_dot_rows_iq2_xxs_q8_K_avx512);
+                            iq2->vec_dot_x4 == ms_dot_iq2_xxs_q8_K_x4_avx512 &&
+                            iq2->vec_dot_rows == ms_dot_rows_iq2_xxs_q8_K_avx512;
             _exit(ok ? 0 : 1);
         }
         int st = 0;
@@ -178,10 +182,9 @@ static void test_isa_avx512_split(void **state) {
     }
 }
 
-/* The IQ2_XXS dots take the VBMI forms on a full-width AVX-512 part with
- * VBMI; where 512-bit operations split, only the many-rows dot and the
- * token-lane GEMM do (the single and four-token ones stay AVX2, above);
- * none with MS_AVX512_VBMI=0. Forked like the tests above. */
+/* The IQ2_XXS dots and token-lane GEMM take the VBMI forms on an AVX-512
+ * part with VBMI, whether its 512-bit operations split or not; none with
+ * MS_AVX512_VBMI=0. Forked like the tests above. */
 static void test_isa_avx512_vbmi(void **state) {
     (void)state;
     if (!cpu_avx512() || getenv("MS_ISA") || getenv("MS_AVX512_SPLIT") || getenv("MS_AVX512_VBMI")) skip();
@@ -191,16 +194,15 @@ static void test_isa_avx512_vbmi(void **state) {
         if (pid == 0) {
             setenv("MS_AVX512_SPLIT", c == 2 ? "1" : "0", 1);
             if (c == 1) setenv("MS_AVX512_VBMI", "0", 1);
-            const bool want = c == 0 && cpu_avx512vbmi();        /* all three forms */
-            const bool want_rows = c != 1 && cpu_avx512vbmi();  /* the many-rows form and the GEMM */
+            const bool want = c != 1 && cpu_avx512vbmi(); /* every form, the GEMM too */
             const struct ms_type_traits *iq2 = ms_type_traits(MS_TYPE_IQ2_XXS);
-            const bool ok = ms_quant_avx512_vbmi() == want_rows &&
+            const bool ok = ms_quant_avx512_vbmi() == want &&
                             !strcmp(ms_kernels_isa(), c == 2 ? "avx512-split" : want ? "avx512-vbmi" : "avx512") &&
                             (iq2->vec_dot == ms_dot_iq2_xxs_q8_K_avx512vbmi) == want &&
                             (iq2->vec_dot_x4 == ms_dot_iq2_xxs_q8_K_x4_avx512vbmi) == want &&
-                            (iq2->vec_dot_rows == ms_dot_rows_iq2_xxs_q8_K_avx512vbmi) == want_rows &&
-                            iq2->gemm_tok == (want_rows ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
-                                                        : ms_gemm_iq2_xxs_q8_Kx16_avx512);
+                            (iq2->vec_dot_rows == ms_dot_rows_iq2_xxs_q8_K_avx512vbmi) == want &&
+                            iq2->gemm_tok == (want ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
+                                                   : ms_gemm_iq2_xxs_q8_Kx16_avx512);
             _exit(ok ? 0 : 1);
         }
         int st = 0;

@@ -430,14 +430,17 @@ static void test_dispatch(void **state) {
     assert_true(ref->vec_dot_q16 == ms_dot_q8_0_q16_0_ref);
     assert_null(ref->vec_dot_q16_x4);
     assert_null(ref->gemm_tok_q16);
-    if (!strcmp(ms_quant_isa(), "avx512") && !ms_quant_avx512_split()) {
-        assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx512);
+    if (!strcmp(ms_quant_isa(), "avx512")) {
+        /* a split AVX-512 part takes the AVX2 single and four-token dots
+         * (quant_dispatch.c), the wide many-rows dot and GEMM */
+        const bool split = ms_quant_avx512_split();
+        assert_true(act->vec_dot_q16 == (split ? ms_dot_q8_0_q16_0_avx2 : ms_dot_q8_0_q16_0_avx512));
+        assert_true(act->vec_dot_q16_x4 == (split ? ms_dot_q8_0_q16_0_x4_avx2 : ms_dot_q8_0_q16_0_x4_avx512));
         assert_true(act->vec_dot_q16_rows == ms_dot_rows_q8_0_q16_0_avx512);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x16_avx512);
         assert_true(act->q16_pack == ms_pack_q16_0_x16);
         assert_int_equal(act->gemm_tok_q16_lanes, 16);
-    } else if (!strcmp(ms_quant_isa(), "avx2") || ms_quant_avx512_split()) {
-        /* a split AVX-512 part takes the AVX2 forms (quant_dispatch.c) */
+    } else if (!strcmp(ms_quant_isa(), "avx2")) {
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx2);
         assert_true(act->vec_dot_q16_rows == ms_dot_rows_q8_0_q16_0_avx2);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x8_avx2);

@@ -411,9 +411,9 @@ static void test_x4_table(void **state) {
     const char *isa = ms_quant_isa();
     const struct ms_type_traits *q8 = ms_type_traits(MS_TYPE_Q8_0);
     if (!strcmp(isa, "avx512")) {
-        /* Q8_0 x4 on the AVX2 set where 512-bit operations are split */
-        assert_ptr_equal(q8->vec_dot_x4,
-                         ms_quant_avx512_split() ? ms_dot_q8_0_q8_0_x4_avx2 : ms_dot_q8_0_q8_0_x4_avx512);
+        /* Q8_0 x4 on the AVX-512 set, split parts too (measured faster
+         * there, quant_dispatch.c) */
+        assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx512);
         /* the f32-activation dots run on the AVX2 set there (measured
          * faster), single and x4 */
         assert_ptr_equal(q8->vec_dot_f32_x4, ms_dot_q8_0_f32_x4_avx2);
@@ -435,20 +435,16 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q8_0x16_avx512);
         assert_int_equal(q8->gemm_tok_lanes, 16);
         assert_ptr_equal(q8->gemm_tok_f32, ms_gemm_q8_0_f32x16_avx512);
-        /* IQ2_XXS's x4 (the 512-bit register-lookup form) follows its
-         * single dot onto the AVX2 set where 512-bit operations split, and
-         * onto the VBMI form where the part has VBMI */
-        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4,
-                         ms_quant_avx512_split()  ? ms_dot_iq2_xxs_q8_K_x4_avx2
-                         : ms_quant_avx512_vbmi() ? ms_dot_iq2_xxs_q8_K_x4_avx512vbmi
-                                                  : ms_dot_iq2_xxs_q8_K_x4_avx512);
-        /* its many-rows dot: the VBMI form wherever the part has VBMI (a
-         * split one too), else the element-major VBMI-less form, or the
-         * AVX2 set's on a split part */
-        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_rows,
-                         ms_quant_avx512_vbmi()    ? ms_dot_rows_iq2_xxs_q8_K_avx512vbmi
-                         : ms_quant_avx512_split() ? ms_dot_rows_iq2_xxs_q8_K_avx2
-                                                   : ms_dot_rows_iq2_xxs_q8_K_avx512);
+        /* IQ2_XXS's x4 and many-rows dots: the VBMI forms wherever the
+         * part has VBMI (a split one too), else the AVX-512 forms (the
+         * register-lookup x4, the element-major many-rows dot), both
+         * measured faster than the AVX2 ones on a split part as well */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_quant_avx512_vbmi()
+                                                                          ? ms_dot_iq2_xxs_q8_K_x4_avx512vbmi
+                                                                          : ms_dot_iq2_xxs_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_rows, ms_quant_avx512_vbmi()
+                                                                            ? ms_dot_rows_iq2_xxs_q8_K_avx512vbmi
+                                                                            : ms_dot_rows_iq2_xxs_q8_K_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);

@@ -190,19 +190,31 @@ static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : i
 static enum isa dot_f32_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
 
 /* The kernel set that the kernels below run on where 512-bit operations
- * are split in two (cpu_avx512_split, Zen 4): the AVX2 one. Measured on a
- * 2-vCPU Zen 4 VM (EPYC family 19h model 11h), bench_kernels -t 1 --rows
- * 1024 --cols 4096, best repetition, AVX-512 against AVX2 kernel
- * (MS_ISA=avx2), weights streamed from a 512 MiB working set at one token:
- *   Q8_0 x Q16_0 one token 20.5-20.7 against 24.2-24.3 GB/s, four tokens
- *   41 against 50 GFLOPS, the token-lane GEMM at 16 / 512 tokens 97-102 /
- *   83-103 against 108-109 / 104-117 (AVX2's 8-lane vpmaddwd form against
- *   AVX-512's two VNNI byte dots per product);
- *   Q8_0 x Q8_0 four tokens 58-59 against 65-66 GFLOPS;
- *   Q2_K one token 11.1 against 12.6 GB/s; IQ2_XXS 4.16 against 4.34.
- * The AVX-512 Q8_0 single-token dot (27.7-28.3 against 25.7-25.8 GB/s)
- * and the VNNI token-lane GEMMs of Q8_0, Q4_K, Q2_K and IQ2_XXS (160-183
- * against 101-131 GFLOPS) stay. Each pair is equal bit for bit (the
+ * are split in two (cpu_avx512_split, Zen 4): the AVX2 one, for the
+ * entries whose 512-bit form does about as much work a block as its AVX2
+ * twin and so gains nothing from the width (a split core issues both
+ * halves) while paying twice for its wide shuffles and reductions.
+ * Measured on a 2-vCPU Zen 4 VM (EPYC family 19h model 11h) at commit
+ * e7d27df, bench_kernels -t 1, best repetition, weights from a 512 MiB
+ * working set (IQ2_XXS and Q2_K: 512 x 1024, --order random; Q8_0: 1024 x
+ * 4096), AVX-512 against AVX2 kernel, three interleaved runs each:
+ *   Q2_K one token 9.6-9.7 against 11.1-11.5 GB/s;
+ *   IQ2_XXS one token (without VBMI) 3.8-3.9 against 4.1 GB/s;
+ *   Q8_0 x Q16_0 one token 20.3-20.9 against 23.0-24.3 GB/s, four tokens
+ *   42-51 against 50-51 GFLOPS.
+ * (one token: the single dot, which decode's matmuls call only where a
+ * format has no many-rows dot or a row is too long for it.) Everything
+ * else stays on the AVX-512 set there, measured the faster in the same
+ * runs: the many-rows dots of Q2_K (13.1-13.5 against 12.2-12.9 GB/s),
+ * IQ2_XXS without VBMI (6.3-6.5 against 4.4-4.5) and Q8_0 x Q16_0
+ * (26.9-28.7 against 23.1-25.1); the four-token dots of Q8_0 x Q8_0 (73-74
+ * against 65-66 GFLOPS) and IQ2_XXS without VBMI (67-68 against 60-61);
+ * the Q8_0 x Q16_0 token-lane GEMM (16 tokens: 119-124 against 107-108)
+ * and the VNNI GEMMs of the int8 formats (Q8_0 / Q2_K / IQ2_XXS at 16
+ * tokens: 145-158 / 160-167 / 146-150 against 102 / 116 / 88). The
+ * earlier table of an older Zen 4 VM (bench/RESULTS.md, "Zen 4 scaling
+ * run") measured the single dots of the time, before the many-rows forms
+ * and the current x4 kernels. Each pair is equal bit for bit (the
  * k-quants equal the reference, the Q8_0 dots share one order), so the
  * sets mix. */
 static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 && split ? ISA_AVX2 : isa; }
@@ -221,22 +233,22 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
  * dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
  * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
  * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
-static void attach_rows(struct ms_type_traits *tab, enum isa isa, bool split) {
+static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
-    tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(split_isa(isa, split), ms_dot_rows_q2_K_q8_K);
-    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(split_isa(isa, split), ms_dot_rows_iq2_xxs_q8_K);
+    tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
  * scalar table leaves them NULL and matmul falls back to the single kernel. */
 
-static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
+static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_F32].vec_dot_x4 = PICK_SIMD(isa, ms_dot_f32_f32_x4);
     tab[MS_TYPE_F32].vec_dot_f32_x4 = PICK_SIMD(isa, ms_dot_f32_f32_x4);
     tab[MS_TYPE_F16].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_f16_f32_x4);
     tab[MS_TYPE_BF16].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_bf16_f32_x4);
-    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_q8_0_q8_0_x4);
+    tab[MS_TYPE_Q8_0].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q8_0_q8_0_x4);
     tab[MS_TYPE_Q8_0].vec_dot_f32_x4 = PICK_SIMD(dot_f32_isa(isa), ms_dot_q8_0_f32_x4);
     tab[MS_TYPE_MXFP4].vec_dot_x4 = PICK_SIMD(isa, ms_dot_mxfp4_q8_0_x4);
     /* Q4_K x4: the AVX-512 kernel (the single-token dot stays AVX2, see
@@ -246,10 +258,7 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa, bool split) {
      * --rows 512 --cols 1024 --batches 4 --working-set 1024) */
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
-    /* IQ2_XXS x4: its AVX-512 form is the 512-bit register-lookup kernel,
-     * whose wide shuffles a split part pays twice for; there it takes the
-     * AVX2 one, as the single dot does */
-    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_iq2_xxs_q8_K_x4);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
@@ -313,9 +322,10 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
 static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     struct ms_type_traits *t = &tab[MS_TYPE_Q8_0];
     t->q16_from_float = PICK_ISA(isa, ms_quant_q16_0);
-    isa = split_isa(isa, split); /* the quantizer stays on the wider set */
-    t->vec_dot_q16 = PICK_ISA(isa, ms_dot_q8_0_q16_0);
-    t->vec_dot_q16_x4 = PICK_SIMD(isa, ms_dot_q8_0_q16_0_x4);
+    /* the single and four-token dots on the AVX2 set where 512-bit
+     * operations split; the quantizer, many-rows dot and GEMM stay wide */
+    t->vec_dot_q16 = PICK_ISA(split_isa(isa, split), ms_dot_q8_0_q16_0);
+    t->vec_dot_q16_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_q8_0_q16_0_x4);
     t->vec_dot_q16_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q16_0);
     if (isa == ISA_AVX512) {
         t->q16_pack = ms_pack_q16_0_x16;
@@ -343,32 +353,27 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
  * (decode) 18.6-19.5 in cache. Bit for bit the reference's, as every
  * IQ2_XXS kernel is, so it mixes with the others.
  *
- * A split part (Zen 4) takes the many-rows form only, on a prediction
- * not yet measured on one. On the Zen 4 core of bench/RESULTS.md ("Zen 4
- * scaling run") a 512-bit kernel lost to its AVX2 twin where both did
- * about the same operations a block (the scalar-lookup IQ2_XXS dot then:
- * 4.16 against 4.34 GB/s) and won where the 512-bit form needed far fewer
- * (the VNNI token-lane GEMMs, 1.4-1.8x). The many-rows VBMI form is about
- * 30 instructions a block against the AVX2 dot's 260, and 4.1x it on Zen 5
- * (19.5 against 4.7 GB/s in cache); at twice the cost an instruction it
- * stays several times ahead. Its single and four-token forms do far more
- * a block (the per-register sign and magnitude expansion) and stay on the
- * AVX2 set. MS_AVX512_VBMI=0 restores the AVX2 form.
+ * A split part (Zen 4) takes them too, and the GEMM below. Measured on a
+ * Zen 4 core at commit e7d27df (same commands, --order random, three
+ * interleaved runs): one token 5.4 against AVX2's 4.1 GB/s (the single
+ * dot, measured in a local build with the many-rows entry unset), the
+ * many-rows form 11.4-11.5 against 4.4, four tokens 89-90 against 61
+ * GFLOPS, the 16-lane GEMM at 16 tokens 151-154 against the VBMI-less
+ * form's 146-150; one-thread decode of the ds4 mix's bench model 35.8-39.8
+ * against 27.2-30.5 tok/s with MS_AVX512_VBMI=0 (bench/RESULTS.md, "Zen 4
+ * at e7d27df").
  *
- * The 16-lane token GEMM (prefill) takes the byte-permute expansion on
- * every VBMI part: its products are the VBMI-less form's, its expansion
- * about 40 instructions a block and row against 240 (bench_kernels -t 1
- * --types iq2_xxs --rows 512 --cols 1024 --batches 8,16,32 --working-set
- * 0, a routed expert's shape and token counts, Zen 5, best GFLOPS: 8
- * tokens 121-130 against 103-108, 16 and 32 tokens 228-240 against
- * 194-206). On a split part this too is a prediction: the same 512-bit
- * products, fewer 512-bit operations. */
-static void attach_vbmi(struct ms_type_traits *tab, bool split) {
-    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
-    tab[MS_TYPE_IQ2_XXS].gemm_tok = ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi;
-    if (split) return;
+ * The 16-lane token GEMM (prefill) takes the byte-permute expansion too:
+ * its products are the VBMI-less form's, its expansion about 40
+ * instructions a block and row against 240 (bench_kernels -t 1 --types
+ * iq2_xxs --rows 512 --cols 1024 --batches 8,16,32 --working-set 0, a
+ * routed expert's shape and token counts, Zen 5, best GFLOPS: 8 tokens
+ * 121-130 against 103-108, 16 and 32 tokens 228-240 against 194-206). */
+static void attach_vbmi(struct ms_type_traits *tab) {
     tab[MS_TYPE_IQ2_XXS].vec_dot = ms_dot_iq2_xxs_q8_K_avx512vbmi;
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = ms_dot_iq2_xxs_q8_K_x4_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows = ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].gemm_tok = ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi;
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
@@ -386,9 +391,8 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
-    attach_rows(tab, isa, split);
-
-    attach_x4(tab, isa, split);
+    attach_rows(tab, isa);
+    attach_x4(tab, isa);
     attach_gemm_tok(tab, isa);
     attach_q16(tab, isa, split);
 
@@ -407,6 +411,6 @@ const char *ms_quant_attach_kernels(struct ms_type_traits *ref, struct ms_type_t
     *vbmi = isa == ISA_AVX512 && cpu_avx512_vbmi();
     attach(ref, ISA_SCALAR, false);
     attach(active, isa, *split);
-    if (*vbmi) attach_vbmi(active, *split);
+    if (*vbmi) attach_vbmi(active);
     return isa_names[isa];
 }
