@@ -400,9 +400,17 @@ void ms_engine_free(struct ms_engine *e) {
     if (!e) return;
     if (e->pool && getenv("MS_POOL_STATS")) { /* profiling aid: thread hand-offs of the run */
         const struct ms_pool_stats ps = ms_pool_stats(e->pool);
+        const int nt = ms_pool_n_threads(e->pool);
+        const double wall = ps.wall_s > 0.0 ? ps.wall_s : 1.0;
         fprintf(stderr, "pool: %llu jobs handed out (%llu woke sleeping workers), %llu run inline, "
                 "%d threads\n", (unsigned long long)ps.jobs, (unsigned long long)ps.wakeups,
-                (unsigned long long)ps.inline_jobs, ms_pool_n_threads(e->pool));
+                (unsigned long long)ps.inline_jobs, nt);
+        fprintf(stderr, "pool: %.3f s from the first job to the last: %.1f%% serial on the caller, "
+                "%.1f%% in handed-out jobs (%.1f%% the caller's wait at their ends, %.1f us a job); "
+                "workers busy %.1f%% of it\n", ps.wall_s, 100.0 * (ps.wall_s - ps.jobs_s) / wall,
+                100.0 * ps.jobs_s / wall, 100.0 * ps.end_wait_s / wall,
+                ps.jobs ? 1e6 * ps.jobs_s / (double)ps.jobs : 0.0,
+                nt > 1 ? 100.0 * ps.busy_s / (wall * (nt - 1)) : 0.0);
     }
     ms_tokenizer_free(e->tok);
     ms_pool_free(e->pool);

@@ -2,7 +2,8 @@
  * test_pool.c - the thread pool (util/pool.h): every item of a job is run
  * exactly once, on a valid thread index, whatever the chunking; jobs follow
  * each other with nothing lost, whether the workers are spinning or asleep;
- * pools of one thread and NULL pools run on the caller.
+ * pools of one thread and NULL pools run on the caller; the statistics
+ * count the jobs and split the caller's time as they say.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -125,11 +126,73 @@ static void test_null_pool_and_empty_jobs(void **state) {
     ms_pool_free(NULL);
 }
 
+/* An item that takes ITEM_NS of wall time (a spin on the clock, so that it
+ * lasts as long on a loaded machine as on an idle one). */
+#define ITEM_NS 200000
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void spin_items(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ctx;
+    (void)ith;
+    for (int64_t i = b; i < e; i++) {
+        const int64_t t0 = mono_ns();
+        while (mono_ns() - t0 < ITEM_NS) {
+        }
+    }
+}
+
+/* Five jobs of eight 0.2 ms items on two threads, 3 ms apart: five
+ * hand-offs; the serial share holds at least the four pauses; each job
+ * lasts at least half its items' time (two threads at most); the items'
+ * time is found in the workers' busy time plus the caller's own share of
+ * the jobs; the end waits are part of the jobs' time. A pool of one thread
+ * runs its jobs inline and hands out none. */
+static void test_stats(void **state) {
+    (void)state;
+    struct ms_pool *p = NULL;
+    ms_err err = {{0}};
+    assert_int_equal(ms_pool_new(&p, 2, &err), 0);
+    const struct ms_pool_stats z = ms_pool_stats(p);
+    assert_int_equal(z.jobs, 0);
+    assert_true(z.wall_s == 0.0 && z.jobs_s == 0.0 && z.busy_s == 0.0);
+    const int n_jobs = 5, n_items = 8;
+    for (int r = 0; r < n_jobs; r++) {
+        if (r) {
+            const struct timespec ts = {0, 3 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        ms_pool_for_each(p, n_items, spin_items, NULL);
+    }
+    const struct ms_pool_stats s = ms_pool_stats(p);
+    const double item_s = ITEM_NS * 1e-9, work = n_jobs * n_items * item_s;
+    assert_int_equal(s.jobs, (uint64_t)n_jobs);
+    assert_int_equal(s.inline_jobs, 0);
+    assert_true(s.end_wait_s >= 0.0 && s.end_wait_s <= s.jobs_s && s.jobs_s <= s.wall_s);
+    assert_true(s.wall_s - s.jobs_s >= (n_jobs - 1) * 3e-3);
+    assert_true(s.jobs_s >= 0.999 * work / 2);
+    assert_true(s.busy_s + (s.jobs_s - s.end_wait_s) >= 0.999 * work);
+    ms_pool_free(p);
+
+    assert_int_equal(ms_pool_new(&p, 1, &err), 0);
+    ms_pool_for(p, 4, 1, spin_items, NULL);
+    const struct ms_pool_stats one = ms_pool_stats(p);
+    assert_int_equal(one.jobs, 0);
+    assert_int_equal(one.inline_jobs, 1);
+    assert_true(one.jobs_s == 0.0 && one.busy_s == 0.0 && one.wall_s >= 0.999 * 4 * item_s);
+    ms_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_item_once),
         cmocka_unit_test(test_back_to_back_and_after_sleep),
         cmocka_unit_test(test_null_pool_and_empty_jobs),
+        cmocka_unit_test(test_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,8 @@
  */
 #include "util/pool.h"
 
+#include "util/mem.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -60,10 +62,18 @@ struct ms_pool {
     _Atomic bool stop;
     /* counters (written by the calling thread only): see ms_pool_stats */
     uint64_t n_jobs, n_inline, n_wakeups;
+    int64_t t_first, t_last, ns_jobs, ns_end_wait; /* ns; t_first 0: no job yet */
+    struct worker_slot *slots; /* [n_threads]: slot 0 unused (the caller) */
     /* current job, written before generation is bumped */
     ms_pool_fn fn;
     void *ctx;
     int64_t n, chunk;
+};
+
+/* A worker's time in chunks, on a cache line of its own: written by that
+ * worker after each job, read by the caller for ms_pool_stats. */
+struct worker_slot {
+    _Alignas(64) _Atomic int64_t busy_ns;
 };
 
 struct worker_arg {
@@ -115,7 +125,9 @@ static void *worker_main(void *argp) {
     for (;;) {
         seen = wait_job(p, seen);
         if (atomic_load(&p->stop)) break;
+        const int64_t t0 = now_ns();
         run_chunks(p, ith);
+        atomic_fetch_add_explicit(&p->slots[ith].busy_ns, now_ns() - t0, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
     return NULL;
@@ -156,10 +168,12 @@ int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    p->slots = ms_aligned_alloc(64, (size_t)n_threads * sizeof *p->slots);
+    if (!p->threads || !p->slots) {
         ms_pool_free(p);
         return ms_err_set(err, "out of memory creating thread pool");
     }
+    for (int i = 0; i < n_threads; i++) atomic_init(&p->slots[i].busy_ns, 0);
     for (int i = 1; i < n_threads; i++) {
         struct worker_arg *a = malloc(sizeof *a);
         if (!a) {
@@ -182,9 +196,16 @@ int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err) {
 }
 
 struct ms_pool_stats ms_pool_stats(const struct ms_pool *p) {
-    return p ? (struct ms_pool_stats){.jobs = p->n_jobs, .inline_jobs = p->n_inline,
-                                      .wakeups = p->n_wakeups}
-             : (struct ms_pool_stats){0};
+    if (!p) return (struct ms_pool_stats){0};
+    int64_t busy = 0;
+    for (int i = 1; i < p->n_threads; i++) busy += atomic_load_explicit(&p->slots[i].busy_ns, memory_order_relaxed);
+    return (struct ms_pool_stats){.jobs = p->n_jobs,
+                                  .inline_jobs = p->n_inline,
+                                  .wakeups = p->n_wakeups,
+                                  .wall_s = (double)(p->t_last - p->t_first) * 1e-9,
+                                  .jobs_s = (double)p->ns_jobs * 1e-9,
+                                  .end_wait_s = (double)p->ns_end_wait * 1e-9,
+                                  .busy_s = (double)busy * 1e-9};
 }
 
 void ms_pool_free(struct ms_pool *p) {
@@ -197,6 +218,7 @@ void ms_pool_free(struct ms_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv_work);
     free(p->threads);
+    ms_free(p->slots);
     free(p);
 }
 
@@ -205,6 +227,8 @@ int ms_pool_n_threads(const struct ms_pool *p) { return p ? p->n_threads : 1; }
 /* Publishes a job of n items in chunks of `chunk`, runs chunks on the
  * caller too, and returns when every worker has finished. */
 static void run_job(struct ms_pool *p, int64_t n, int64_t chunk, ms_pool_fn fn, void *ctx) {
+    const int64_t t_start = now_ns();
+    if (!p->t_first) p->t_first = t_start;
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
@@ -220,6 +244,7 @@ static void run_job(struct ms_pool *p, int64_t n, int64_t chunk, ms_pool_fn fn, 
         pthread_mutex_unlock(&p->mu);
     }
     run_chunks(p, 0);
+    const int64_t t_mine = now_ns();
     int64_t t0 = -1;
     for (int i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
         if (t0 < 0) {
@@ -231,6 +256,23 @@ static void run_job(struct ms_pool *p, int64_t n, int64_t chunk, ms_pool_fn fn, 
             sched_yield(); /* a worker may be descheduled: give it the core */
         }
     }
+    const int64_t t_end = now_ns();
+    p->ns_jobs += t_end - t_start;
+    p->ns_end_wait += t_end - t_mine;
+    p->t_last = t_end;
+}
+
+/* Runs a job on the caller alone (a pool of one thread, or too few items
+ * to share), counted for ms_pool_stats. */
+static void run_inline(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx) {
+    if (!p) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    p->n_inline++;
+    if (!p->t_first) p->t_first = now_ns();
+    fn(ctx, 0, n, 0);
+    p->t_last = now_ns();
 }
 
 void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx) {
@@ -238,8 +280,7 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
     if (grain < 1) grain = 1;
     const int nt = p ? p->n_threads : 1;
     if (nt <= 1 || n <= grain) {
-        if (p) p->n_inline++;
-        fn(ctx, 0, n, 0);
+        run_inline(p, n, fn, ctx);
         return;
     }
     /* about four chunks per thread: balance without cutting work too fine */
@@ -251,8 +292,7 @@ void ms_pool_for(struct ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, voi
 void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (!p || p->n_threads <= 1 || n == 1) {
-        if (p) p->n_inline++;
-        fn(ctx, 0, n, 0);
+        run_inline(p, n, fn, ctx);
         return;
     }
     run_job(p, n, 1, fn, ctx);

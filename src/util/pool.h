@@ -45,9 +45,16 @@ void ms_pool_for_each(struct ms_pool *p, int64_t n, ms_pool_fn fn, void *ctx);
  * one hand-off and one wait for the slowest thread: the synchronisation a
  * decode step pays per matmul or per-token op), jobs small enough to run on
  * the caller alone, and hand-offs that had to wake sleeping workers (a
- * futex round trip each). Read by the thread that calls ms_pool_for. */
+ * futex round trip each). The times (seconds, CLOCK_MONOTONIC) split the
+ * caller's wall time from the start of its first job to the end of its
+ * last one: handed-out jobs (of which the caller's wait at their ends,
+ * after its own last chunk, for the workers' last chunks), and the rest,
+ * the serial work between jobs (inline jobs included), during which the
+ * workers spin or sleep; busy_s is the workers' time in chunks, summed
+ * over them. Read by the thread that calls ms_pool_for. */
 struct ms_pool_stats {
     uint64_t jobs, inline_jobs, wakeups;
+    double wall_s, jobs_s, end_wait_s, busy_s;
 };
 struct ms_pool_stats ms_pool_stats(const struct ms_pool *p);
 
