@@ -339,8 +339,10 @@ static void test_dot_rows_q8_0(void **state) {
 }
 
 /* Every many-rows dot of the active table (vec_dot_rows, vec_dot_q16_rows)
- * against its table's single dot, bit for bit: 1-7 rows at a stride with
- * a gap, several row lengths, random weights and activations. On a SIMD
+ * against its table's single dot, bit for bit: 1-19 rows at a stride with
+ * a gap, several row lengths, random weights and activations (Q2_K's
+ * AVX-512 form takes rows eight at a time: one and two groups with every
+ * tail). On a SIMD
  * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. 8192 and 8704 are
  * the element-major IQ2_XXS forms' largest activation (16 block pairs
  * with VBMI, 32 blocks without) and the first length past it (their
@@ -353,7 +355,7 @@ static void test_dot_rows_table(void **state) {
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
                                   MS_TYPE_F16, MS_TYPE_BF16};
     static const int64_t lengths[] = {256, 512, 1024, 1280, 4096, 8192, 8704};
-    enum { NR = 7 };
+    enum { NR = 19 };
     int have = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const struct ms_type_traits *tt = ms_type_traits(types[ti]);
