@@ -341,8 +341,8 @@ static void test_dot_rows_q8_0(void **state) {
 /* Every many-rows dot of the active table (vec_dot_rows, vec_dot_q16_rows)
  * against its table's single dot, bit for bit: 1-19 rows at a stride with
  * a gap, several row lengths, random weights and activations (Q2_K's
- * AVX-512 form takes rows eight at a time: one and two groups with every
- * tail). On a SIMD
+ * AVX-512 and IQ2_XXS's VBMI forms take rows eight at a time: one and two
+ * groups with every tail). On a SIMD
  * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. 8192 and 8704 are
  * the element-major IQ2_XXS forms' largest activation (16 block pairs
  * with VBMI, 32 blocks without) and the first length past it (their
