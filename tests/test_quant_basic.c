@@ -200,7 +200,8 @@ static void test_isa_avx512_vbmi(void **state) {
                             !strcmp(ms_kernels_isa(), c == 2 ? "avx512-split" : want ? "avx512-vbmi" : "avx512") &&
                             (iq2->vec_dot == ms_dot_iq2_xxs_q8_K_avx512vbmi) == want &&
                             (iq2->vec_dot_x4 == ms_dot_iq2_xxs_q8_K_x4_avx512vbmi) == want &&
-                            (iq2->vec_dot_rows == ms_dot_rows_iq2_xxs_q8_K_avx512vbmi) == want &&
+                            (iq2->vec_dot_rows == (c == 2 ? ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi
+                                                          : ms_dot_rows_iq2_xxs_q8_K_avx512vbmi)) == want &&
                             iq2->gemm_tok == (want ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
                                                    : ms_gemm_iq2_xxs_q8_Kx16_avx512);
             _exit(ok ? 0 : 1);

@@ -444,9 +444,11 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_quant_avx512_vbmi()
                                                                           ? ms_dot_iq2_xxs_q8_K_x4_avx512vbmi
                                                                           : ms_dot_iq2_xxs_q8_K_x4_avx512);
-        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_rows, ms_quant_avx512_vbmi()
-                                                                            ? ms_dot_rows_iq2_xxs_q8_K_avx512vbmi
-                                                                            : ms_dot_rows_iq2_xxs_q8_K_avx512);
+        /* (eight rows at a time on a split part) */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_rows,
+                         !ms_quant_avx512_vbmi()    ? ms_dot_rows_iq2_xxs_q8_K_avx512
+                         : ms_quant_avx512_split() ? ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi
+                                                   : ms_dot_rows_iq2_xxs_q8_K_avx512vbmi);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);
