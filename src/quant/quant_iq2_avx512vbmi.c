@@ -487,7 +487,7 @@ MS_SIMD_INLINE void iq2_dot_rows(int64_t n, float *restrict s, const void *restr
     struct iq2_consts c;
     iq2_consts_load(&c);
     int64_t r8 = 0;
-    for (; by8 && r8 + 8 <= n_rows; r8 += 8)
+    for (; by8 && 8 * x_stride <= MS_ROWS_LANES_MAX_BYTES && r8 + 8 <= n_rows; r8 += 8)
         iq2_rows8(&c, (const char *)x + (size_t)r8 * x_stride, x_stride, np, t, y, s + r8);
     if (r8 == n_rows) return;
     x = (const char *)x + (size_t)r8 * x_stride;

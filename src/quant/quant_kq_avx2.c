@@ -208,7 +208,7 @@ MS_SIMD_INLINE void kq_block_add(__m128 *sum1, float *sumf, const __m256i *v, co
         const int64_t nb = n / QK_K;                                                                              \
         const block_q8_K *a[1] = {y};                                                                             \
         int64_t r = 0;                                                                                            \
-        if (x_stride <= (size_t)INT32_MAX / 8) {                                                                  \
+        if (8 * x_stride <= MS_ROWS_LANES_MAX_BYTES) { /* short rows only */                                    \
             const __m256i row_off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),                 \
                                                        _mm256_set1_epi32((int)x_stride));                         \
             for (; r + 8 <= n_rows; r += 8) {                                                                     \

@@ -544,8 +544,9 @@ MS_DECL_DOT_ROWS(q2_K, q8_K, avx512) {
         for (int j = 0; j < 4; j++) act[i][j] = load2x32(a[i].qs + 32 * j, a[i].qs + 128 + 32 * j);
     for (int64_t j = 0; j < nb + 4; j++) ad[j] = a[j % nb].d;
     int64_t r = 0;
-    /* (the gather's row offsets are int32: any real row stride fits) */
-    const int64_t groups = x_stride <= (size_t)INT32_MAX / 8 ? n_rows / 8 : 0;
+    /* short rows only (MS_ROWS_LANES_MAX_BYTES); this also keeps the
+     * gather's int32 row offsets in range */
+    const int64_t groups = 8 * x_stride <= MS_ROWS_LANES_MAX_BYTES ? n_rows / 8 : 0;
     for (; r < 8 * groups; r += 8) q2k_rows8((const char *)x + (size_t)r * x_stride, x_stride, nb, act, a, s + r);
     /* the rows left (fewer than eight): one sequence of their blocks */
     float sumf = 0.0f;

@@ -150,6 +150,16 @@ static inline __m256i bcast32(const void *p) {
  * each routed expert is a cold stream (with matmul.c's tile-start prefetch,
  * ds4 decode +1-3%). */
 #define MS_PREFETCH_AHEAD 2048
+
+/* The most bytes a group of rows that a many-rows dot reads in lanes (eight
+ * rows, block by block) may span. Past one 4 KiB page the group's eight
+ * interleaved row streams lose the hardware prefetch that one row's linear
+ * stream gets: on a Zen 4 core (bench_kernels -t 1 --batches 1
+ * --working-set 1024 --order random, mean GB/s of the products, rows in
+ * lanes against one row at a time) Q2_K rows of 336 bytes went 11.9 ->
+ * 13.1, of 672 bytes 12.2 -> 8.6; IQ2_XXS rows of 528 bytes 10.7 -> 10.4,
+ * of 1056 bytes 11.6 -> 7.2. */
+#define MS_ROWS_LANES_MAX_BYTES 4096
 static inline void prefetch_ahead(const void *p, int lines) {
     /* asm, not _mm_prefetch: gcc 12's dead-code pass drops __builtin_prefetch
      * inside these kernels (their rows are restrict pointers) */
