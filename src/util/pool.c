@@ -170,6 +170,7 @@ int ms_pool_new(struct ms_pool **out, int n_threads, ms_err *err) {
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->slots = ms_aligned_alloc(64, (size_t)n_threads * sizeof *p->slots);
     if (!p->threads || !p->slots) {
+        p->n_threads = 1; /* no worker was started: ms_pool_free joins none */
         ms_pool_free(p);
         return ms_err_set(err, "out of memory creating thread pool");
     }
