@@ -523,8 +523,8 @@ MS_SIMD_INLINE void iq2_dot_rows(int64_t n, float *restrict s, const void *restr
 
 /* The sequence alone: full-width parts (Zen 5, Intel), where the kernel
  * runs near the memory's speed and eight interleaved row streams may cost
- * more than they save (as they did Q4_K's dot on Zen 4, quant_kq_avx2.c's
- * KQ_DEFINE_DOT_ROWS8); unmeasured there. */
+ * more than they save (as they did Q4_K's dot on Zen 4: the AVX2 Q2_K
+ * many-rows dot's comment, quant_kq_avx2.c); unmeasured there. */
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) { iq2_dot_rows(n, s, x, x_stride, n_rows, y, false); }
 
 /* Eight rows at a time first: parts that split 512-bit operations (Zen 4),

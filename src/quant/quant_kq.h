@@ -92,6 +92,35 @@ static inline __m128i ms_kq_hsum4x8_i32(const __m256i v[4]) {
     const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
+
+/* The many-rows dots that take eight rows at once, one a lane (Q2_K,
+ * quant_kq_avx2.c and quant_kq_avx512.c): the byte offsets k x_stride of
+ * rows k = 0..7 (x_stride * 8 must fit an int32). */
+static inline __m256i ms_kq_row_offsets8(size_t x_stride) {
+    return _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)x_stride));
+}
+
+/* ... and their float step for one block of each of the eight rows: lane k
+ * of sumf plus ms_kq_block_sum_f32(ad, d_k, dmin_k, sumi_k, summ_k), in
+ * its operations and order, with sumi_k and summ_k the sums of vi[k]'s and
+ * vm[k]'s lanes, and d_k, dmin_k row k's block scales: the adjacent fp16
+ * pair at dm + row_off[k] bytes (one gather for the eight rows). */
+static inline __m256 ms_kq_rows8_add(__m256 sumf, const __m256i vi[8], const __m256i vm[8], const uint16_t *dm,
+                                     __m256i row_off, float ad) {
+    /* the low 16 bits of each int32 lane, packed (AVX2 has no vpmovdw) */
+    const __m256i lo16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
+                                          9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i dd = _mm256_i32gather_epi32((const int *)(const void *)dm, row_off, 1);
+    const __m256i t0 = _mm256_shuffle_epi8(dd, lo16), t1 = _mm256_shuffle_epi8(_mm256_srli_epi32(dd, 16), lo16);
+    const __m256 d = _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm256_castsi256_si128(t0), _mm256_extracti128_si256(t0, 1)));
+    const __m256 dmin =
+        _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm256_castsi256_si128(t1), _mm256_extracti128_si256(t1, 1)));
+    const __m256 adv = _mm256_set1_ps(ad);
+    const __m256 sd = _mm256_mul_ps(adv, d), smin = _mm256_mul_ps(adv, dmin);
+    const __m256 sumi = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vi));
+    const __m256 summ = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vm));
+    return _mm256_add_ps(sumf, _mm256_sub_ps(_mm256_mul_ps(sd, sumi), _mm256_mul_ps(smin, summ)));
+}
 #endif
 
 #endif

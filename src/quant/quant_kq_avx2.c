@@ -184,71 +184,6 @@ MS_SIMD_INLINE void kq_block_add(__m128 *sum1, float *sumf, const __m256i *v, co
     }
 }
 
-/* Many rows against one token, eight at a time, one a lane: block i of
- * rows r .. r + 7 (BODY, one token), then block i + 1; the eight blocks'
- * sumi and summ reduce together (two hsum8x8) and their float steps
- * (ms_kq_block_sum_f32's operations, as kq_block_add's) run in eight
- * lanes, each row's sum taking its blocks in order from 0.0f, so every row
- * is its single dot's value bit for bit. d and dmin of the eight blocks
- * are one 32-bit gather. The rows left (fewer than eight) take the single
- * dot. LINES: prefetch lines a block.
- *
- * For Q2_K, bound by its per-block work, against the single dot in a loop
- * over rows (whose every block ends in a horizontal reduction and a scalar
- * float step): 12.2-12.3 -> 15.3 GB/s best, 11.7 -> 13.5 mean (Zen 4,
- * MS_ISA=avx2 bench_kernels -t 1 --types q2_K --rows 512 --cols 1024
- * --batches 1 --working-set 512 --order random). Q4_K keeps the loop: its
- * dot waits on memory more than on its work, and eight interleaved row
- * streams defeat the linear prefetch that one row's stream gets; rows in
- * lanes took its best repetition from 20.7 to 24.2 GB/s but Q4_K bench
- * model decode from 84 to 74 tok/s (82 with the next group prefetched
- * linearly). */
-#define KQ_DEFINE_DOT_ROWS8(W, BLOCK, BODY, LINES)                                                               \
-    MS_DECL_DOT_ROWS(W, q8_K, avx2) {                                                                             \
-        const int64_t nb = n / QK_K;                                                                              \
-        const block_q8_K *a[1] = {y};                                                                             \
-        int64_t r = 0;                                                                                            \
-        if (8 * x_stride <= MS_ROWS_LANES_MAX_BYTES) { /* short rows only */                                    \
-            const __m256i row_off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),                 \
-                                                       _mm256_set1_epi32((int)x_stride));                         \
-            for (; r + 8 <= n_rows; r += 8) {                                                                     \
-                const char *xr = (const char *)x + (size_t)r * x_stride;                                          \
-                __m256 sumf = _mm256_setzero_ps();                                                                \
-                for (int64_t i = 0; i < nb; i++) {                                                                \
-                    __m256i vi[8], vm[8];                                                                         \
-                    for (int k = 0; k < 8; k++) {                                                                 \
-                        const BLOCK *b = (const BLOCK *)(xr + (size_t)k * x_stride) + i;                          \
-                        __m256i v[8];                                                                             \
-                        prefetch_ahead(b, LINES);                                                                 \
-                        BODY(b, a, i, v, 1);                                                                      \
-                        vi[k] = v[0];                                                                             \
-                        vm[k] = v[4];                                                                             \
-                    }                                                                                             \
-                    const __m256i dd =                                                                            \
-                        _mm256_i32gather_epi32((const int *)(const void *)&((const BLOCK *)xr)[i].d, row_off, 1); \
-                    const __m256 d = _mm256_cvtph_ps(kq_lo16(dd));                                                \
-                    const __m256 dmin = _mm256_cvtph_ps(kq_lo16(_mm256_srli_epi32(dd, 16)));                      \
-                    const __m256 ad = _mm256_set1_ps(a[0][i].d);                                                  \
-                    const __m256 sd = _mm256_mul_ps(ad, d), smin = _mm256_mul_ps(ad, dmin);                       \
-                    const __m256 sumi = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vi));                                \
-                    const __m256 summ = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vm));                                \
-                    sumf = _mm256_add_ps(sumf, _mm256_sub_ps(_mm256_mul_ps(sd, sumi), _mm256_mul_ps(smin, summ))); \
-                }                                                                                                 \
-                _mm256_storeu_ps(s + r, sumf);                                                                    \
-            }                                                                                                     \
-        }                                                                                                         \
-        for (; r < n_rows; r++) ms_dot_##W##_q8_K_avx2(n, s + r, (const char *)x + (size_t)r * x_stride, y);     \
-    }
-
-/* The low 16 bits of each of v's eight int32 lanes, packed into 128 bits
- * (AVX2 has no vpmovdw). */
-static inline __m128i kq_lo16(__m256i v) {
-    const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
-                                          9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i t = _mm256_shuffle_epi8(v, pick); /* lane halves: 4 words each in their low 64 bits */
-    return _mm_unpacklo_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-}
-
 /* Q4_K: byte group g (qs[32g..32g+31]) holds sub-block 2g in its low and
  * 2g+1 in its high nibbles; scale j is picked from the eight unpacked scales
  * (int16, both 128-bit lanes) with a constant byte shuffle. */
@@ -365,7 +300,48 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q2_K, q8_K, avx2) { q2k_dot_n(n, s, x, y, 4); }
-KQ_DEFINE_DOT_ROWS8(q2_K, block_q2_K, q2k_block_v, 2)
+
+/* Many rows against one token, short rows (MS_ROWS_LANES_MAX_BYTES) eight
+ * at a time, one a lane: block i of rows r .. r + 7, then block i + 1,
+ * their sums reduced together and their float steps in eight lanes
+ * (ms_kq_rows8_add), each row's sum taking its blocks in order from 0.0f,
+ * so every row is its single dot's value bit for bit; the rows left take
+ * the single dot. Q2_K is bound by its per-block work, which the single
+ * dot in a loop over rows ends with a horizontal reduction and a scalar
+ * float step each: 12.2-12.3 -> 15.3 GB/s best, 11.7 -> 13.5 mean (Zen 4,
+ * MS_ISA=avx2 bench_kernels -t 1 --types q2_K --rows 512 --cols 1024
+ * --batches 1 --working-set 512 --order random). Q4_K keeps the loop: its
+ * dot waits on memory more than on its work, and eight interleaved row
+ * streams lose the linear prefetch that one row's stream gets; rows in
+ * lanes took its best repetition from 20.7 to 24.2 GB/s but the Q4_K bench
+ * model's decode from 84 to 74 tok/s (82 with the next group prefetched
+ * linearly). */
+MS_DECL_DOT_ROWS(q2_K, q8_K, avx2) {
+    const int64_t nb = n / QK_K;
+    const block_q8_K *a[1] = {y};
+    int64_t r = 0;
+    if (8 * x_stride <= MS_ROWS_LANES_MAX_BYTES) {
+        const __m256i row_off = ms_kq_row_offsets8(x_stride);
+        for (; r + 8 <= n_rows; r += 8) {
+            const block_q2_K *w = (const block_q2_K *)((const char *)x + (size_t)r * x_stride);
+            __m256 sumf = _mm256_setzero_ps();
+            for (int64_t i = 0; i < nb; i++) {
+                __m256i vi[8], vm[8];
+                for (int k = 0; k < 8; k++) {
+                    const block_q2_K *b = (const block_q2_K *)((const char *)w + (size_t)k * x_stride) + i;
+                    __m256i v[8];
+                    prefetch_ahead(b, 2);
+                    q2k_block_v(b, a, i, v, 1);
+                    vi[k] = v[0];
+                    vm[k] = v[4];
+                }
+                sumf = ms_kq_rows8_add(sumf, vi, vm, &w[i].d, row_off, a[0][i].d);
+            }
+            _mm256_storeu_ps(s + r, sumf);
+        }
+    }
+    for (; r < n_rows; r++) ms_dot_q2_K_q8_K_avx2(n, s + r, (const char *)x + (size_t)r * x_stride, y);
+}
 
 /* ---- token-lane GEMM (prefill): Q4_K rows x 8 packed Q8_K tokens
  *

@@ -500,13 +500,12 @@ MS_SIMD_INLINE void q2k_rows_turn(const char *x, size_t x_stride, int64_t nb, co
 /* Eight rows at once, rows in lanes: block i of rows r .. r + 7, then
  * block i + 1, so that the eight blocks' integer sums reduce together (two
  * hsum8x8) and their float steps run in eight lanes, one a row, each row's
- * sum taking its blocks in order from 0.0f: the single dot's float steps,
- * without the sequence's per-block bookkeeping. d and dmin of the eight
- * blocks are one 32-bit gather (adjacent fp16 in a block). */
+ * sum taking its blocks in order from 0.0f (ms_kq_rows8_add): the single
+ * dot's float steps, without the sequence's per-block bookkeeping. */
 MS_SIMD_INLINE void q2k_rows8(const char *x, size_t x_stride, int64_t nb, const __m512i (*act)[4],
                               const block_q8_K *a, float *s) {
-    const __m256i row_off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                               _mm256_set1_epi32((int)x_stride));
+    const __m256i row_off = ms_kq_row_offsets8(x_stride);
+    const block_q2_K *w = (const block_q2_K *)x;
     __m256 sumf = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         __m256i vi[8], vm[8];
@@ -515,15 +514,7 @@ MS_SIMD_INLINE void q2k_rows8(const char *x, size_t x_stride, int64_t nb, const 
             prefetch_ahead(b, 2);
             q2k_rows_block(b, act[i], &a[i], &vi[k], &vm[k]);
         }
-        const block_q2_K *b0 = (const block_q2_K *)x + i;
-        const __m256i dd = _mm256_i32gather_epi32((const int *)(const void *)&b0->d, row_off, 1);
-        const __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd));
-        const __m256 dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dd, 16)));
-        const __m256 ad = _mm256_set1_ps(a[i].d);
-        const __m256 sd = _mm256_mul_ps(ad, d), smin = _mm256_mul_ps(ad, dmin);
-        const __m256 sumi = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vi));
-        const __m256 summ = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vm));
-        sumf = _mm256_add_ps(sumf, _mm256_sub_ps(_mm256_mul_ps(sd, sumi), _mm256_mul_ps(smin, summ)));
+        sumf = ms_kq_rows8_add(sumf, vi, vm, &w[i].d, row_off, a[i].d);
     }
     _mm256_storeu_ps(s, sumf);
 }

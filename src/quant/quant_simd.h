@@ -151,6 +151,13 @@ static inline __m256i bcast32(const void *p) {
  * ds4 decode +1-3%). */
 #define MS_PREFETCH_AHEAD 2048
 
+static inline void prefetch_ahead(const void *p, int lines) {
+    /* asm, not _mm_prefetch: gcc 12's dead-code pass drops __builtin_prefetch
+     * inside these kernels (their rows are restrict pointers) */
+    for (int l = 0; l < lines; l++)
+        __asm__ volatile("prefetcht0 %0" : : "m"(*((const char *)p + MS_PREFETCH_AHEAD + 64 * l)));
+}
+
 /* The most bytes a group of rows that a many-rows dot reads in lanes (eight
  * rows, block by block) may span. Past one 4 KiB page the group's eight
  * interleaved row streams lose the hardware prefetch that one row's linear
@@ -160,12 +167,6 @@ static inline __m256i bcast32(const void *p) {
  * 13.1, of 672 bytes 12.2 -> 8.6; IQ2_XXS rows of 528 bytes 10.7 -> 10.4,
  * of 1056 bytes 11.6 -> 7.2. */
 #define MS_ROWS_LANES_MAX_BYTES 4096
-static inline void prefetch_ahead(const void *p, int lines) {
-    /* asm, not _mm_prefetch: gcc 12's dead-code pass drops __builtin_prefetch
-     * inside these kernels (their rows are restrict pointers) */
-    for (int l = 0; l < lines; l++)
-        __asm__ volatile("prefetcht0 %0" : : "m"(*((const char *)p + MS_PREFETCH_AHEAD + 64 * l)));
-}
 
 /* A token-lane GEMM's row result: y[t * ldy + r] = lane t of v, t < nt. */
 static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) {
