@@ -572,19 +572,17 @@ MS_SIMD_INLINE void iq2_pair_weights_u8(const struct iq2_pair *e, const int blk,
     }
 }
 
-/* Block i of R (1 or 2, a constant) rows b[k] against the pack ab, added to
- * accf[k] (MS_DEFINE_GEMM_KQ_X16's step). */
-MS_SIMD_INLINE void iq2xxs_block_x16_vbmi(const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
-                                          const int R) {
+/* Block i of R (1 or 2, a constant) rows b[k] into buf (the GEMM's EXPAND):
+ * the pair expansion takes a block of each row. */
+MS_SIMD_INLINE void iq2xxs_expand_x16_vbmi(const block_iq2_xxs *const b[2], struct iq2xxs_x16_buf *buf,
+                                           const int R) {
     struct iq2_consts c;
     iq2_consts_load(&c);
     struct iq2_pair e;
-    iq2_pair_expand(&c, b[0], b[1], &e);
-    uint8_t wu[2][QK_K] __attribute__((aligned(64)));
-    uint32_t ls[2][8] __attribute__((aligned(64)));
-    _mm512_store_si512((void *)ls, e.ls); /* dword 8 blk + s: block blk's sub-block s */
-    for (int k = 0; k < R; k++) iq2_pair_weights_u8(&e, k, wu[k]);
-    iq2xxs_x16_products(wu, ls, b, ab, accf, R);
+    iq2_pair_expand(&c, b[0], b[R > 1 ? 1 : 0], &e);
+    _mm512_store_si512((void *)buf->ls, e.ls); /* dword 8 blk + s: block blk's sub-block s */
+    for (int k = 0; k < R; k++) iq2_pair_weights_u8(&e, k, buf->wu[k]);
 }
 
-MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi, block_iq2_xxs, iq2xxs_block_x16_vbmi, iq2xxs_x16_finish)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi, block_iq2_xxs, struct iq2xxs_x16_buf,
+                      iq2xxs_expand_x16_vbmi, iq2xxs_x16_products, iq2xxs_x16_finish)

@@ -50,7 +50,8 @@ MS_SIMD_INLINE __m256i iq2xxs_signs4(uint32_t s32) {
 
 #ifdef __AVX512F__
 /* The products of IQ2_XXS block i of R (1 or 2, a constant) rows with a
- * pack of 16 tokens (the AVX-512 token-lane GEMMs): wu[k] holds row k's
+ * pack of 16 tokens (the AVX-512 token-lane GEMMs), unpacked in buf (one
+ * block of two rows; MS_DEFINE_GEMM_KQ_X16's BUF): wu[k] holds row k's
  * 256 signed weights in value order, offset by 128 (the unsigned operand
  * of vpdpbusd), ls[k][ib] sub-block ib's 2 s + 1 in its low int16, b[k]
  * the block (its d). Four weights of a row are broadcast per step against
@@ -61,9 +62,15 @@ MS_SIMD_INLINE __m256i iq2xxs_signs4(uint32_t s32) {
  * bsub_ib, all exact in int32 (|T_ib| <= 32 * 171 * 128, ls_ib <= 31).
  * The float step is the reference's, (ad * d) * bsum added to accf[k];
  * iq2xxs_x16_finish applies its 0.125 at the row's end. */
-MS_SIMD_INLINE void iq2xxs_x16_products(const uint8_t wu[2][QK_K], const uint32_t ls[2][8],
-                                        const block_iq2_xxs *const b[2], const block_q8_Kx16 *ab, __m512 accf[2],
-                                        const int R) {
+struct iq2xxs_x16_buf {
+    uint8_t wu[2][QK_K] __attribute__((aligned(64)));
+    uint32_t ls[2][8] __attribute__((aligned(64)));
+};
+
+MS_SIMD_INLINE void iq2xxs_x16_products(const struct iq2xxs_x16_buf *buf, const block_iq2_xxs *const b[2],
+                                        const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    const uint8_t(*wu)[QK_K] = buf->wu;
+    const uint32_t(*ls)[8] = buf->ls;
     __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     _Pragma("GCC unroll 8")
     for (int ib = 0; ib < 8; ib++) {
