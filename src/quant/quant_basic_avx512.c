@@ -590,18 +590,20 @@ MS_DECL_DOT_X4(q8_0, f32, avx512) {
  * Tokens in the 32-bit lanes (block_q8_0x16): four weights of the row are
  * broadcast to every lane and one vpdpbusd adds each token's four products
  * into int32. vpdpbusd multiplies unsigned by signed bytes, so the weights
- * go in as w + 128 (a copy of the row pair's block with the top bit
- * flipped, from which the broadcasts load) and the pack's 128 * sum(a) per
- * token is subtracted from the block's sum: exact for any int8 weight and
- * activation. The float step is the single kernel's, lane by lane (see
+ * go in as w + 128 (each broadcast from the block, its top bits flipped by
+ * one xor) and the pack's 128 * sum(a) per token is subtracted from the
+ * block's sum: exact for any int8 weight and activation. The flipped block
+ * used to be stored and the broadcasts loaded from that copy, which made
+ * them wait on its store: 2048 x 4096 against 512 tokens on Zen 4, 184-188
+ * -> 201-205 GFLOPS (bench_kernels -t 1 --batches 512 --working-set 0,
+ * three interleaved runs). The Q8_0 x Q16_0 GEMM (quant_q16_avx512.c),
+ * which uses each broadcast twice, keeps the copy: with the xor it ran
+ * 117-127 against 132-141. The float step is the single kernel's, lane by lane (see
  * dot_q8_0_q8_0_n). Two rows share each activation load.
  */
 MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q8_0x16 *ab, __m512 acc[2],
                                    const int R) {
-    uint8_t wu[2][32] __attribute__((aligned(32)));
-    for (int k = 0; k < R; k++)
-        _mm256_store_si256((__m256i *)wu[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[k][i].qs),
-                                                              _mm256_set1_epi8((char)0x80)));
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512i t[2][2];
     for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8")
@@ -609,8 +611,8 @@ MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, cons
         const __m512i av = _mm512_load_si512((const void *)ab->qs[j]);
         for (int k = 0; k < R; k++) {
             uint32_t wv;
-            memcpy(&wv, wu[k] + 4 * j, 4);
-            t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            memcpy(&wv, w[k][i].qs + 4 * j, 4);
+            t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_xor_si512(_mm512_set1_epi32((int)wv), flip), av);
         }
     }
     const __m512i corr = _mm512_load_si512((const void *)ab->asum128);
