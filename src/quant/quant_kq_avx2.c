@@ -372,104 +372,134 @@ static inline __m256 kq_x8_block_add(__m256 accf, const float ad8[8], uint16_t d
                                              _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
 }
 
-MS_SIMD_INLINE __m256 q4k_row_x8(int64_t nb, const block_q4_K *w, const block_q8_Kx8 *a) {
+/* A row's blocks against a pack of 8 tokens, each block unpacked (EXPAND
+ * into a BUF) one block ahead of its products (PRODUCTS, returning the
+ * row's sums with the block's added), into the other of two buffers: the
+ * products read the codes by 4-byte broadcast loads, which wait on the
+ * stores that wrote them when both are of the same block (as the AVX-512
+ * GEMMs, quant_simd.h's MS_DEFINE_GEMM_KQ_X16). */
+#define KQ_X8_ROW(BUF, EXPAND, PRODUCTS)                                                                 \
+    do {                                                                                                  \
+        BUF buf[2];                                                                                       \
+        __m256 accf = _mm256_setzero_ps();                                                                \
+        if (nb > 0) EXPAND(&w[0], &buf[0]);                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                \
+            if (i + 1 < nb) EXPAND(&w[i + 1], &buf[(i + 1) & 1]);                                         \
+            accf = PRODUCTS(&buf[i & 1], &w[i], &a[i], accf);                                             \
+        }                                                                                                 \
+        return accf;                                                                                      \
+    } while (0)
+
+/* A Q4_K block unpacked: codes in value order (sub-block s at codes[s]),
+ * scp[s] the scale of sub-block s in both int16 halves, mp[p] the mins of
+ * sub-blocks 2p, 2p + 1 as an int16 pair. */
+struct q4k_x8_buf {
+    uint8_t codes[8][32] __attribute__((aligned(32)));
+    uint32_t scp[8] __attribute__((aligned(32)));
+    uint32_t mp[4] __attribute__((aligned(16)));
+};
+
+MS_SIMD_INLINE void q4k_expand_x8(const block_q4_K *b, struct q4k_x8_buf *u) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 accf = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const block_q4_K *b = &w[i];
-        uint8_t codes[8][32] __attribute__((aligned(32)));
-        uint32_t scp[8] __attribute__((aligned(32))), mp[4] __attribute__((aligned(16)));
-        _Pragma("GCC unroll 4")
-        for (int g = 0; g < 4; g++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
-            _mm256_store_si256((__m256i *)codes[2 * g], _mm256_and_si256(q, m4));
-            _mm256_store_si256((__m256i *)codes[2 * g + 1], _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-        }
-        uint64_t scw, mw;
-        ms_q4k_unpack_scales_u64(b->scales, &scw, &mw);
-        /* scp[s] = the scale of sub-block s in both int16 halves; mp[p] =
-         * the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
-        const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw));
-        _mm256_store_si256((__m256i *)scp, _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)));
-        _mm_store_si128((__m128i *)mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
-        const block_q8_Kx8 *ab = &a[i];
-        __m256i acc = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8")
-        for (int s = 0; s < 8; s++) {
-            __m256i acc16 = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++) {
-                uint32_t wv;
-                memcpy(&wv, &codes[s][4 * j], 4);
-                acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                                                     _mm256_load_si256((const __m256i *)ab->qs[s][j])));
-            }
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp[s])));
-        }
-        __m256i summ = _mm256_setzero_si256();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++)
-            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
-                                                            _mm256_set1_epi32((int)mp[p])));
-        accf = kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+    _Pragma("GCC unroll 4")
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
+        _mm256_store_si256((__m256i *)u->codes[2 * g], _mm256_and_si256(q, m4));
+        _mm256_store_si256((__m256i *)u->codes[2 * g + 1], _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
     }
-    return accf;
+    uint64_t scw, mw;
+    ms_q4k_unpack_scales_u64(b->scales, &scw, &mw);
+    const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw));
+    _mm256_store_si256((__m256i *)u->scp, _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)));
+    _mm_store_si128((__m128i *)u->mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
+}
+
+MS_SIMD_INLINE __m256 q4k_products_x8(const struct q4k_x8_buf *u, const block_q4_K *b, const block_q8_Kx8 *ab,
+                                      __m256 accf) {
+    __m256i acc = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) {
+        __m256i acc16 = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            uint32_t wv;
+            memcpy(&wv, &u->codes[s][4 * j], 4);
+            acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                                                 _mm256_load_si256((const __m256i *)ab->qs[s][j])));
+        }
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)u->scp[s])));
+    }
+    __m256i summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
+                                                        _mm256_set1_epi32((int)u->mp[p])));
+    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+}
+
+MS_SIMD_INLINE __m256 q4k_row_x8(int64_t nb, const block_q4_K *w, const block_q8_Kx8 *a) {
+    KQ_X8_ROW(struct q4k_x8_buf, q4k_expand_x8, q4k_products_x8);
 }
 
 /* Q2_K the same way: the codes of a row's block are unpacked to bytes in
  * value order (value 128 h + 32 j + l is (qs[32 h + l] >> 2 j) & 3), each
  * 16-value sub-block k sums four vpmaddubsw in int16 (codes <= 3: eight
  * pairs at most 8 * 768) and takes its 4-bit scale with one vpmaddwd; the
- * min term is the 16 bsums times the 4-bit mins (bs16 pairs). */
-MS_SIMD_INLINE __m256 q2k_row_x8(int64_t nb, const block_q2_K *w, const block_q8_Kx8 *a) {
+ * min term is the 16 bsums times the 4-bit mins (bs16 pairs). scp[k] is
+ * the scale of sub-block k in both int16 halves, mp[q] the mins of
+ * sub-blocks 2q, 2q + 1 as an int16 pair. */
+struct q2k_x8_buf {
+    uint8_t codes[8][32] __attribute__((aligned(32)));
+    uint32_t scp[16] __attribute__((aligned(32)));
+    uint32_t mp[8] __attribute__((aligned(32)));
+};
+
+MS_SIMD_INLINE void q2k_expand_x8(const block_q2_K *b, struct q2k_x8_buf *u) {
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m256 accf = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const block_q2_K *b = &w[i];
-        uint8_t codes[8][32] __attribute__((aligned(32)));
-        uint32_t scp[16] __attribute__((aligned(32))), mp[8] __attribute__((aligned(32)));
-        _Pragma("GCC unroll 2")
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-            _mm256_store_si256((__m256i *)codes[4 * h], _mm256_and_si256(q, m3));
-            _mm256_store_si256((__m256i *)codes[4 * h + 1], _mm256_and_si256(_mm256_srli_epi16(q, 2), m3));
-            _mm256_store_si256((__m256i *)codes[4 * h + 2], _mm256_and_si256(_mm256_srli_epi16(q, 4), m3));
-            _mm256_store_si256((__m256i *)codes[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(q, 6), m3));
-        }
-        /* scp[k] = the scale of sub-block k in both int16 halves; mp[q] =
-         * the mins of sub-blocks 2q, 2q + 1 as an int16 pair */
-        const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
-        const __m128i sc8 = _mm_and_si128(scb, m4);
-        const __m256i s0 = _mm256_cvtepu8_epi32(sc8), s1 = _mm256_cvtepu8_epi32(_mm_srli_si128(sc8, 8));
-        _mm256_store_si256((__m256i *)scp, _mm256_or_si256(s0, _mm256_slli_epi32(s0, 16)));
-        _mm256_store_si256((__m256i *)(scp + 8), _mm256_or_si256(s1, _mm256_slli_epi32(s1, 16)));
-        _mm256_store_si256((__m256i *)mp, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4)));
-        const block_q8_Kx8 *ab = &a[i];
-        __m256i acc = _mm256_setzero_si256();
-        _Pragma("GCC unroll 16")
-        for (int k = 0; k < 16; k++) {
-            __m256i acc16 = _mm256_setzero_si256();
-            _Pragma("GCC unroll 4")
-            for (int j = 0; j < 4; j++) {
-                uint32_t wv;
-                memcpy(&wv, &codes[k / 2][16 * (k % 2) + 4 * j], 4);
-                acc16 = _mm256_add_epi16(
-                    acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                                _mm256_load_si256((const __m256i *)ab->qs[k / 2][4 * (k % 2) + j])));
-            }
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp[k])));
-        }
-        __m256i summ = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++)
-            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
-                                                            _mm256_set1_epi32((int)mp[q])));
-        accf = kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        _mm256_store_si256((__m256i *)u->codes[4 * h], _mm256_and_si256(q, m3));
+        _mm256_store_si256((__m256i *)u->codes[4 * h + 1], _mm256_and_si256(_mm256_srli_epi16(q, 2), m3));
+        _mm256_store_si256((__m256i *)u->codes[4 * h + 2], _mm256_and_si256(_mm256_srli_epi16(q, 4), m3));
+        _mm256_store_si256((__m256i *)u->codes[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(q, 6), m3));
     }
-    return accf;
+    const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
+    const __m128i sc8 = _mm_and_si128(scb, m4);
+    const __m256i s0 = _mm256_cvtepu8_epi32(sc8), s1 = _mm256_cvtepu8_epi32(_mm_srli_si128(sc8, 8));
+    _mm256_store_si256((__m256i *)u->scp, _mm256_or_si256(s0, _mm256_slli_epi32(s0, 16)));
+    _mm256_store_si256((__m256i *)(u->scp + 8), _mm256_or_si256(s1, _mm256_slli_epi32(s1, 16)));
+    _mm256_store_si256((__m256i *)u->mp, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4)));
 }
 
+MS_SIMD_INLINE __m256 q2k_products_x8(const struct q2k_x8_buf *u, const block_q2_K *b, const block_q8_Kx8 *ab,
+                                      __m256 accf) {
+    __m256i acc = _mm256_setzero_si256();
+    _Pragma("GCC unroll 16")
+    for (int k = 0; k < 16; k++) {
+        __m256i acc16 = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            uint32_t wv;
+            memcpy(&wv, &u->codes[k / 2][16 * (k % 2) + 4 * j], 4);
+            acc16 = _mm256_add_epi16(
+                acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                            _mm256_load_si256((const __m256i *)ab->qs[k / 2][4 * (k % 2) + j])));
+        }
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)u->scp[k])));
+    }
+    __m256i summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int q = 0; q < 8; q++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
+                                                        _mm256_set1_epi32((int)u->mp[q])));
+    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+}
+
+MS_SIMD_INLINE __m256 q2k_row_x8(int64_t nb, const block_q2_K *w, const block_q8_Kx8 *a) {
+    KQ_X8_ROW(struct q2k_x8_buf, q2k_expand_x8, q2k_products_x8);
+}
 
 void ms_gemm_q4_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
