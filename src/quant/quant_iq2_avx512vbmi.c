@@ -585,4 +585,4 @@ MS_SIMD_INLINE void iq2xxs_expand_x16_vbmi(const block_iq2_xxs *const b[2], stru
 }
 
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi, block_iq2_xxs, struct iq2xxs_x16_buf,
-                      iq2xxs_expand_x16_vbmi, iq2xxs_x16_products, iq2xxs_x16_finish)
+                      iq2xxs_expand_x16_vbmi, iq2xxs_x16_products, 1, iq2xxs_x16_finish)

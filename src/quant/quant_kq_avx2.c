@@ -390,6 +390,33 @@ static inline __m256 kq_x8_block_add(__m256 accf, const float ad8[8], uint16_t d
         return accf;                                                                                      \
     } while (0)
 
+/* One sub-block's products for 8 tokens: steps x 4 codes (unsigned,
+ * broadcast) against the pack's activations a[j] (the sub-block's steps
+ * of 4 values a token), summed in int16 (at most 8 pairs of codes <= 15
+ * times 127: no saturation), then by its scale pair scp with one vpmaddwd. */
+MS_SIMD_INLINE __m256i kq_x8_sub(const uint8_t *codes, const int8_t (*a)[32], const int steps, uint32_t scp) {
+    __m256i acc16 = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < steps; j++) {
+        uint32_t wv;
+        memcpy(&wv, codes + 4 * j, 4);
+        acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                                             _mm256_load_si256((const __m256i *)a[j])));
+    }
+    return _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp));
+}
+
+/* The min term for 8 tokens: sum over the n int16 pairs pairs[q] (a
+ * token's two sub-block sums) times the mins pair mp[q]. */
+MS_SIMD_INLINE __m256i kq_x8_mins(const int16_t (*pairs)[16], const uint32_t *mp, const int n) {
+    __m256i summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int q = 0; q < n; q++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)pairs[q]),
+                                                        _mm256_set1_epi32((int)mp[q])));
+    return summ;
+}
+
 /* A Q4_K block unpacked: codes in value order (sub-block s at codes[s]),
  * scp[s] the scale of sub-block s in both int16 halves, mp[p] the mins of
  * sub-blocks 2p, 2p + 1 as an int16 pair. */
@@ -418,23 +445,8 @@ MS_SIMD_INLINE __m256 q4k_products_x8(const struct q4k_x8_buf *u, const block_q4
                                       __m256 accf) {
     __m256i acc = _mm256_setzero_si256();
     _Pragma("GCC unroll 8")
-    for (int s = 0; s < 8; s++) {
-        __m256i acc16 = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++) {
-            uint32_t wv;
-            memcpy(&wv, &u->codes[s][4 * j], 4);
-            acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                                                 _mm256_load_si256((const __m256i *)ab->qs[s][j])));
-        }
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)u->scp[s])));
-    }
-    __m256i summ = _mm256_setzero_si256();
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
-                                                        _mm256_set1_epi32((int)u->mp[p])));
-    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+    for (int s = 0; s < 8; s++) acc = _mm256_add_epi32(acc, kq_x8_sub(u->codes[s], ab->qs[s], 8, u->scp[s]));
+    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, kq_x8_mins(ab->bsp, u->mp, 4));
 }
 
 MS_SIMD_INLINE __m256 q4k_row_x8(int64_t nb, const block_q4_K *w, const block_q8_Kx8 *a) {
@@ -477,24 +489,10 @@ MS_SIMD_INLINE __m256 q2k_products_x8(const struct q2k_x8_buf *u, const block_q2
                                       __m256 accf) {
     __m256i acc = _mm256_setzero_si256();
     _Pragma("GCC unroll 16")
-    for (int k = 0; k < 16; k++) {
-        __m256i acc16 = _mm256_setzero_si256();
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++) {
-            uint32_t wv;
-            memcpy(&wv, &u->codes[k / 2][16 * (k % 2) + 4 * j], 4);
-            acc16 = _mm256_add_epi16(
-                acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                            _mm256_load_si256((const __m256i *)ab->qs[k / 2][4 * (k % 2) + j])));
-        }
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)u->scp[k])));
-    }
-    __m256i summ = _mm256_setzero_si256();
-    _Pragma("GCC unroll 8")
-    for (int q = 0; q < 8; q++)
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
-                                                        _mm256_set1_epi32((int)u->mp[q])));
-    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, summ);
+    for (int k = 0; k < 16; k++)
+        acc = _mm256_add_epi32(acc, kq_x8_sub(&u->codes[k / 2][16 * (k % 2)], &ab->qs[k / 2][4 * (k % 2)], 4,
+                                              u->scp[k]));
+    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, kq_x8_mins(ab->bs16, u->mp, 8));
 }
 
 MS_SIMD_INLINE __m256 q2k_row_x8(int64_t nb, const block_q2_K *w, const block_q8_Kx8 *a) {

@@ -733,26 +733,13 @@ MS_SIMD_INLINE void iq2xxs_expand_x16(const block_iq2_xxs *const b[2], struct iq
 static inline __m512 q4_K_x16_finish(__m512 v) { return v; }
 static inline __m512 q2_K_x16_finish(__m512 v) { return v; }
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q4_K_q8_Kx16_avx512, block_q4_K, struct q4k_x16_buf, q4k_expand_x16, q4k_products_x16,
-                      q4_K_x16_finish)
+                      1, q4_K_x16_finish)
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q2_K_q8_Kx16_avx512, block_q2_K, struct q2k_x16_buf, q2k_expand_x16, q2k_products_x16,
-                      q2_K_x16_finish)
+                      1, q2_K_x16_finish)
 /* This set's IQ2_XXS expansion (about 240 instructions a block and row,
  * its loads from the grid and sign tables) runs right before its own
  * products, not a block ahead as the others: ahead it measured 145-148
  * against 154 GFLOPS (2048 x 4096, 16 and 512 tokens, Zen 4 with
- * MS_AVX512_VBMI=0). So the GEMM's EXPAND is empty and its step does both. */
-struct iq2xxs_x16_none {
-    char unused;
-};
-MS_SIMD_INLINE void iq2xxs_expand_none(const block_iq2_xxs *const b[2], struct iq2xxs_x16_none *buf, const int R) {
-    (void)b, (void)buf, (void)R;
-}
-MS_SIMD_INLINE void iq2xxs_block_x16(const struct iq2xxs_x16_none *none, const block_iq2_xxs *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    (void)none;
-    struct iq2xxs_x16_buf buf;
-    iq2xxs_expand_x16(b, &buf, R);
-    iq2xxs_x16_products(&buf, b, ab, accf, R);
-}
-MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512, block_iq2_xxs, struct iq2xxs_x16_none, iq2xxs_expand_none,
-                      iq2xxs_block_x16, iq2xxs_x16_finish)
+ * MS_AVX512_VBMI=0). */
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq2_xxs_q8_Kx16_avx512, block_iq2_xxs, struct iq2xxs_x16_buf, iq2xxs_expand_x16,
+                      iq2xxs_x16_products, 0, iq2xxs_x16_finish)

@@ -417,7 +417,7 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
 /* A token-lane GEMM of Q8_K-activation rows (ms_gemm_tok_fn) named fn,
  * over packs of 16 tokens (block_q8_Kx16), for weight blocks of type BLK:
  * EXPAND(b, buf, R) unpacks block i of R (1 or 2, a constant) rows b[k]
- * into a BUF, PRODUCTS(buf, b, &pack[i], acc, R) adds their products with
+ * into a BUF (two of them, see AHEAD below), PRODUCTS(buf, b, &pack[i], acc, R) adds their products with
  * the pack to acc[k], and FINISH(acc) turns a row's sums into its results.
  * Rows go in pairs (a last odd row alone), sharing each activation load,
  * each over all its blocks. Each block is unpacked one block ahead of its
@@ -428,23 +428,26 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
  * (bench_kernels -t 1 --batches 16,512 --working-set 0, three interleaved
  * runs): Q4_K 189-190 -> 199-202, Q2_K 170-171 -> 174-177, IQ2_XXS (VBMI)
  * 151-157 -> 165-167; 16 tokens alike. The VBMI-less IQ2_XXS set keeps
- * one block at a time (quant_kq_avx512.c). */
-#define MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, R)                                                     \
+ * one block at a time (quant_kq_avx512.c): AHEAD 0 unpacks each block
+ * right before its products, AHEAD 1 one block ahead. */
+#define MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, R)                                              \
     do {                                                                                                  \
-        if (nb > 0) {                                                                                     \
+        if ((AHEAD) && nb > 0) {                                                                          \
             const BLK *const bb[2] = {&b0[0], &b1[0]};                                                    \
             EXPAND(bb, &buf[0], R);                                                                       \
         }                                                                                                 \
         for (int64_t i = 0; i < nb; i++) {                                                                \
-            if (i + 1 < nb) {                                                                             \
+            const BLK *const bb[2] = {&b0[i], &b1[i]};                                                    \
+            if (!(AHEAD)) {                                                                               \
+                EXPAND(bb, &buf[0], R);                                                                   \
+            } else if (i + 1 < nb) {                                                                      \
                 const BLK *const bn[2] = {&b0[i + 1], &b1[i + 1]};                                        \
                 EXPAND(bn, &buf[(i + 1) & 1], R);                                                         \
             }                                                                                             \
-            const BLK *const bb[2] = {&b0[i], &b1[i]};                                                    \
-            PRODUCTS(&buf[i & 1], bb, &a[i], acc, R);                                                     \
+            PRODUCTS(&buf[(AHEAD) ? i & 1 : 0], bb, &a[i], acc, R);                                       \
         }                                                                                                 \
     } while (0)
-#define MS_DEFINE_GEMM_KQ_X16(fn, BLK, BUF, EXPAND, PRODUCTS, FINISH)                                    \
+#define MS_DEFINE_GEMM_KQ_X16(fn, BLK, BUF, EXPAND, PRODUCTS, AHEAD, FINISH)                             \
     void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,           \
             int64_t n_rows, const void *restrict pack, int nt) {                                          \
         const block_q8_Kx16 *a = pack;                                                                    \
@@ -455,11 +458,11 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
             __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                   \
             if (r + 1 < n_rows) {                                                                         \
                 const BLK *b1 = (const BLK *)((const char *)b0 + w_stride);                               \
-                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, 2);                                             \
+                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, 2);                                             \
                 x16_store(y, ldy, r + 1, FINISH(acc[1]), nt);                                             \
             } else {                                                                                      \
                 const BLK *b1 = b0;                                                                       \
-                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, 1);                                             \
+                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, 1);                                             \
             }                                                                                             \
             x16_store(y, ldy, r, FINISH(acc[0]), nt);                                                     \
         }                                                                                                 \
