@@ -524,6 +524,10 @@ int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, floa
     return rc;
 }
 
+void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx) {
+    dsv4_session_set_progress(s->s, fn, ctx);
+}
+
 int64_t ms_session_n_past(const struct ms_session *s) { return dsv4_session_n_past(s->s); }
 const float *ms_session_logits(const struct ms_session *s) { return dsv4_session_logits(s->s); }
 void ms_session_reset(struct ms_session *s) { dsv4_session_reset(s->s); }

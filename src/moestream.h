@@ -190,6 +190,18 @@ int64_t ms_session_n_ctx(const struct ms_session *s);
  * the vocabulary and context overflow are errors that change nothing. */
 int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
                     ms_err *err);
+/* Progress of an eval (ms_session_set_progress): called on the calling
+ * thread after each layer of each layer-major pass, with the work done and
+ * the whole in token-layers (total = n x n_layer for an eval of n tokens;
+ * done / n_layer is the tokens' worth done). Return false to interrupt. */
+typedef bool (*ms_progress_fn)(void *ctx, int64_t done, int64_t total);
+/* Installs fn (NULL: none) for s's following evals. An eval whose fn
+ * returns false stops after that layer and fails with "interrupted"; the
+ * session is then empty (its state was partly updated), as after any
+ * failure in the middle of a step. This is how a caller shows a prefill's
+ * progress and lets it be stopped: cutting the prompt into pieces instead
+ * would read the routed weights once per piece when streaming. */
+void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx);
 int64_t ms_session_n_past(const struct ms_session *s);
 /* [n_vocab] logits after the last position, or NULL before any eval. */
 const float *ms_session_logits(const struct ms_session *s);

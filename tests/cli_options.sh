@@ -3,7 +3,7 @@
 # one line naming the flag: contradictory flags, flags that cannot apply,
 # unreadable/unwritable files given to flags, numbers out of range; options
 # that cannot change this model warn; a failed write of the output is an
-# error. Across run, chat, logits, bench and inspect.
+# error. Across run, chat, logits, bench, serve and inspect.
 # Usage: bash cli_options.sh BIN TMPDIR
 . "$(dirname "$0")/lib.sh"
 
@@ -33,6 +33,8 @@ for cmd in run logits; do
 done
 expect 1 'moestream chat: --hotlist: ' chat -m "$M" --hotlist "$TMP/missing.hot"
 expect 1 'moestream bench: --hotlist: ' bench -m "$M" --hotlist "$TMP/bad.hot"
+expect 1 'moestream serve: --hotlist: ' serve -m "$M" --hotlist "$TMP/missing.hot"
+expect 1 'moestream serve: -m: cannot open' serve -m "$TMP/nope.gguf"
 expect 1 "moestream run: --stats-json: cannot write $TMP/no/dir/s.json" run -m "$M" -p x --stats-json "$TMP/no/dir/s.json"
 expect 1 'moestream run: --profile-routing: cannot write' run -m "$M" -p x --profile-routing "$TMP/no/dir/p.hot"
 expect 1 'moestream bench: --csv: cannot write' bench -m "$M" --csv "$TMP/no/dir/b.csv"
@@ -40,7 +42,7 @@ expect 1 'moestream bench: --prompt-file: cannot read' bench -m "$M" --prompt-fi
 [ -e "$TMP/no" ] && fail "a checked path was created"
 
 # ---- contradictions and flags that cannot apply: usage errors (2)
-for cmd in run chat logits bench; do
+for cmd in run chat logits bench serve; do
     a=(); [ $cmd = run ] && a=(-p x); [ $cmd = logits ] && a=(--tokens 1)
     expect 2 "moestream $cmd: --stream and --no-stream contradict" $cmd -m "$M" "${a[@]}" --stream --no-stream
     expect 2 "moestream $cmd: --cache-experts applies only when streaming" $cmd -m "$M" "${a[@]}" --no-stream --cache-experts 4

@@ -56,6 +56,14 @@ check "one pass over the routed weights" "python3 -c \"import json,sys; d=json.l
     --stats-json "$TMP/chunk8.json" >"$TMP/chunk8.txt" 2>/dev/null
 check "--prefill-chunk 8 == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/chunk8.txt'"
 check "chunked prefill reads more than once" "python3 -c \"import json,sys; d=json.load(open('$TMP/chunk8.json')); sys.exit(0 if d['passes']>1.5 and d['prefill_chunk']==8 else 1)\""
+# On a terminal (script(1) gives stderr a pty) the prefill draws a progress
+# bar from the engine's per-layer progress and still reads each layer once.
+if command -v script >/dev/null 2>&1; then
+  script -qec "'$BIN' run -m '$M' -p '$LP $LP' -n 8 --temp 0 --stream --cache-experts 4 \
+      --stats-json '$TMP/tty.json'" /dev/null >"$TMP/tty.out" 2>&1
+  check "a terminal shows the prefill bar" "grep -q 'prefill \[#' '$TMP/tty.out'"
+  check "the bar costs no extra pass" "python3 -c \"import json,sys; d=json.load(open('$TMP/tty.json')); sys.exit(0 if d['prefill_tokens']>64 and d['layer_reads']>0 and 1.0<=d['passes']<=1.05 else 1)\""
+fi
 check "routing profile header" "head -1 '$TMP/routing.hot' | grep -qx '# moestream expert hotlist v1'"
 K=$("$BIN" inspect "$M" 2>/dev/null | sed -n 's/.*expert_used_count = //p')
 # every evaluated token: the prompt, then each sampled token but the last

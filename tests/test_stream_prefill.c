@@ -7,7 +7,8 @@
  * without ever exceeding the budget, turns an injected EIO in a layer read
  * into an error for that request only, and the routing profiler writes a
  * hotlist the parser accepts with n_tokens * n_expert_used hits per layer;
- * --preload-experts fills the cache from a hotlist within the budget.
+ * --preload-experts fills the cache from a hotlist within the budget; the
+ * per-layer progress callback reports a one-pass prefill and can stop it.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -604,6 +605,72 @@ static void test_routing_profile(void **state) {
     ms_engine_free(eng);
 }
 
+/* Progress of an eval, recorded by on_progress. */
+struct progress_log {
+    int calls;
+    int64_t last_done, total;
+    int stop_after; /* return false on this call (0: never) */
+    bool monotone;
+};
+
+static bool on_progress(void *ctx, int64_t done, int64_t total) {
+    struct progress_log *g = ctx;
+    g->calls++;
+    if (done <= g->last_done || done > total) g->monotone = false;
+    g->last_done = done;
+    g->total = total;
+    return g->calls != g->stop_after;
+}
+
+/* The progress callback of a streamed whole-prompt prefill: one call per
+ * layer, done growing to n x n_layer, the prompt still read once; a false
+ * return stops the eval with "interrupted" and an empty session, which then
+ * evaluates the prompt to the logits of a session never interrupted. */
+static void test_progress(void **state) {
+    (void)state;
+    struct ms_engine_params ep = ms_engine_params_default(g_small);
+    ep.n_threads = 1;
+    ep.stream = MS_STREAM_ON;
+    ms_err e = {{0}};
+    struct ms_engine *eng = NULL;
+    if (ms_engine_load(&eng, &ep, &e)) fail_msg("%s", e.msg);
+    const struct ms_model_info info = ms_engine_info(eng);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, info.n_vocab - 3, 77);
+    const size_t V = (size_t)info.n_vocab;
+    float *want = malloc(V * sizeof *want);
+    assert_non_null(want);
+
+    struct ms_session *s = NULL;
+    if (ms_session_new(&s, eng, 128, &e)) fail_msg("%s", e.msg);
+    struct progress_log g = {.monotone = true};
+    ms_session_set_progress(s, on_progress, &g);
+    const int64_t reads0 = ms_engine_stream_stats(eng).layer_reads;
+    if (ms_session_eval(s, tok, N_PROMPT, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(g.calls, (int)info.n_layer);
+    assert_true(g.monotone);
+    assert_int_equal(g.total, (int64_t)N_PROMPT * info.n_layer);
+    assert_int_equal(g.last_done, g.total);
+    assert_int_equal(ms_engine_stream_stats(eng).layer_reads - reads0, (int64_t)info.n_layer);
+    memcpy(want, ms_session_logits(s), V * sizeof *want);
+
+    /* interrupted after the second layer, then the same prompt again */
+    ms_session_reset(s);
+    g = (struct progress_log){.monotone = true, .stop_after = 2};
+    assert_int_equal(ms_session_eval(s, tok, N_PROMPT, NULL, &e), -1);
+    assert_non_null(strstr(e.msg, "interrupted"));
+    assert_int_equal(g.calls, 2);
+    assert_int_equal(ms_session_n_past(s), 0);
+    assert_null(ms_session_logits(s));
+    ms_session_set_progress(s, NULL, NULL);
+    if (ms_session_eval(s, tok, N_PROMPT, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(g.calls, 2); /* removed: not called again */
+    assert_same(want, ms_session_logits(s), V, "after an interrupted eval");
+    free(want);
+    ms_session_free(s);
+    ms_engine_free(eng);
+}
+
 /* --preload-experts: the hotlist's top experts are read at creation, as
  * many as the budget holds, and serve decode steps with the resident bytes. */
 static void test_preload(void **state) {
@@ -674,6 +741,7 @@ int main(void) {
         cmocka_unit_test(test_layer_drop),
         cmocka_unit_test(test_routing_profile),
         cmocka_unit_test(test_preload),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

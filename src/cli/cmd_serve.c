@@ -74,7 +74,7 @@ int cmd_serve(int argc, char **argv) {
         ENGINE_OPTIONS,
         KV_SERVE_OPTIONS,
         {0, 0, 0, 0}};
-    struct ms_engine_params ep = ms_engine_params_default(NULL);
+    struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
     struct ms_kv_params kp = ms_kv_params_default(NULL);
     struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp};
     long v;
@@ -82,7 +82,7 @@ int cmd_serve(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
-        int r = engine_opt("serve", c, optarg, &ep);
+        int r = engine_cli_opt("serve", c, optarg, &eng);
         if (r == 0) r = kv_opt("serve", c, optarg, &kp);
         if (r < 0) return 2;
         if (r > 0) continue;
@@ -161,11 +161,14 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "moestream serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!ep.model_path) {
+    if (!eng.ep.model_path) {
         fprintf(stderr, "moestream serve: -m MODEL is required\n");
         usage(stderr);
         return 2;
     }
+    const int chk = engine_cli_check("serve", &eng);
+    if (chk) return chk;
+    const struct ms_engine_params ep = eng.ep;
     so.n_ctx = ep.n_ctx;
     /* test hook (server.h): MOESTREAM_SERVE_SCRIPT=FILE, outputs separated
      * by lines "---8<---" */
@@ -211,6 +214,7 @@ int cmd_serve(int argc, char **argv) {
         free(script);
         return 1;
     }
+    engine_cli_after_load("serve", &eng, e);
     if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     const int rc = ms_server_run(e, ep.model_path, &so, &err);
     if (rc) fprintf(stderr, "moestream serve: %s\n", err.msg);

@@ -72,36 +72,51 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
     }
 }
 
-enum { PREFILL_CHUNK = 64, BAR_WIDTH = 40 };
+enum { BAR_MIN_TOKENS = 64, BAR_WIDTH = 40 };
 
-static void draw_bar(int64_t done, int64_t n, double t0) {
-    const int fill = (int)(BAR_WIDTH * done / n);
-    const double dt = gen_now() - t0;
+/* What the progress callback of gen_prefill needs. */
+struct bar {
+    volatile sig_atomic_t *stop;
+    bool draw;             /* stderr is a terminal */
+    int64_t n;             /* tokens of the eval */
+    double t0, t_drawn;    /* start, last redraw (s) */
+    int fill;              /* '#'s drawn last */
+};
+
+/* ms_progress_fn: redraws the bar when it grows or every 0.25 s (the
+ * tok/s figure moves), and interrupts the eval once *stop is set. */
+static bool bar_progress(void *ctx, int64_t done, int64_t total) {
+    struct bar *b = ctx;
+    if (b->stop && *b->stop) return false;
+    if (!b->draw) return true;
+    const int fill = (int)(BAR_WIDTH * done / total);
+    const double now = gen_now();
+    if (fill == b->fill && now - b->t_drawn < 0.25 && done < total) return true;
+    b->fill = fill;
+    b->t_drawn = now;
+    const double tok = (double)b->n * (double)done / (double)total, dt = now - b->t0;
     fprintf(stderr, "\rprefill [%.*s%*s] %lld/%lld tokens, %.1f tok/s", fill,
-            "########################################", BAR_WIDTH - fill, "", (long long)done,
-            (long long)n, dt > 0 ? (double)done / dt : 0.0);
+            "########################################", BAR_WIDTH - fill, "", (long long)tok,
+            (long long)b->n, dt > 0 ? tok / dt : 0.0);
     fflush(stderr);
+    return true;
 }
 
 int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err) {
-    /* Chunks only for the bar: a chunked prefill reads the routed weights
-     * once per chunk, so without a terminal to show progress on, the whole
-     * prompt goes in one layer-major pass. */
-    if (n <= PREFILL_CHUNK || !isatty(STDERR_FILENO)) return ms_session_eval(s, tokens, n, NULL, err);
-    const double t0 = gen_now();
-    int rc = 0;
-    for (int64_t off = 0; off < n && rc == 0; off += PREFILL_CHUNK) {
-        if (stop && *stop) {
-            rc = ms_err_set(err, "interrupted");
-            break;
-        }
-        const int64_t nb = n - off < PREFILL_CHUNK ? n - off : PREFILL_CHUNK;
-        rc = ms_session_eval(s, tokens + off, nb, NULL, err);
-        if (rc == 0) draw_bar(off + nb, n, t0);
+    /* One eval, so that the engine's own pass length holds (the whole
+     * prompt in one layer-major pass when streaming); the bar and the stop
+     * flag ride on its per-layer progress callback. */
+    struct bar b = {.stop = stop, .draw = n > BAR_MIN_TOKENS && isatty(STDERR_FILENO),
+                    .n = n, .t0 = gen_now(), .fill = -1};
+    if (!b.draw && !stop) return ms_session_eval(s, tokens, n, NULL, err);
+    ms_session_set_progress(s, bar_progress, &b);
+    const int rc = ms_session_eval(s, tokens, n, NULL, err);
+    ms_session_set_progress(s, NULL, NULL);
+    if (b.draw) {
+        fprintf(stderr, "\r%*s\r", BAR_WIDTH + 48, "");
+        fflush(stderr);
     }
-    fprintf(stderr, "\r%*s\r", BAR_WIDTH + 48, "");
-    fflush(stderr);
     return rc;
 }
 

@@ -45,10 +45,11 @@ uint64_t gen_clock_seed(void);
 /* Monotonic time in seconds. */
 double gen_now(void);
 
-/* Evaluates tokens[0..n) into s. When stderr is a terminal and n is larger
- * than one chunk, feeds 64-token chunks and draws a progress bar on stderr;
- * otherwise evaluates all n at once (one pass over the weights). stop (may be
- * NULL) is checked between chunks: a stop is an error "interrupted". */
+/* Evaluates tokens[0..n) into s in one ms_session_eval (so the engine's
+ * pass length holds: one pass over the routed weights when streaming).
+ * When stderr is a terminal and n > 64, draws a progress bar on stderr from
+ * the eval's per-layer progress. stop (may be NULL) is checked after every
+ * layer: a stop fails the eval with "interrupted" and leaves s empty. */
 int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err);
 

@@ -151,6 +151,9 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
             }
             if (rc) return ms_err_prefix(err, "layer %u", il);
         }
+        if (s->progress &&
+            !s->progress(s->progress_ctx, s->progress_done + n * (int64_t)(il + 1), s->progress_total))
+            return ms_err_set(err, "interrupted");
     }
     for (int64_t u0 = logits ? 0 : (n - 1) / ub * ub; u0 < n; u0 += ub) {
         const int64_t nu = n - u0 < ub ? n - u0 : ub;

@@ -329,8 +329,10 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         return ms_err_set(err, "out of memory for the residual stream of a %lld-token pass "
                           "(%.2f GiB; a smaller --prefill-chunk needs less)", (long long)step,
                           (double)step * (double)resid_floats(s->m) * 4.0 / 1073741824.0);
+    s->progress_total = n * (int64_t)s->m->n_layer;
     for (int64_t off = 0; off < n; off += step) {
         const int64_t nb = n - off < step ? n - off : step;
+        s->progress_done = off * (int64_t)s->m->n_layer;
         if (dsv4_forward(s, tokens + off, nb, logits ? logits + off * V : NULL, err)) {
             dsv4_session_reset(s);
             return -1;
@@ -340,6 +342,11 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         s->has_logits = true;
     }
     return 0;
+}
+
+void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx) {
+    s->progress = fn;
+    s->progress_ctx = ctx;
 }
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s) { return s->n_past; }

@@ -41,6 +41,13 @@ struct dsv4_snapshot;
 typedef void (*dsv4_route_fn)(void *ctx, uint32_t il, const int32_t *sel, const float *w,
                               int64_t n, int k);
 
+/* Progress of an eval: called on the calling thread after each layer of
+ * each layer-major pass with the work done and the whole in token-layers
+ * (a pass of nb tokens adds nb to done per layer; total = n x n_layer, so
+ * done / n_layer is the tokens' worth done). Returning false interrupts the
+ * eval (dsv4_session_set_progress). */
+typedef bool (*dsv4_progress_fn)(void *ctx, int64_t done, int64_t total);
+
 struct dsv4_session_params {
     int64_t n_ctx;       /* positions the session can hold (> 0) */
     int64_t n_batch;     /* tokens per layer-major pass (a layer's routed weights
@@ -108,6 +115,14 @@ void dsv4_session_free(struct dsv4_session *s);
  */
 int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
                       ms_err *err);
+
+/* Installs fn (NULL: none) for the session's following evals. An eval whose
+ * fn returns false stops after that layer and fails with "interrupted";
+ * the layers already run changed the state, so the session is reset to
+ * empty as after any failure in the middle of a step. Lets a caller show
+ * a one-pass prefill's progress and stop it without cutting the prompt into
+ * chunks (each chunk would read the routed weights again). */
+void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx);
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */

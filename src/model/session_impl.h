@@ -120,6 +120,11 @@ struct dsv4_session {
     /* while a MoE layer runs: the shared expert's down projection, for the
      * routed experts' fused down job to take along (forward.c) */
     const struct ms_mm_op *shexp_down;
+    /* progress of the eval running now (dsv4_session_set_progress):
+     * token-layers of its earlier passes, and its total */
+    dsv4_progress_fn progress;
+    void *progress_ctx;
+    int64_t progress_done, progress_total;
 };
 
 /* One layer-major pass: runs every layer over tokens[0..n) at positions
