@@ -39,6 +39,11 @@ expect 1 "moestream run: --stats-json: cannot write $TMP/no/dir/s.json" run -m "
 expect 1 'moestream run: --profile-routing: cannot write' run -m "$M" -p x --profile-routing "$TMP/no/dir/p.hot"
 expect 1 'moestream bench: --csv: cannot write' bench -m "$M" --csv "$TMP/no/dir/b.csv"
 expect 1 'moestream bench: --prompt-file: cannot read' bench -m "$M" --prompt-file "$TMP/no.txt"
+expect 1 "moestream run: -f: cannot open $TMP/no.txt" run -m "$M" -f "$TMP/no.txt"
+: >"$TMP/empty.txt"
+expect 1 "moestream run: -f: .*empty.txt is empty" run -m "$M" -f "$TMP/empty.txt"
+printf 'a\0b' >"$TMP/nul.txt"
+expect 1 "moestream run: -f: .*nul.txt holds a NUL byte" run -m "$M" -f "$TMP/nul.txt"
 [ -e "$TMP/no" ] && fail "a checked path was created"
 
 # ---- contradictions and flags that cannot apply: usage errors (2)
@@ -50,6 +55,7 @@ for cmd in run chat logits bench serve; do
     expect 2 "moestream $cmd: --cache-experts takes a slot count >= 1" $cmd -m "$M" "${a[@]}" --cache-experts 0
 done
 expect 2 'moestream run: --nothink applies to --chat prompts only' run -m "$M" -p x --nothink
+expect 2 'moestream run: -p and -f exclude each other' run -m "$M" -p x -f "$TMP/nul.txt"
 expect 2 'moestream run: --temp must be a finite number' run -m "$M" -p x --temp inf
 expect 2 'moestream chat: --temp must be a finite number' chat -m "$M" --temp nan
 expect 2 'moestream logits: --tokens and --text exclude each other' logits -m "$M" --tokens 1,2 --text hi

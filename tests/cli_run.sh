@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_run.sh - `moestream run` and `moestream logits --text` from the outside:
 # a fixed seed gives the same text twice and another seed other text; greedy
-# (--temp 0) ignores the seed; -n bounds the tokens; timing goes to stderr
+# (--temp 0) ignores the seed; -f reads the prompt from a file or standard
+# input; -n bounds the tokens; timing goes to stderr
 # only; --chat renders a chat prompt; usage errors exit 2 and runtime errors
 # exit 1, each with one "moestream run:" line; logits --text equals logits
 # --tokens of the same tokenization.
@@ -27,6 +28,17 @@ grep -q 'tok/s' "$TMP/a" && fail "stats on stdout"
 run -n 16 --temp 0 --seed 1 >"$TMP/g1" 2>/dev/null || fail "greedy exit $?"
 run -n 16 --temp 0 --seed 2 >"$TMP/g2" 2>/dev/null || fail "greedy exit $?"
 cmp -s "$TMP/g1" "$TMP/g2" || fail "greedy depends on the seed"
+# -f FILE and -f - (standard input) give what -p gives for the same text;
+# a prompt longer than one command-line argument may be (128 KiB) works
+printf '%s' "$P" >"$TMP/p.txt"
+"$BIN" run -m "$M" -f "$TMP/p.txt" -t 1 -n 16 --temp 0 >"$TMP/f1" 2>/dev/null || fail "-f exit $?"
+"$BIN" run -m "$M" -f - -t 1 -n 16 --temp 0 <"$TMP/p.txt" >"$TMP/f2" 2>/dev/null || fail "-f - exit $?"
+cmp -s "$TMP/g1" "$TMP/f1" || fail "-f FILE differs from -p"
+cmp -s "$TMP/g1" "$TMP/f2" || fail "-f - differs from -p"
+python3 -c "import sys; sys.stdout.write('fox ' * 40000)" >"$TMP/big.txt"
+"$BIN" run -m "$M" -f "$TMP/big.txt" -t 1 -n 1 -c 64 >/dev/null 2>"$TMP/big.err"
+grep -q 'moestream run: the prompt is [0-9]* tokens, longer than the context (64)' "$TMP/big.err" \
+    || fail "a 160 KB -f prompt: $(cat "$TMP/big.err")"
 run -n 16 --top-k 1 --seed 3 >"$TMP/k1" 2>/dev/null || fail "top-k 1 exit $?"
 cmp -s "$TMP/g1" "$TMP/k1" || fail "--top-k 1 differs from greedy"
 
@@ -54,7 +66,7 @@ expect 2 'moestream run: -n must be an integer >= 1' -m "$M" -p x -n 0
 expect 2 'moestream run: -n must be' -m "$M" -p x -n abc
 expect 2 "moestream run: unknown option or missing value '--bogus'" -m "$M" -p x --bogus
 expect 2 'moestream run: -m MODEL is required' -p x
-expect 2 'moestream run: -p TEXT is required' -m "$M"
+expect 2 'moestream run: -p TEXT or -f FILE is required' -m "$M"
 expect 2 'moestream run: the prompt is empty' -m "$M" -p ""
 expect 2 'moestream run: --top-p must be in \[0, 1\]' -m "$M" -p x --top-p 2
 expect 2 'moestream run: --temp must be a finite number' -m "$M" -p x --temp warm

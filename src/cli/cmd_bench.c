@@ -41,6 +41,7 @@
 #include "cli/gen.h"
 #include "cli/kv_opts.h"
 #include "moestream.h"
+#include "util/buf.h"
 
 /* The text `bench` walks when --prompt-file is not given: looked up in the
  * working directory, then beside the binary's build directory. */
@@ -106,37 +107,6 @@ static int parse_double(const char *s, double *out) {
     const double v = strtod(s, &end);
     if (end == s || *end || errno || !isfinite(v)) return -1;
     *out = v;
-    return 0;
-}
-
-/* Reads a whole file (NUL-terminated). -1 with err. */
-static int read_text(const char *path, char **out, size_t *len, ms_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ms_err_errno(err, errno, "cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    const int bad = ferror(f);
-    fclose(f);
-    if (!buf) return ms_err_set(err, "out of memory reading %s", path);
-    if (bad) {
-        free(buf);
-        return ms_err_set(err, "cannot read %s", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
     return 0;
 }
 
@@ -495,7 +465,13 @@ static int bench_run(const struct bench_opts *o) {
     struct ms_kvstore *kv = NULL;
     FILE *csv = NULL;
     int rc = 1;
-    if (read_text(text_path, &text, &text_len, &err)) goto fail;
+    struct ms_buf tb = {0};
+    if (ms_buf_read_file(&tb, text_path, &err)) {
+        ms_buf_free(&tb);
+        goto fail;
+    }
+    text = tb.p;
+    text_len = tb.len;
     if (ms_engine_load(&e, ep, &err)) goto fail;
     fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     engine_cli_after_load("bench", &o->eng, e);

@@ -16,12 +16,15 @@
 #include "cli/kv_opts.h"
 #include "moestream.h"
 #include "text/chat_template.h"
+#include "util/buf.h"
 #include "util/parse.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moestream run -m MODEL -p TEXT [options]\n"
+            "usage: moestream run -m MODEL (-p TEXT | -f FILE) [options]\n"
             "  -p, --prompt TEXT    the prompt (special-token text such as <｜User｜> is parsed)\n"
+            "  -f, --file FILE      the prompt from a file, as is (- reads standard input); for\n"
+            "                       prompts longer than a command-line argument may be\n"
             "  -n, --n-predict N    generate at most N tokens (default 256)\n"
             "      --chat           render the prompt as one user turn of the chat template\n"
             "                       (the prompt is then plain text: it never makes special tokens)\n"
@@ -42,7 +45,8 @@ struct run_opts {
     struct ms_kv_params kp;
     struct ms_sampler_params sp;
     bool seeded;
-    const char *prompt, *stats_json, *profile;
+    const char *prompt, *prompt_file, *stats_json, *profile;
+    struct ms_buf prompt_buf; /* the prompt read from prompt_file */
     long n_predict;
     bool chat, think, nothink_given, no_special, verbose_prompt, stats;
 };
@@ -121,6 +125,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     };
     static const struct option opts[] = {
         {"prompt", required_argument, 0, 'p'},   {"n-predict", required_argument, 0, 'n'},
+        {"file", required_argument, 0, 'f'},
         {"chat", no_argument, 0, OPT_CHAT},      {"nothink", no_argument, 0, OPT_NOTHINK},
         {"stats", no_argument, 0, OPT_STATS},    {"stats-json", required_argument, 0, OPT_STATS_JSON},
         {"profile-routing", required_argument, 0, OPT_PROFILE},
@@ -137,7 +142,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:c:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("run", c, optarg, &o->sp, &o->seeded);
         if (r == 0) r = engine_cli_opt("run", c, optarg, &o->eng);
         if (r == 0) r = kv_opt("run", c, optarg, &o->kp);
@@ -145,6 +150,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         if (r > 0) continue;
         switch (c) {
         case 'p': o->prompt = optarg; break;
+        case 'f': o->prompt_file = optarg; break;
         case 'n':
             if (ms_parse_long(optarg, 1, INT32_MAX, &o->n_predict)) {
                 fprintf(stderr, "moestream run: -n must be an integer >= 1\n");
@@ -170,13 +176,17 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         fprintf(stderr, "moestream run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o->eng.ep.model_path || !o->prompt) {
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "moestream run: -p and -f exclude each other\n");
+        return 2;
+    }
+    if (!o->eng.ep.model_path || !(o->prompt || o->prompt_file)) {
         fprintf(stderr, "moestream run: %s\n",
-                !o->eng.ep.model_path ? "-m MODEL is required" : "-p TEXT is required");
+                !o->eng.ep.model_path ? "-m MODEL is required" : "-p TEXT or -f FILE is required");
         usage(stderr);
         return 2;
     }
-    if (!*o->prompt) {
+    if (o->prompt && !*o->prompt) {
         fprintf(stderr, "moestream run: the prompt is empty\n");
         return 2;
     }
@@ -191,6 +201,23 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     }
     int chk = engine_cli_check("run", &o->eng);
     if (chk) return chk;
+    if (o->prompt_file) {
+        ms_err err;
+        if (ms_buf_read_file(&o->prompt_buf, o->prompt_file, &err)) {
+            fprintf(stderr, "moestream run: -f: %s\n", err.msg);
+            return 1;
+        }
+        if (strlen(o->prompt_buf.p) != o->prompt_buf.len) {
+            fprintf(stderr, "moestream run: -f: %s holds a NUL byte; a prompt is text\n",
+                    o->prompt_file);
+            return 1;
+        }
+        if (o->prompt_buf.len == 0) {
+            fprintf(stderr, "moestream run: -f: %s is empty\n", o->prompt_file);
+            return 1;
+        }
+        o->prompt = o->prompt_buf.p;
+    }
     if (o->stats_json && (chk = cli_check_writable("run", "--stats-json", o->stats_json))) return chk;
     if (o->profile && (chk = cli_check_writable("run", "--profile-routing", o->profile))) return chk;
     if (!o->seeded) o->sp.seed = gen_clock_seed();
@@ -331,6 +358,8 @@ done:
 
 int cmd_run(int argc, char **argv) {
     struct run_opts o;
-    const int rc = run_parse(argc, argv, &o);
-    return rc == CLI_CONTINUE ? run_run(&o) : rc;
+    int rc = run_parse(argc, argv, &o);
+    if (rc == CLI_CONTINUE) rc = run_run(&o);
+    ms_buf_free(&o.prompt_buf);
+    return rc;
 }

@@ -3,7 +3,9 @@
  */
 #include "util/buf.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,30 @@ int ms_buf_printf(struct ms_buf *b, const char *fmt, ...) {
     va_end(ap);
     const int rc = ms_buf_put(b, big, (size_t)n);
     free(big);
+    return rc;
+}
+
+int ms_buf_read_file(struct ms_buf *b, const char *path, ms_err *err) {
+    const bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f) return ms_err_errno(err, errno, "cannot open %s", path);
+    char chunk[1 << 16];
+    int rc = 0;
+    for (;;) {
+        const size_t n = fread(chunk, 1, sizeof chunk, f);
+        if (n && ms_buf_put(b, chunk, n)) {
+            rc = ms_err_set(err, "out of memory reading %s", std_in ? "standard input" : path);
+            break;
+        }
+        if (n < sizeof chunk) {
+            if (ferror(f))
+                rc = ms_err_errno(err, errno, "cannot read %s", std_in ? "standard input" : path);
+            break;
+        }
+    }
+    if (!std_in) fclose(f);
+    /* an empty file is an empty string, not a NULL one */
+    if (!rc && !b->p && ms_buf_put(b, "", 0)) rc = ms_err_set(err, "out of memory");
     return rc;
 }
 
