@@ -42,6 +42,8 @@ expect 1 'moestream bench: --prompt-file: cannot read' bench -m "$M" --prompt-fi
 expect 1 "moestream run: -f: cannot open $TMP/no.txt" run -m "$M" -f "$TMP/no.txt"
 : >"$TMP/empty.txt"
 expect 1 "moestream run: -f: .*empty.txt is empty" run -m "$M" -f "$TMP/empty.txt"
+expect 1 "moestream run: -f: /dev/zero holds more than [0-9]* bytes" run -m "$M" -f /dev/zero
+expect 1 "moestream serve: --port-file: cannot write $TMP/no/dir/port" serve -m "$M" --port-file "$TMP/no/dir/port"
 printf 'a\0b' >"$TMP/nul.txt"
 expect 1 "moestream run: -f: .*nul.txt holds a NUL byte" run -m "$M" -f "$TMP/nul.txt"
 [ -e "$TMP/no" ] && fail "a checked path was created"

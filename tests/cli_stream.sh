@@ -63,6 +63,11 @@ if command -v script >/dev/null 2>&1; then
       --stats-json '$TMP/tty.json'" /dev/null >"$TMP/tty.out" 2>&1
   check "a terminal shows the prefill bar" "grep -q 'prefill \[#' '$TMP/tty.out'"
   check "the bar costs no extra pass" "python3 -c \"import json,sys; d=json.load(open('$TMP/tty.json')); sys.exit(0 if d['prefill_tokens']>64 and d['layer_reads']>0 and 1.0<=d['passes']<=1.05 else 1)\""
+  # a narrow terminal: every redraw stays one column short of its width
+  # (a line that wraps cannot be redrawn in place)
+  script -qec "stty cols 40; '$BIN' run -m '$M' -p '$LP $LP' -n 2 --temp 0 --stream --prefill-chunk 7" \
+      /dev/null >"$TMP/tty40.out" 2>&1
+  check "the bar fits a 40-column terminal" "tr '\\r' '\\n' <'$TMP/tty40.out' | grep '^prefill' | awk '{ if (length(\$0) > 39) bad = 1; n++ } END { exit !(n > 0 && !bad) }'"
 fi
 check "routing profile header" "head -1 '$TMP/routing.hot' | grep -qx '# moestream expert hotlist v1'"
 K=$("$BIN" inspect "$M" 2>/dev/null | sed -n 's/.*expert_used_count = //p')

@@ -16,6 +16,11 @@
 /* What a parse step returns when the command should go on to run. */
 #define CLI_CONTINUE (-1)
 
+/* The largest prompt file `run -f` and `bench --prompt-file` read: a
+ * million-token context is about 4 MB of text, so a larger file is a
+ * mistake (a device, an endless pipe), not a prompt. */
+#define MS_PROMPT_FILE_MAX ((size_t)256 << 20)
+
 int cmd_mkmodel(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_logits(int argc, char **argv);

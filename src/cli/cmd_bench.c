@@ -466,7 +466,7 @@ static int bench_run(const struct bench_opts *o) {
     FILE *csv = NULL;
     int rc = 1;
     struct ms_buf tb = {0};
-    if (ms_buf_read_file(&tb, text_path, &err)) {
+    if (ms_buf_read_file(&tb, text_path, MS_PROMPT_FILE_MAX, &err)) {
         ms_buf_free(&tb);
         goto fail;
     }

@@ -203,17 +203,18 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     if (chk) return chk;
     if (o->prompt_file) {
         ms_err err;
-        if (ms_buf_read_file(&o->prompt_buf, o->prompt_file, &err)) {
+        if (ms_buf_read_file(&o->prompt_buf, o->prompt_file, MS_PROMPT_FILE_MAX, &err)) {
             fprintf(stderr, "moestream run: -f: %s\n", err.msg);
             return 1;
         }
         if (strlen(o->prompt_buf.p) != o->prompt_buf.len) {
             fprintf(stderr, "moestream run: -f: %s holds a NUL byte; a prompt is text\n",
-                    o->prompt_file);
+                    strcmp(o->prompt_file, "-") ? o->prompt_file : "standard input");
             return 1;
         }
         if (o->prompt_buf.len == 0) {
-            fprintf(stderr, "moestream run: -f: %s is empty\n", o->prompt_file);
+            fprintf(stderr, "moestream run: -f: %s is empty\n",
+                    strcmp(o->prompt_file, "-") ? o->prompt_file : "standard input");
             return 1;
         }
         o->prompt = o->prompt_buf.p;

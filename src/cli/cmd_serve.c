@@ -166,8 +166,9 @@ int cmd_serve(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const int chk = engine_cli_check("serve", &eng);
+    int chk = engine_cli_check("serve", &eng);
     if (chk) return chk;
+    if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     const struct ms_engine_params ep = eng.ep;
     so.n_ctx = ep.n_ctx;
     /* test hook (server.h): MOESTREAM_SERVE_SCRIPT=FILE, outputs separated

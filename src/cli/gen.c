@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,34 +73,54 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
     }
 }
 
-enum { BAR_MIN_TOKENS = 64, BAR_WIDTH = 40 };
+enum { BAR_MIN_TOKENS = 64, BAR_WIDTH = 40, BAR_MIN_WIDTH = 10 };
 
 /* What the progress callback of gen_prefill needs. */
 struct bar {
     volatile sig_atomic_t *stop;
     bool draw;             /* stderr is a terminal */
     int64_t n;             /* tokens of the eval */
+    int cols;              /* the terminal's width */
     double t0, t_drawn;    /* start, last redraw (s) */
     int fill;              /* '#'s drawn last */
+    int drawn;             /* characters of the line drawn last */
 };
 
 /* ms_progress_fn: redraws the bar when it grows or every 0.25 s (the
- * tok/s figure moves), and interrupts the eval once *stop is set. */
+ * tok/s figure moves), and interrupts the eval once *stop is set. The line
+ * stays one column short of the terminal's width (a line that wraps cannot
+ * be redrawn with \r): the bar narrows, and below BAR_MIN_WIDTH it goes. */
 static bool bar_progress(void *ctx, int64_t done, int64_t total) {
     struct bar *b = ctx;
     if (b->stop && *b->stop) return false;
     if (!b->draw) return true;
-    const int fill = (int)(BAR_WIDTH * done / total);
     const double now = gen_now();
+    const double tok = (double)b->n * (double)done / (double)total, dt = now - b->t0;
+    char text[128], line[512];
+    const int tl = snprintf(text, sizeof text, "%lld/%lld tokens, %.1f tok/s", (long long)tok,
+                            (long long)b->n, dt > 0 ? tok / dt : 0.0);
+    const int room = b->cols - 1 - (int)strlen("prefill [] ") - tl;
+    const int width = room < BAR_WIDTH ? room : BAR_WIDTH;
+    const int fill = width >= BAR_MIN_WIDTH ? (int)(width * done / total) : 0;
     if (fill == b->fill && now - b->t_drawn < 0.25 && done < total) return true;
     b->fill = fill;
     b->t_drawn = now;
-    const double tok = (double)b->n * (double)done / (double)total, dt = now - b->t0;
-    fprintf(stderr, "\rprefill [%.*s%*s] %lld/%lld tokens, %.1f tok/s", fill,
-            "########################################", BAR_WIDTH - fill, "", (long long)tok,
-            (long long)b->n, dt > 0 ? tok / dt : 0.0);
+    int len = width >= BAR_MIN_WIDTH
+                  ? snprintf(line, sizeof line, "prefill [%.*s%*s] %s", fill,
+                             "########################################", width - fill, "", text)
+                  : snprintf(line, sizeof line, "prefill %s", text);
+    if (len > b->cols - 1) len = b->cols - 1 > 0 ? b->cols - 1 : 0;
+    /* spaces over what a longer line drawn before left */
+    fprintf(stderr, "\r%.*s%*s", len, line, b->drawn > len ? b->drawn - len : 0, "");
+    if (len > b->drawn) b->drawn = len;
     fflush(stderr);
     return true;
+}
+
+/* The terminal's width in columns (80 when it does not say). */
+static int term_cols(int fd) {
+    struct winsize ws;
+    return ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
 }
 
 int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
@@ -110,11 +131,12 @@ int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
     struct bar b = {.stop = stop, .draw = n > BAR_MIN_TOKENS && isatty(STDERR_FILENO),
                     .n = n, .t0 = gen_now(), .fill = -1};
     if (!b.draw && !stop) return ms_session_eval(s, tokens, n, NULL, err);
+    if (b.draw) b.cols = term_cols(STDERR_FILENO);
     ms_session_set_progress(s, bar_progress, &b);
     const int rc = ms_session_eval(s, tokens, n, NULL, err);
     ms_session_set_progress(s, NULL, NULL);
-    if (b.draw) {
-        fprintf(stderr, "\r%*s\r", BAR_WIDTH + 48, "");
+    if (b.drawn > 0) {
+        fprintf(stderr, "\r%*s\r", b.drawn, "");
         fflush(stderr);
     }
     return rc;

@@ -461,6 +461,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- the server ---- */
 
+/* Writes "PORT\n" to path through a temporary file renamed over it, so
+ * that a script polling for the file never reads it half written. 0, or
+ * -1 with err (the temporary file removed). */
+static int write_port_file(const char *path, int port, ms_err *err) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
+        return ms_err_set(err, "--port-file: the path is too long");
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ms_err_errno(err, errno, "--port-file: cannot write %s", tmp);
+    int bad = fprintf(f, "%d\n", port) < 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        const int e = errno;
+        unlink(tmp);
+        return ms_err_errno(err, e, "--port-file: cannot write %s", path);
+    }
+    return 0;
+}
+
 int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_server_opts *o,
                   ms_err *err) {
     struct server *sv = calloc(1, sizeof *sv);
@@ -531,13 +550,7 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     const int port = di ? di->port : sv->o.port;
     fprintf(stderr, "serve: %s on http://%s:%d (context %lld tokens, queue %d)\n", sv->model_id,
             sv->o.host, port, (long long)sv->n_ctx, sv->o.max_queue);
-    if (sv->o.port_file) {
-        FILE *f = fopen(sv->o.port_file, "w");
-        if (f) {
-            fprintf(f, "%d\n", port);
-            fclose(f);
-        }
-    }
+    if (sv->o.port_file && write_port_file(sv->o.port_file, port, err)) goto out;
     while (!*sv->o.stop) usleep(50 * 1000);
     fprintf(stderr, "serve: shutting down\n");
     rc = 0;

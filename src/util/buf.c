@@ -45,21 +45,27 @@ int ms_buf_printf(struct ms_buf *b, const char *fmt, ...) {
     return rc;
 }
 
-int ms_buf_read_file(struct ms_buf *b, const char *path, ms_err *err) {
+int ms_buf_read_file(struct ms_buf *b, const char *path, size_t max_bytes, ms_err *err) {
     const bool std_in = !strcmp(path, "-");
+    const char *name = std_in ? "standard input" : path;
     FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f) return ms_err_errno(err, errno, "cannot open %s", path);
     char chunk[1 << 16];
+    size_t total = 0;
     int rc = 0;
     for (;;) {
         const size_t n = fread(chunk, 1, sizeof chunk, f);
+        if (n > max_bytes - total) {
+            rc = ms_err_set(err, "%s holds more than %zu bytes", name, max_bytes);
+            break;
+        }
+        total += n;
         if (n && ms_buf_put(b, chunk, n)) {
-            rc = ms_err_set(err, "out of memory reading %s", std_in ? "standard input" : path);
+            rc = ms_err_set(err, "out of memory reading %s", name);
             break;
         }
         if (n < sizeof chunk) {
-            if (ferror(f))
-                rc = ms_err_errno(err, errno, "cannot read %s", std_in ? "standard input" : path);
+            if (ferror(f)) rc = ms_err_errno(err, errno, "cannot read %s", name);
             break;
         }
     }

@@ -25,10 +25,12 @@ int ms_buf_put(struct ms_buf *b, const char *s, size_t n);
 int ms_buf_puts(struct ms_buf *b, const char *s);
 /* Appends printf-formatted text. -1 on OOM or a formatting error. */
 int ms_buf_printf(struct ms_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends the whole of the file at path ("-": standard input). 0, or -1
- * with err naming the path and the reason (cannot open, a read error, out
- * of memory); the bytes read before a failure stay in the buffer. */
-int ms_buf_read_file(struct ms_buf *b, const char *path, ms_err *err);
+/* Appends the whole of the file at path ("-": standard input), which must
+ * hold at most max_bytes (so that /dev/zero or an endless pipe ends in an
+ * error, not in the OOM killer). 0, or -1 with err naming the file and the
+ * reason (cannot open, a read error, larger than max_bytes, out of
+ * memory); the bytes read before a failure stay in the buffer. */
+int ms_buf_read_file(struct ms_buf *b, const char *path, size_t max_bytes, ms_err *err);
 void ms_buf_free(struct ms_buf *b);
 
 #endif
