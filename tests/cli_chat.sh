@@ -4,7 +4,8 @@
 # stderr: the tokens reused equal everything evaluated before); in thinking
 # mode the turn resumes from the snapshot taken before "<think>"; /reset
 # starts over; the same input and seed give the same answers; no prompt
-# noise on stdout; usage and runtime errors exit 2 and 1.
+# noise on stdout; Ctrl-C on piped input exits 130; usage and runtime errors
+# exit 2 and 1.
 # Usage: bash cli_chat.sh BIN TMPDIR
 . "$(dirname "$0")/lib.sh"
 
@@ -53,6 +54,24 @@ grep -q 'unknown command /bogus' "$TMP/cerr" || fail "/bogus not reported"
 printf 'one two three four five six seven eight nine ten\nok\n' | chat -c 12 >/dev/null 2>"$TMP/ctx" \
     || fail "context overflow exit $?"
 grep -q 'does not fit the context (12)' "$TMP/ctx" || fail "context overflow not reported: $(cat "$TMP/ctx")"
+
+# Ctrl-C while a piped chat waits for its next line: interrupted, status
+# 130 (not the 0 of an input that ended)
+mkfifo "$TMP/in"
+"$BIN" chat -m "$M" -t 1 -n 10 --seed 5 <"$TMP/in" >/dev/null 2>"$TMP/int.err" &
+pid=$!
+exec 7>"$TMP/in"
+echo hi >&7
+for _ in $(seq 100); do grep -q '^chat: turn 1' "$TMP/int.err" && break; sleep 0.1; done
+grep -q '^chat: turn 1' "$TMP/int.err" || fail "the turn before the interrupt did not run"
+kill -INT $pid
+for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then kill -9 $pid; fail "chat did not end on Ctrl-C"; fi
+wait $pid
+rc=$?
+exec 7>&-
+[ $rc -eq 130 ] || fail "Ctrl-C on piped input: exit $rc, want 130"
+grep -q '^chat: interrupted' "$TMP/int.err" || fail "no 'interrupted' line: $(cat "$TMP/int.err")"
 
 echo hi | "$BIN" chat >/dev/null 2>"$TMP/e"; [ $? -eq 2 ] || fail "chat without -m not exit 2"
 echo hi | "$BIN" chat -m "$M" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad flag not exit 2"

@@ -274,7 +274,8 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
                            ms_tokenizer_find(c->tok, MS_CHAT_THINK, strlen(MS_CHAT_THINK)) ==
                                ids[n_ids - 1];
     if (snap_here) n_head--;
-    g_stop = 0;
+    /* g_stop was cleared before the line was read: a Ctrl-C since then
+     * (tokenizing, a checkpoint restore) stops this turn's prefill at once */
     const double t0 = gen_now();
     const double w0 = ms_engine_stream_stats(c->e).io_wait_seconds;
     if (c->kv ? ms_kv_prefill(c->kv, c->s, ids, n_head, gen_prefill_fn, (void *)&g_stop, err)
@@ -611,6 +612,7 @@ int cmd_chat(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     if (tty) fprintf(stderr, "moestream chat: %s mode; /help for commands\n",
                      c.think ? "thinking" : "non-thinking");
+    bool interrupted = false;
     for (;;) {
         g_stop = 0;
         char *line = g_term ? NULL : read_line(tty);
@@ -619,6 +621,13 @@ int cmd_chat(int argc, char **argv) {
             if (g_stop && tty) { /* Ctrl-C at the prompt: a fresh prompt */
                 fprintf(stderr, "\n");
                 continue;
+            }
+            /* piped input: a Ctrl-C while reading ends the chat, as
+             * interrupted (status 130, as a shell reports SIGINT), not as
+             * if the input had ended */
+            if (g_stop) {
+                fprintf(stderr, "chat: interrupted\n");
+                interrupted = true;
             }
             break;
         }
@@ -639,7 +648,7 @@ int cmd_chat(int argc, char **argv) {
      * reasoning, so the state before the last "<think>" is the one a later
      * process can continue from: keep it too */
     if (c.kv && c.snap && !ms_session_restore(c.s, c.snap, &err)) kv_save_live(&c, MS_KV_SHUTDOWN);
-    rc = 0;
+    rc = interrupted ? 130 : 0;
     goto done;
 fail:
     fprintf(stderr, "moestream chat: %s\n", err.msg);
