@@ -87,6 +87,8 @@ wait "$c" 2>/dev/null
 wait_busy false || fail "the engine never went idle"
 check "the disconnected request finished its prefill and generated nothing" \
     'grep -q "prompt [0-9]* tokens (0 cached), prefill [0-9.]* s, 0 generated in .*finish cancelled" "$TMP/kv2.log"'
+check "its prefill (>= 1024 tokens) logged each quarter, in order" \
+    '[ "$(grep -o "prefill [0-9]*% (" "$TMP/kv2.log" | tr -d "(" | paste -sd,)" = "prefill 25% ,prefill 50% ,prefill 75% " ]'
 R5=$(post "$(body "$Q")")
 kr=$(metric moestream_kv_restores_total)
 N2=$(post "$(body "$P2")")
