@@ -312,12 +312,12 @@ int64_t ms_kv_cold_len(const struct ms_kvstore *kv, int64_t n);
 /* Evaluates tokens[0..n) into s like ms_session_eval, split where a
  * checkpoint is due: at the cold length of the whole (n_past + n) prompt
  * when that lies past n_past (reason cold), and at every interval frontier
- * the evaluation crosses (continued). eval (NULL: ms_session_eval) runs each
- * piece, e.g. with a progress bar. Save failures only warn. Errors: eval's. */
-typedef int (*ms_kv_eval_fn)(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n,
-                             ms_err *err);
+ * the evaluation crosses (continued). A progress function installed on s
+ * (ms_session_set_progress) sees the whole call as one evaluation of n
+ * tokens (done and total over all the pieces), and returning false stops
+ * it. Save failures only warn. Errors: ms_session_eval's. */
 int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *tokens, int64_t n,
-                  ms_kv_eval_fn eval, void *ctx, ms_err *err);
+                  ms_err *err);
 
 /* After an eval that took s from n_before tokens: saves a continued
  * checkpoint when an interval frontier was crossed (landing past it counts,

@@ -563,9 +563,26 @@ static void test_budget(void **state) {
     ms_engine_free(eng);
 }
 
+/* What a progress function saw: calls, the last done, every total equal,
+ * done growing. */
+struct seen_progress {
+    int calls;
+    int64_t done, total;
+    bool ok;
+};
+
+static bool see_progress(void *ctx, int64_t done, int64_t total) {
+    struct seen_progress *p = ctx;
+    if (p->calls++ && (total != p->total || done <= p->done)) p->ok = false;
+    p->done = done;
+    p->total = total;
+    return true;
+}
+
 /* A restored unaligned checkpoint prefilled in chunks writes a continued
  * checkpoint when a frontier is crossed (ms_kv_after_eval), and
- * ms_kv_prefill stops on the frontier itself; cold saves trim and align. */
+ * ms_kv_prefill stops on the frontier itself; cold saves trim and align; a
+ * progress function on the session sees its pieces as one evaluation. */
 static void test_frontiers(void **state) {
     (void)state;
     struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
@@ -596,8 +613,19 @@ static void test_frontiers(void **state) {
     /* ms_kv_prefill from 132 to 400: cold at 400-32=368 -> 352, frontiers
      * 192, 256, 320, 384 */
     ms_err e = {{0}};
-    if (ms_kv_prefill(kv, q, tok + 132, 400 - 132, NULL, NULL, &e)) fail_msg("%s", e.msg);
+    struct seen_progress sp = {.ok = true};
+    ms_session_set_progress(q, see_progress, &sp);
+    if (ms_kv_prefill(kv, q, tok + 132, 400 - 132, &e)) fail_msg("%s", e.msg);
     assert_int_equal(ms_kv_get_stats(kv).saved_files, saved0 + 1 + 5);
+    const int64_t n_layer = ms_engine_info(eng).n_layer;
+    assert_true(sp.ok);
+    assert_int_equal(sp.calls, 6 * n_layer); /* 6 pieces, one call a layer each */
+    assert_int_equal(sp.total, (400 - 132) * n_layer);
+    assert_int_equal(sp.done, sp.total);
+    /* the session's own function is back: one more token, one more call */
+    eval(q, tok, 1);
+    assert_int_equal(sp.calls, 6 * n_layer + n_layer);
+    ms_session_set_progress(q, NULL, NULL);
     size_t l;
     char *t;
     const int64_t depths[] = {192, 256, 320, 352, 384};

@@ -278,8 +278,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
      * (tokenizing, a checkpoint restore) stops this turn's prefill at once */
     const double t0 = gen_now();
     const double w0 = ms_engine_stream_stats(c->e).io_wait_seconds;
-    if (c->kv ? ms_kv_prefill(c->kv, c->s, ids, n_head, gen_prefill_fn, (void *)&g_stop, err)
-              : gen_prefill(c->s, ids, n_head, &g_stop, err))
+    if (gen_prefill(c->s, c->kv, ids, n_head, &g_stop, err))
         goto broken;
     if (snap_here) {
         if (!(c->snap = ms_session_snapshot(c->s))) goto oom;

@@ -298,8 +298,7 @@ static int run_run(const struct run_opts *o) {
 
     const struct ms_stream_stats st0 = ms_engine_stream_stats(e);
     const double t0 = gen_now();
-    if (kv ? ms_kv_prefill(kv, s, todo, (int64_t)n_todo, gen_prefill_fn, NULL, &err)
-           : gen_prefill(s, todo, (int64_t)n_todo, NULL, &err))
+    if (gen_prefill(s, kv, todo, (int64_t)n_todo, NULL, &err))
         goto fail;
     const double t_prefill = gen_now() - t0;
     const struct ms_stream_stats st1 = ms_engine_stream_stats(e);

@@ -123,17 +123,16 @@ static int term_cols(int fd) {
     return ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
 }
 
-int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
+int gen_prefill(struct ms_session *s, struct ms_kvstore *kv, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err) {
     /* One eval, so that the engine's own pass length holds (the whole
      * prompt in one layer-major pass when streaming); the bar and the stop
      * flag ride on its per-layer progress callback. */
     struct bar b = {.stop = stop, .draw = n > BAR_MIN_TOKENS && isatty(STDERR_FILENO),
                     .n = n, .t0 = gen_now(), .fill = -1};
-    if (!b.draw && !stop) return ms_session_eval(s, tokens, n, NULL, err);
     if (b.draw) b.cols = term_cols(STDERR_FILENO);
-    ms_session_set_progress(s, bar_progress, &b);
-    const int rc = ms_session_eval(s, tokens, n, NULL, err);
+    if (b.draw || stop) ms_session_set_progress(s, bar_progress, &b);
+    const int rc = kv ? ms_kv_prefill(kv, s, tokens, n, err) : ms_session_eval(s, tokens, n, NULL, err);
     ms_session_set_progress(s, NULL, NULL);
     if (b.drawn > 0) {
         fprintf(stderr, "\r%*s\r", b.drawn, "");
@@ -177,9 +176,6 @@ int gen_chat_encode_at(const struct ms_tokenizer *t, const char *text,
     return 0;
 }
 
-int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err) {
-    return gen_prefill(s, tokens, n, ctx, err);
-}
 
 static int push(struct gen_out *o, int32_t tok) {
     if (o->n == o->cap) {

@@ -45,12 +45,14 @@ uint64_t gen_clock_seed(void);
 /* Monotonic time in seconds. */
 double gen_now(void);
 
-/* Evaluates tokens[0..n) into s in one ms_session_eval (so the engine's
- * pass length holds: one pass over the routed weights when streaming).
- * When stderr is a terminal and n > 64, draws a progress bar on stderr from
- * the eval's per-layer progress. stop (may be NULL) is checked after every
- * layer: a stop fails the eval with "interrupted" and leaves s empty. */
-int gen_prefill(struct ms_session *s, const int32_t *tokens, int64_t n,
+/* Evaluates tokens[0..n) into s in one ms_session_eval, or with kv (may be
+ * NULL) through ms_kv_prefill and its checkpoints, never cut further (the
+ * engine's pass length holds: one pass over the routed weights when
+ * streaming). When stderr is a terminal and n > 64, draws one progress bar
+ * on stderr from the evaluation's per-layer progress. stop (may be NULL)
+ * is checked after every layer: a stop fails the evaluation with
+ * "interrupted" and leaves s empty. */
+int gen_prefill(struct ms_session *s, struct ms_kvstore *kv, const int32_t *tokens, int64_t n,
                 volatile sig_atomic_t *stop, ms_err *err);
 
 struct ms_chat_seg;
@@ -62,8 +64,6 @@ int gen_chat_encode_at(const struct ms_tokenizer *t, const char *text,
                        const struct ms_chat_seg *segs, size_t n_segs, size_t from, int32_t **ids,
                        size_t *n, ms_err *err);
 
-/* gen_prefill as an ms_kv_eval_fn (ctx: the stop flag or NULL). */
-int gen_prefill_fn(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err);
 
 /* The tokens a decode produced (not counting a final end-of-sentence). */
 struct gen_out {

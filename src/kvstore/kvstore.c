@@ -824,23 +824,44 @@ void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_bef
     if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) save_or_warn(kv, s, MS_KV_CONTINUED);
 }
 
+/* The caller's progress function seen through ms_kv_prefill's pieces:
+ * the piece's token-layers shifted by the tokens before it, over the whole
+ * call's. */
+struct piece_progress {
+    ms_progress_fn fn;
+    void *ctx;
+    int64_t before, n_piece, n_all; /* tokens */
+};
+
+static bool piece_progress(void *ctx, int64_t done, int64_t total) {
+    const struct piece_progress *p = ctx;
+    const int64_t n_layer = total / p->n_piece;
+    return p->fn(p->ctx, p->before * n_layer + done, p->n_all * n_layer);
+}
+
 int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *tokens, int64_t n,
-                  ms_kv_eval_fn eval, void *ctx, ms_err *err) {
+                  ms_err *err) {
     const int64_t n0 = ms_session_n_past(s), end = n0 + n, I = kv->p.interval_tokens;
     const int64_t cold = ms_kv_cold_len(kv, end);
+    struct piece_progress pp = {.n_all = n};
+    dsv4_session_progress(ms_session_impl(s), &pp.fn, &pp.ctx);
+    if (pp.fn) ms_session_set_progress(s, piece_progress, &pp);
     int64_t cur = n0;
-    while (cur < end) {
+    int rc = 0;
+    while (cur < end && !rc) {
         int64_t stop = end;
         if (cold > cur && cold < stop) stop = cold;
         if (I > 0 && (cur / I + 1) * I < stop) stop = (cur / I + 1) * I;
-        const int rc = eval ? eval(ctx, s, tokens + (cur - n0), stop - cur, err)
-                            : ms_session_eval(s, tokens + (cur - n0), stop - cur, NULL, err);
-        if (rc) return -1;
+        pp.before = cur - n0;
+        pp.n_piece = stop - cur;
+        rc = ms_session_eval(s, tokens + (cur - n0), stop - cur, NULL, err);
+        if (rc) break;
         if (stop == cold) save_or_warn(kv, s, MS_KV_COLD);
         else if (stop != end || (I > 0 && stop / I > cur / I)) ms_kv_after_eval(kv, s, cur);
         cur = stop;
     }
-    return 0;
+    if (pp.fn) ms_session_set_progress(s, pp.fn, pp.ctx);
+    return rc ? -1 : 0;
 }
 
 void ms_kv_drop_page_cache(struct ms_kvstore *kv) {

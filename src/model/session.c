@@ -349,6 +349,11 @@ void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void
     s->progress_ctx = ctx;
 }
 
+void dsv4_session_progress(const struct dsv4_session *s, dsv4_progress_fn *fn, void **ctx) {
+    *fn = s->progress;
+    *ctx = s->progress_ctx;
+}
+
 int64_t dsv4_session_n_past(const struct dsv4_session *s) { return s->n_past; }
 const float *dsv4_session_logits(const struct dsv4_session *s) {
     return s->has_logits ? s->logits : NULL;

@@ -123,6 +123,8 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
  * a one-pass prefill's progress and stop it without cutting the prompt into
  * chunks (each chunk would read the routed weights again). */
 void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx);
+/* The function and context installed (NULL, NULL when none). */
+void dsv4_session_progress(const struct dsv4_session *s, dsv4_progress_fn *fn, void **ctx);
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */

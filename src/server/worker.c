@@ -192,14 +192,11 @@ static void kv_keep(struct server *sv, enum ms_kv_reason why) {
  * the operator sees it move instead of a silent server. */
 #define PREFILL_LOG_MIN_TOKENS 1024
 
-/* The progress of one eval_prompt, across ms_kv_prefill's pieces. */
+/* The progress of one eval_prompt. */
 struct prefill_log {
     const struct job *j;
-    const int32_t *all; /* the tokens eval_prompt was given */
-    int64_t n_all;
-    int64_t base;       /* tokens before the piece running now */
-    int64_t n_piece;    /* tokens of that piece */
-    int next;           /* the next quarter to report, 1 .. 3 */
+    int64_t n;  /* tokens */
+    int next;   /* the next quarter to report, 1 .. 3 */
     double t0;
 };
 
@@ -207,21 +204,13 @@ struct prefill_log {
  * that went away leaves the prompt prefilled for its retry to reuse). */
 static bool prefill_log_progress(void *ctx, int64_t done, int64_t total) {
     struct prefill_log *p = ctx;
-    const double tok = (double)p->base + (double)p->n_piece * (double)done / (double)total;
-    for (; p->next < 4 && tok >= (double)p->n_all * p->next / 4.0; p->next++) {
+    const double tok = (double)p->n * (double)done / (double)total;
+    for (; p->next < 4 && tok >= (double)p->n * p->next / 4.0; p->next++) {
         const double dt = now_s() - p->t0;
         fprintf(stderr, "serve: %s: prefill %d%% (%lld of %lld tokens, %.1f tok/s)\n", p->j->id,
-                25 * p->next, (long long)tok, (long long)p->n_all, dt > 0 ? tok / dt : 0.0);
+                25 * p->next, (long long)tok, (long long)p->n, dt > 0 ? tok / dt : 0.0);
     }
     return true;
-}
-
-/* ms_kv_eval_fn: one piece of the prompt, its place recorded for the log. */
-static int eval_piece(void *ctx, struct ms_session *s, const int32_t *tokens, int64_t n, ms_err *err) {
-    struct prefill_log *p = ctx;
-    p->base = tokens - p->all;
-    p->n_piece = n;
-    return ms_session_eval(s, tokens, n, NULL, err);
 }
 
 /* Evaluates j's tokens[0..n) into the session, with the store's cold and
@@ -230,11 +219,11 @@ static int eval_piece(void *ctx, struct ms_session *s, const int32_t *tokens, in
 static int eval_prompt(struct server *sv, const struct job *j, const int32_t *tokens, int64_t n,
                        ms_err *err) {
     if (n <= 0) return 0;
-    struct prefill_log p = {.j = j, .all = tokens, .n_all = n, .n_piece = n, .next = 1, .t0 = now_s()};
+    struct prefill_log p = {.j = j, .n = n, .next = 1, .t0 = now_s()};
     const bool logged = n >= PREFILL_LOG_MIN_TOKENS;
     if (logged) ms_session_set_progress(sv->s, prefill_log_progress, &p);
-    const int rc = sv->kv ? ms_kv_prefill(sv->kv, sv->s, tokens, n, eval_piece, &p, err)
-                          : eval_piece(&p, sv->s, tokens, n, err);
+    const int rc = sv->kv ? ms_kv_prefill(sv->kv, sv->s, tokens, n, err)
+                          : ms_session_eval(sv->s, tokens, n, NULL, err);
     if (logged) ms_session_set_progress(sv->s, NULL, NULL);
     return rc;
 }
