@@ -309,13 +309,17 @@ int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason re
  * alignment, or 0 when that is below min_tokens. */
 int64_t ms_kv_cold_len(const struct ms_kvstore *kv, int64_t n);
 
-/* Evaluates tokens[0..n) into s like ms_session_eval, split where a
- * checkpoint is due: at the cold length of the whole (n_past + n) prompt
- * when that lies past n_past (reason cold), and at every interval frontier
- * the evaluation crosses (continued). A progress function installed on s
- * (ms_session_set_progress) sees the whole call as one evaluation of n
- * tokens (done and total over all the pieces), and returning false stops
- * it. Save failures only warn. Errors: ms_session_eval's. */
+/* Evaluates tokens[0..n) into s like ms_session_eval and saves the
+ * checkpoints due on the way: at the cold length of the whole (n_past + n)
+ * prompt when that lies past n_past (reason cold), and at every interval
+ * frontier the evaluation crosses (continued). They are captured inside
+ * the evaluation's one layer-major pass (docs/kv-cache.md, "Checkpoints
+ * inside one prefill pass"), so a streamed prompt is still read once; only
+ * more than 8 stops, or no memory for the captures (about 23 MiB each at
+ * DeepSeek V4 Flash's shape), end a pass early at a stop. A progress
+ * function installed on s (ms_session_set_progress) sees the whole call as
+ * one evaluation of n tokens, and returning false stops it. Save failures
+ * only warn. Errors: ms_session_eval's. */
 int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *tokens, int64_t n,
                   ms_err *err);
 

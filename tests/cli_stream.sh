@@ -56,6 +56,15 @@ check "one pass over the routed weights" "python3 -c \"import json,sys; d=json.l
     --stats-json "$TMP/chunk8.json" >"$TMP/chunk8.txt" 2>/dev/null
 check "--prefill-chunk 8 == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/chunk8.txt'"
 check "chunked prefill reads more than once" "python3 -c \"import json,sys; d=json.load(open('$TMP/chunk8.json')); sys.exit(0 if d['passes']>1.5 and d['prefill_chunk']==8 else 1)\""
+# Disk KV checkpoints inside the prompt (cold, continued at 32, 64, ...) are
+# captured in the one pass: no extra read of the routed weights.
+rm -rf "$TMP/kv1p"
+"$BIN" run -m "$M" -p "$LP" -n 8 --temp 0 --stream --cache-experts 4 --kv-dir "$TMP/kv1p" \
+    --kv-min-tokens 8 --kv-interval 32 --kv-align 1 --kv-trim 3 \
+    --stats-json "$TMP/kv1p.json" >"$TMP/kv1p.txt" 2>"$TMP/kv1p.err"
+check "prefill with checkpoints == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/kv1p.txt'"
+check "checkpoints written (cold and continued)" "grep -q 'kv: saved .*(cold' '$TMP/kv1p.err' && [ \$(grep -c 'kv: saved .*(continued' '$TMP/kv1p.err') -ge 2 ]"
+check "checkpoints cost no extra pass" "python3 -c \"import json,sys; d=json.load(open('$TMP/kv1p.json')); sys.exit(0 if d['layer_reads']>0 and 1.0<=d['passes']<=1.05 else 1)\""
 # On a terminal (script(1) gives stderr a pty) the prefill draws a progress
 # bar from the engine's per-layer progress and still reads each layer once.
 if command -v script >/dev/null 2>&1; then

@@ -6,6 +6,11 @@
  *   for restore points on and around every boundary (window 32, ratios 4
  *   and 128, the 2048 alignment), resident and streaming; a prefill split
  *   at the 2048 cold point gives the one-call prefill's logits bit for bit;
+ * - ms_kv_prefill's checkpoints come from one pass (captures): each
+ *   restores to the logits of a prefill that stopped there and continues
+ *   alike, resident, streamed whole layers and in spans, with no more
+ *   routed reads than a prefill without checkpoints; more stops than one
+ *   eval captures end it at every 9th;
  * - the longest byte-prefix checkpoint wins; a shorter prompt never takes a
  *   longer checkpoint;
  * - fault injection: truncation at every offset class, flipped bytes, a
@@ -619,12 +624,12 @@ static void test_frontiers(void **state) {
     assert_int_equal(ms_kv_get_stats(kv).saved_files, saved0 + 1 + 5);
     const int64_t n_layer = ms_engine_info(eng).n_layer;
     assert_true(sp.ok);
-    assert_int_equal(sp.calls, 6 * n_layer); /* 6 pieces, one call a layer each */
+    assert_int_equal(sp.calls, n_layer); /* one pass: the stops are captured in it */
     assert_int_equal(sp.total, (400 - 132) * n_layer);
     assert_int_equal(sp.done, sp.total);
     /* the session's own function is back: one more token, one more call */
     eval(q, tok, 1);
-    assert_int_equal(sp.calls, 6 * n_layer + n_layer);
+    assert_int_equal(sp.calls, 2 * n_layer);
     ms_session_set_progress(q, NULL, NULL);
     size_t l;
     char *t;
@@ -638,6 +643,140 @@ static void test_frontiers(void **state) {
     ms_session_free(s);
     ms_session_free(r);
     ms_session_free(q);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+/* How test_prefill_one_pass runs the model. */
+enum prefill_mode { PM_RESIDENT, PM_WHOLE_LAYERS, PM_SPANS };
+
+/* ms_kv_prefill of a 1100-token prompt keeps its checkpoints (continued at
+ * 256, 512, 768, 1024, cold at 1100 - 37 = 1063: inside ubatches, spans
+ * and compressor blocks) from one pass: each restores to the logits of a
+ * prefill that stopped there, bit for bit, and continues as it would; the
+ * prompt's own logits are those of a plain eval; streamed, the routed
+ * weights are read once. */
+static void prefill_one_pass(enum prefill_mode mode) {
+    struct ms_engine_params ep = ms_engine_params_default(g_tiny);
+    ep.n_threads = 1;
+    ep.stream = mode == PM_RESIDENT ? MS_STREAM_OFF : MS_STREAM_ON;
+    if (mode == PM_SPANS) { /* a cache of 4 experts, never whole layers: spans */
+        ep.cache_experts = 4;
+        ep.whole_layer_min_tokens = -1;
+    }
+    ms_err e = {{0}};
+    struct ms_engine *eng = NULL;
+    if (ms_engine_load(&eng, &ep, &e)) fail_msg("%s", e.msg);
+    struct ms_kv_params p = ms_kv_params_default(NULL);
+    p.min_tokens = 16;
+    p.interval_tokens = 256;
+    p.align_tokens = 1;
+    p.trim_tokens = 37;
+    struct ms_kvstore *kv = open_store(eng, "onepass", &p);
+    enum { N = 1100, N_STOPS = 5, N_MORE = 8 };
+    const int64_t stops[N_STOPS] = {256, 512, 768, 1024, 1063};
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    int32_t tok[N];
+    text_tokens(eng, tok, N, 41);
+    struct ms_session *s = new_session(eng), *d = new_session(eng), *r = new_session(eng);
+    const struct ms_stream_stats st0 = ms_engine_stream_stats(eng);
+    if (ms_kv_prefill(kv, s, tok, N, &e)) fail_msg("%s", e.msg);
+    const struct ms_stream_stats st1 = ms_engine_stream_stats(eng);
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, N_STOPS);
+    assert_int_equal(ms_kv_get_stats(kv).saved_by_reason[MS_KV_COLD], 1);
+    eval(d, tok, N);
+    const struct ms_stream_stats st2 = ms_engine_stream_stats(eng);
+    assert_memory_equal(ms_session_logits(s), ms_session_logits(d), V * 4);
+    if (mode != PM_RESIDENT) { /* the plain eval's reads, not one more pass per stop */
+        const double routed = (double)ms_engine_info(eng).routed_bytes;
+        const double kv_passes = (double)(st1.bytes_read - st0.bytes_read) / routed;
+        const double plain = (double)(st2.bytes_read - st1.bytes_read) / routed;
+        print_message("mode %d: %.3f passes over the routed weights, %.3f without the "
+                      "checkpoints\n", (int)mode, kv_passes, plain);
+        assert_true(plain >= 0.95 && kv_passes <= plain * 1.02);
+    }
+    float *want = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    int32_t wt[N_MORE], gt[N_MORE];
+    for (int i = 0; i < N_STOPS; i++) {
+        size_t len;
+        char *text = text_of(eng, tok, stops[i], &len);
+        ms_session_reset(d);
+        eval(d, tok, stops[i]);
+        assert_int_equal(restore(kv, r, text, len), stops[i]);
+        assert_memory_equal(ms_session_logits(r), ms_session_logits(d), V * 4);
+        for (int j = 0; j < N_MORE; j++) { /* both continue alike */
+            wt[j] = argmax(ms_session_logits(d), V);
+            gt[j] = argmax(ms_session_logits(r), V);
+            eval(d, &wt[j], 1);
+            eval(r, &gt[j], 1);
+        }
+        assert_memory_equal(gt, wt, sizeof wt);
+        memcpy(want, ms_session_logits(d), (size_t)V * 4);
+        memcpy(got, ms_session_logits(r), (size_t)V * 4);
+        assert_memory_equal(got, want, (size_t)V * 4);
+        free(text);
+    }
+    free(want);
+    free(got);
+    ms_session_free(s);
+    ms_session_free(d);
+    ms_session_free(r);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
+static void test_prefill_one_pass_resident(void **state) {
+    (void)state;
+    prefill_one_pass(PM_RESIDENT);
+}
+static void test_prefill_one_pass_whole_layers(void **state) {
+    (void)state;
+    prefill_one_pass(PM_WHOLE_LAYERS);
+}
+static void test_prefill_one_pass_spans(void **state) {
+    (void)state;
+    prefill_one_pass(PM_SPANS);
+}
+
+/* More stops than one eval captures (25 at an interval of 16 over 400
+ * tokens, DSV4_CAPTURE_MAX 8): the prefill ends an eval at every 9th stop
+ * (8 captured, the 9th its end) and goes on; every checkpoint is written
+ * and restores to the logits of a prefill that stopped there. */
+static void test_prefill_many_stops(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_kv_params p = ms_kv_params_default(NULL);
+    p.min_tokens = 16;
+    p.interval_tokens = 16;
+    p.align_tokens = 1;
+    p.trim_tokens = 0;
+    p.budget_bytes = 1ull << 32;
+    struct ms_kvstore *kv = open_store(eng, "manystops", &p);
+    enum { N = 400 };
+    int32_t tok[N];
+    text_tokens(eng, tok, N, 43);
+    struct ms_session *s = new_session(eng), *d = new_session(eng), *r = new_session(eng);
+    struct seen_progress sp = {.ok = true};
+    ms_session_set_progress(s, see_progress, &sp);
+    ms_err e = {{0}};
+    if (ms_kv_prefill(kv, s, tok, N, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, N / 16);
+    /* evals to 144 and 288 (9 stops each) and 400 (the last 7) */
+    assert_int_equal(sp.calls, 3 * (int)ms_engine_info(eng).n_layer);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    const int64_t depths[] = {16, 128, 144, 160, 288, 400};
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+        size_t len;
+        char *text = text_of(eng, tok, depths[i], &len);
+        ms_session_reset(d);
+        eval(d, tok, depths[i]);
+        assert_int_equal(restore(kv, r, text, len), depths[i]);
+        assert_memory_equal(ms_session_logits(r), ms_session_logits(d), V * 4);
+        free(text);
+    }
+    ms_session_free(s);
+    ms_session_free(d);
+    ms_session_free(r);
     ms_kv_close(kv);
     ms_engine_free(eng);
 }
@@ -756,6 +895,10 @@ int main(void) {
         cmocka_unit_test(test_kill9),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_frontiers),
+        cmocka_unit_test(test_prefill_one_pass_resident),
+        cmocka_unit_test(test_prefill_one_pass_whole_layers),
+        cmocka_unit_test(test_prefill_one_pass_spans),
+        cmocka_unit_test(test_prefill_many_stops),
         cmocka_unit_test(test_two_conversations),
         cmocka_unit_test(test_mismatch_dropped),
         cmocka_unit_test(test_named),

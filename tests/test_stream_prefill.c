@@ -8,7 +8,9 @@
  * into an error for that request only, and the routing profiler writes a
  * hotlist the parser accepts with n_tokens * n_expert_used hits per layer;
  * --preload-experts fills the cache from a hotlist within the budget; the
- * per-layer progress callback reports a one-pass prefill and can stop it.
+ * per-layer progress callback reports a one-pass prefill and can stop it;
+ * captures inside an eval hold the state of an eval that stopped there and
+ * are handed over as their passes end.
  * Models come from `$MS_BIN mkmodel`.
  */
 #include <errno.h>
@@ -28,6 +30,7 @@
 #include "model/model.h"
 #include "test_model_util.h"
 #include "model/session.h"
+#include "model/session_io.h"
 #include "moestream.h"
 #include "stream/expert_source.h"
 #include "stream/hotlist.h"
@@ -671,6 +674,135 @@ static void test_progress(void **state) {
     ms_engine_free(eng);
 }
 
+/* A growing byte buffer: a dsv4_io sink. */
+struct membuf {
+    uint8_t *p;
+    size_t n, cap;
+};
+static int membuf_put(void *ctx, void *buf, size_t n, ms_err *err) {
+    (void)err;
+    struct membuf *b = ctx;
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    memcpy(b->p + b->n, buf, n);
+    b->n += n;
+    return 0;
+}
+
+/* The payload of the state v (malloc'd in *b). */
+static void payload_of(const struct dsv4_state_view *v, struct membuf *b) {
+    *b = (struct membuf){0};
+    const struct dsv4_io io = {membuf_put, b};
+    ms_err e = {{0}};
+    if (dsv4_save_payload(v, &io, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(b->n, dsv4_payload_bytes(v));
+}
+
+/* What a capture function received: each capture's payload and the
+ * session's n_past when it came. */
+struct got_captures {
+    int n;
+    int64_t at[8], n_past[8];
+    struct membuf payload[8];
+};
+static void on_capture(void *ctx, const struct dsv4_state_view *v) {
+    struct got_captures *g = ctx;
+    assert_true(g->n < 8);
+    g->at[g->n] = v->n_past;
+    g->n_past[g->n] = dsv4_session_n_past(v->s);
+    payload_of(v, &g->payload[g->n++]);
+}
+static void got_free(struct got_captures *g) {
+    for (int i = 0; i < g->n; i++) free(g->payload[i].p);
+    *g = (struct got_captures){0};
+}
+
+static bool stop_on_call(void *ctx, int64_t done, int64_t total) {
+    (void)done;
+    (void)total;
+    int *left = ctx;
+    return --*left > 0;
+}
+
+/* Captures: bad requests fail and change nothing; an eval with captures
+ * at 7, 16, 23 and 40 (inside ubatches of 10 and compressor blocks, on a
+ * pass boundary, and the eval's end), in one whole pass and in passes of
+ * 16, hands over for each the payload of a session that evaluated exactly
+ * that far, byte for byte, as soon as its pass ends, and gives the logits
+ * of an eval without captures; an eval interrupted in its third pass of
+ * 16 has handed over the captures of the first two. */
+static void test_captures(void **state) {
+    (void)state;
+    struct dsv4_model *m = test_load_model(g_small);
+    int32_t tok[N_PROMPT];
+    random_tokens(tok, N_PROMPT, 3, (uint32_t)m->hp.n_vocab - 3, 91);
+    const size_t V = m->hp.n_vocab;
+    const int64_t batches[] = {DSV4_BATCH_WHOLE, 16};
+    for (size_t bi = 0; bi < 2; bi++) {
+        struct dsv4_session_params p = {.n_ctx = 128, .n_batch = batches[bi], .n_ubatch = 10};
+        struct dsv4_session *s = NULL, *d = NULL;
+        ms_err e = {{0}};
+        if (dsv4_session_new(&s, m, &p, &e) || dsv4_session_new(&d, m, &p, &e))
+            fail_msg("%s", e.msg);
+        struct got_captures g = {0};
+        const int64_t none[] = {0}, dup[] = {5, 5}, past[] = {7, 50};
+        int64_t many[DSV4_CAPTURE_MAX + 1];
+        for (int i = 0; i <= DSV4_CAPTURE_MAX; i++) many[i] = i + 1;
+        assert_int_equal(dsv4_session_capture_at(s, none, 1, on_capture, &g, &e), -1);
+        assert_int_equal(dsv4_session_capture_at(s, dup, 2, on_capture, &g, &e), -1);
+        assert_int_equal(dsv4_session_capture_at(s, many, DSV4_CAPTURE_MAX + 1, on_capture, &g, &e), -1);
+        if (dsv4_session_capture_at(s, past, 2, on_capture, &g, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(dsv4_session_eval(s, tok, 40, NULL, &e), -1);
+        assert_non_null(strstr(e.msg, "capture position 50"));
+        assert_int_equal(dsv4_session_n_past(s), 0);
+        assert_int_equal(g.n, 0);
+
+        const int64_t at[] = {7, 16, 23, 40};
+        if (dsv4_session_capture_at(s, at, 4, on_capture, &g, &e)) fail_msg("%s", e.msg);
+        if (dsv4_session_eval(s, tok, 40, NULL, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(g.n, 4);
+        if (dsv4_session_eval(d, tok, 40, NULL, &e)) fail_msg("%s", e.msg);
+        assert_same(dsv4_session_logits(d), dsv4_session_logits(s), V, "eval with captures");
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(g.at[i], at[i]);
+            /* handed over when the pass that reached it ended */
+            const int64_t pass_end = bi == 0 ? 40 : (at[i] + 15) / 16 * 16;
+            assert_int_equal(g.n_past[i], pass_end < 40 ? pass_end : 40);
+            /* a fresh session: a reset one keeps stale frontier slots (never
+             * read, but written to the payload) */
+            dsv4_session_free(d);
+            if (dsv4_session_new(&d, m, &p, &e) || dsv4_session_eval(d, tok, at[i], NULL, &e))
+                fail_msg("%s", e.msg);
+            struct membuf want;
+            const struct dsv4_state_view dv = dsv4_session_view(d);
+            payload_of(&dv, &want);
+            assert_int_equal(g.payload[i].n, want.n);
+            assert_memory_equal(g.payload[i].p, want.p, want.n);
+            free(want.p);
+        }
+        got_free(&g);
+        /* consumed: the next eval hands over nothing */
+        if (dsv4_session_eval(s, tok + 40, 1, NULL, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(g.n, 0);
+        if (bi == 1) { /* interrupted in the third pass: 7, 16 and 23 were handed over */
+            dsv4_session_reset(s);
+            int left = 2 * (int)m->n_layer + 1;
+            dsv4_session_set_progress(s, stop_on_call, &left);
+            if (dsv4_session_capture_at(s, at, 4, on_capture, &g, &e)) fail_msg("%s", e.msg);
+            assert_int_equal(dsv4_session_eval(s, tok, 40, NULL, &e), -1);
+            assert_int_equal(g.n, 3);
+            assert_int_equal(g.at[2], 23);
+            got_free(&g);
+        }
+        dsv4_session_free(s);
+        dsv4_session_free(d);
+    }
+    dsv4_model_free(m);
+}
+
 /* --preload-experts: the hotlist's top experts are read at creation, as
  * many as the budget holds, and serve decode steps with the resident bytes. */
 static void test_preload(void **state) {
@@ -742,6 +874,7 @@ int main(void) {
         cmocka_unit_test(test_routing_profile),
         cmocka_unit_test(test_preload),
         cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_captures),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -269,13 +269,13 @@ static int put_w(void *ctx, void *buf, size_t n, ms_err *err) {
 
 /*
  * Writes a checkpoint file `name` atomically: header, text, aux, payload of
- * session s. prev_hits / created carry over the counters of a file of the
+ * the state v. prev_hits / created carry over the counters of a file of the
  * same name being replaced. On failure the temporary file is removed and a
  * file already named `name` is untouched.
  */
 static int write_file(struct ms_kvstore *kv, const char *name, uint32_t reason, const char *text,
                       size_t text_len, const void *aux, size_t aux_len,
-                      const struct dsv4_session *s, int64_t n_ctx, uint64_t *bytes_out,
+                      const struct dsv4_state_view *v, int64_t n_ctx, uint64_t *bytes_out,
                       ms_err *err) {
     char tmp[NAME_MAX_LEN + 64];
     snprintf(tmp, sizeof tmp, ".tmp-%ld-%llu-%s", (long)getpid(), (unsigned long long)kv->seq++,
@@ -294,12 +294,12 @@ static int write_file(struct ms_kvstore *kv, const char *name, uint32_t reason, 
         }
         close(ofd);
     }
-    const uint64_t payload = dsv4_session_payload_bytes(s);
+    const uint64_t payload = dsv4_payload_bytes(v);
     memcpy(h + H_MAGIC, MS_KV_MAGIC, 4);
     ms_put_le32(h + H_VERSION, MS_KV_VERSION);
     ms_put_le32(h + H_REASON, reason);
     ms_put_le32(h + H_FLAGS, 0);
-    ms_put_le64(h + H_TOKENS, (uint64_t)dsv4_session_n_past(s));
+    ms_put_le64(h + H_TOKENS, (uint64_t)v->n_past);
     ms_put_le64(h + H_CTX, (uint64_t)n_ctx);
     ms_put_le64(h + H_CREATED, created);
     ms_put_le64(h + H_TEXT, text_len);
@@ -329,7 +329,7 @@ static int write_file(struct ms_kvstore *kv, const char *name, uint32_t reason, 
     w.used = sizeof h;
     const struct dsv4_io io = {put_w, &w};
     if (put_w(&w, (void *)text, text_len, err) || (aux_len && put_w(&w, (void *)aux, aux_len, err)) ||
-        dsv4_session_save_payload(s, &io, err) || flush_w(&w, err))
+        dsv4_save_payload(v, &io, err) || flush_w(&w, err))
         goto out;
     const uint64_t total = MS_KV_HEADER_BYTES + text_len + aux_len + payload;
     if (w.written != total) {
@@ -782,11 +782,11 @@ static void apply_budget(struct ms_kvstore *kv, const char *just_saved) {
 
 /* ---- saving ---------------------------------------------------------------- */
 
-int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason reason,
-               ms_err *err) {
+/* Saves the state v of session s as a checkpoint keyed by its text. */
+static int save_view(struct ms_kvstore *kv, struct ms_session *s, const struct dsv4_state_view *v,
+                     enum ms_kv_reason reason, ms_err *err) {
     const double t0 = now_mono();
-    const struct dsv4_session *ds = ms_session_impl(s);
-    const int64_t n = dsv4_session_n_past(ds);
+    const int64_t n = v->n_past;
     if (n <= 0) return ms_err_set(err, "kv: cannot save an empty session");
     const struct ms_tokenizer *tok = ms_engine_tokenizer(kv->e);
     if (!tok) return ms_err_set(err, "kv: the model has no tokenizer to key checkpoints by text");
@@ -795,10 +795,10 @@ int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason re
     char name[SHA1_HEX + 4];
     uint64_t bytes = 0;
     int rc = -1;
-    if (ms_tokenizer_decode(tok, dsv4_session_token_ids(ds), (size_t)n, true, &text, &len, err) ||
+    if (ms_tokenizer_decode(tok, dsv4_session_token_ids(v->s), (size_t)n, true, &text, &len, err) ||
         text_name(text, len, name, err))
         goto out;
-    if (write_file(kv, name, (uint32_t)reason, text, len, NULL, 0, ds, ms_session_n_ctx(s), &bytes,
+    if (write_file(kv, name, (uint32_t)reason, text, len, NULL, 0, v, ms_session_n_ctx(s), &bytes,
                    err)) goto out;
     kv->st.saved_files++;
     kv->st.saved_bytes += bytes;
@@ -814,14 +814,24 @@ out:
     return rc;
 }
 
-static void save_or_warn(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason r) {
+int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason reason,
+               ms_err *err) {
+    const struct dsv4_state_view v = dsv4_session_view(ms_session_impl(s));
+    return save_view(kv, s, &v, reason, err);
+}
+
+static void save_or_warn(struct ms_kvstore *kv, struct ms_session *s,
+                         const struct dsv4_state_view *v, enum ms_kv_reason r) {
     ms_err e2;
-    if (ms_kv_save(kv, s, r, &e2)) ms_log_warn("kv: %s checkpoint not saved: %s", reason_name(r), e2.msg);
+    if (save_view(kv, s, v, r, &e2)) ms_log_warn("kv: %s checkpoint not saved: %s", reason_name(r), e2.msg);
 }
 
 void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before) {
     const int64_t I = kv->p.interval_tokens, n = ms_session_n_past(s);
-    if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) save_or_warn(kv, s, MS_KV_CONTINUED);
+    if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) {
+        const struct dsv4_state_view v = dsv4_session_view(ms_session_impl(s));
+        save_or_warn(kv, s, &v, MS_KV_CONTINUED);
+    }
 }
 
 /* The caller's progress function seen through ms_kv_prefill's pieces:
@@ -839,27 +849,85 @@ static bool piece_progress(void *ctx, int64_t done, int64_t total) {
     return p->fn(p->ctx, p->before * n_layer + done, p->n_all * n_layer);
 }
 
+/* The checkpoints due in positions (cur, end] of a prefill, in order, at
+ * most max of them: the cold length, and each interval frontier at or past
+ * min_tokens (the cold reason wins where both fall). Returns the count. */
+static int due_stops(const struct ms_kvstore *kv, int64_t cold, int64_t cur, int64_t end,
+                     int64_t *at, enum ms_kv_reason *why, int max) {
+    const int64_t I = kv->p.interval_tokens;
+    int k = 0;
+    for (int64_t p = cur; k < max;) {
+        int64_t next = end + 1;
+        if (cold > p) next = cold;
+        for (int64_t f = I > 0 ? (p / I + 1) * I : next; f < next; f += I)
+            if (f >= kv->p.min_tokens) next = f;
+        if (next > end) break;
+        at[k] = next;
+        why[k++] = next == cold ? MS_KV_COLD : MS_KV_CONTINUED;
+        p = next;
+    }
+    return k;
+}
+
+/* Where ms_kv_prefill's captures go: saved as they arrive. */
+struct capture_sink {
+    struct ms_kvstore *kv;
+    struct ms_session *s;
+    const int64_t *at;
+    const enum ms_kv_reason *why;
+    int n;
+};
+
+static void save_capture(void *ctx, const struct dsv4_state_view *v) {
+    const struct capture_sink *c = ctx;
+    for (int i = 0; i < c->n; i++)
+        if (c->at[i] == v->n_past) save_or_warn(c->kv, c->s, v, c->why[i]);
+}
+
 int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *tokens, int64_t n,
                   ms_err *err) {
-    const int64_t n0 = ms_session_n_past(s), end = n0 + n, I = kv->p.interval_tokens;
+    const int64_t n0 = ms_session_n_past(s), end = n0 + n;
     const int64_t cold = ms_kv_cold_len(kv, end);
+    struct dsv4_session *ds = ms_session_impl(s);
     struct piece_progress pp = {.n_all = n};
-    dsv4_session_progress(ms_session_impl(s), &pp.fn, &pp.ctx);
+    dsv4_session_progress(ds, &pp.fn, &pp.ctx);
     if (pp.fn) ms_session_set_progress(s, piece_progress, &pp);
     int64_t cur = n0;
     int rc = 0;
     while (cur < end && !rc) {
+        /* One eval to the end, its checkpoints captured on the way (each
+         * saved once the pass that reaches it ends), so a streamed prompt
+         * stays one pass over the routed weights. A stop at the end is
+         * saved from the live state. Only more stops than
+         * DSV4_CAPTURE_MAX captures, or no memory for them, end the eval
+         * early at a stop. */
+        int64_t at[DSV4_CAPTURE_MAX + 2];
+        enum ms_kv_reason why[DSV4_CAPTURE_MAX + 2];
+        int k = due_stops(kv, cold, cur, end, at, why, DSV4_CAPTURE_MAX + 2);
         int64_t stop = end;
-        if (cold > cur && cold < stop) stop = cold;
-        if (I > 0 && (cur / I + 1) * I < stop) stop = (cur / I + 1) * I;
+        int n_cap = k && at[k - 1] == end ? k - 1 : k;
+        if (n_cap > DSV4_CAPTURE_MAX) {
+            n_cap = DSV4_CAPTURE_MAX;
+            k = n_cap + 1;
+            stop = at[n_cap];
+        }
+        struct capture_sink sink = {kv, s, at, why, n_cap};
+        ms_err cerr;
+        if (n_cap && dsv4_session_capture_at(ds, at, n_cap, save_capture, &sink, &cerr)) {
+            ms_log_warn("kv: checkpoints end the prefill pass early: %s", cerr.msg);
+            stop = at[0];
+            k = 1;
+        }
         pp.before = cur - n0;
         pp.n_piece = stop - cur;
         rc = ms_session_eval(s, tokens + (cur - n0), stop - cur, NULL, err);
-        if (rc) break;
-        if (stop == cold) save_or_warn(kv, s, MS_KV_COLD);
-        else if (stop != end || (I > 0 && stop / I > cur / I)) ms_kv_after_eval(kv, s, cur);
+        if (!rc && k && at[k - 1] == stop) {
+            const struct dsv4_state_view v = dsv4_session_view(ds);
+            save_or_warn(kv, s, &v, why[k - 1]);
+        }
         cur = stop;
     }
+    dsv4_session_capture_at(ds, NULL, 0, NULL, NULL, NULL); /* disarmed if the eval never ran */
     if (pp.fn) ms_session_set_progress(s, pp.fn, pp.ctx);
     return rc ? -1 : 0;
 }
@@ -910,7 +978,8 @@ int ms_kv_save_named(struct ms_kvstore *kv, struct ms_session *s, const char *na
     size_t len = 0;
     uint64_t bytes = 0;
     int rc = ms_tokenizer_decode(tok, dsv4_session_token_ids(ds), (size_t)n, true, &text, &len, err);
-    if (!rc) rc = write_file(kv, file, MS_KV_NAMED, text, len, aux, aux_len, ds, ms_session_n_ctx(s),
+    const struct dsv4_state_view v = dsv4_session_view(ds);
+    if (!rc) rc = write_file(kv, file, MS_KV_NAMED, text, len, aux, aux_len, &v, ms_session_n_ctx(s),
                         &bytes, err);
     if (!rc) {
         kv->st.saved_files++;

@@ -47,7 +47,9 @@ static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tok
                          ms_err *err);
 static int64_t layer_span(struct dsv4_session *s, uint32_t il, int64_t n);
 static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
-                        int64_t ns, ms_err *err);
+                        int64_t ns, int64_t n, ms_err *err);
+static int ubatch_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
+                          int64_t nu, int64_t n, ms_err *err);
 static void at_ubatch(struct dsv4_session *s, int64_t t0, int64_t row);
 static int attn_sublayer_ffn_pre(struct dsv4_session *s, uint32_t il, int64_t n, ms_err *err);
 static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out, ms_err *err);
@@ -141,19 +143,22 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
         const int64_t span = layer_span(s, il, n);
         for (int64_t s0 = 0; s0 < n; s0 += span) {
             const int64_t ns = n - s0 < span ? n - s0 : span;
-            s->pass_tail = s0 + ns == n;
-            int rc;
-            if (ns > ub) {
-                rc = span_forward(s, il, tokens, s0, ns, err);
-            } else {
-                at_ubatch(s, s0, 0);
-                rc = layer_forward(s, il, tokens + s0, ns, err);
-            }
+            const int rc = ns > ub ? span_forward(s, il, tokens, s0, ns, n, err)
+                                   : ubatch_forward(s, il, tokens, s0, ns, n, err);
             if (rc) return ms_err_prefix(err, "layer %u", il);
         }
         if (s->progress &&
             !s->progress(s->progress_ctx, s->progress_done + n * (int64_t)(il + 1), s->progress_total))
             return ms_err_set(err, "interrupted");
+    }
+    /* the captures inside this pass: the next-token logits of the row
+     * before each (computed as the last row of a pass ending there is) */
+    for (int i = s->cap_sent; i < s->n_cap; i++) {
+        struct dsv4_capture *c = &s->cap[i];
+        const int64_t row = c->at - 1 - s->n_past;
+        if (row < 0 || row >= n) continue;
+        s->sc.resid = s->resid + row * w;
+        if (output_head(s, 0, 1, c->logits, err)) return -1;
     }
     for (int64_t u0 = logits ? 0 : (n - 1) / ub * ub; u0 < n; u0 += ub) {
         const int64_t nu = n - u0 < ub ? n - u0 : ub;
@@ -175,6 +180,28 @@ static int layer_forward(struct dsv4_session *s, uint32_t il, const int32_t *tok
                          ms_err *err) {
     if (attn_sublayer_ffn_pre(s, il, n, err) || moe(s, il, tokens, n, err)) return -1;
     hc_post(s, n);
+    return 0;
+}
+
+/* Tokens [t, t + n) of the pass cut short at the next capture position
+ * (dsv4_session_capture_at) after pass token t, if one lies inside. */
+static int64_t until_capture(const struct dsv4_session *s, int64_t t, int64_t n) {
+    const int64_t next = dsv4_capture_next(s, s->n_past + t) - s->n_past - t;
+    return next < n ? next : n;
+}
+
+/* One ubatch [s0, s0 + nu) of a pass of n tokens through layer il, in
+ * pieces that end at the capture positions inside it, each captured after
+ * its piece (the same rows, so the same results bit for bit). */
+static int ubatch_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
+                          int64_t nu, int64_t n, ms_err *err) {
+    for (int64_t t = s0, np; t < s0 + nu; t += np) {
+        np = until_capture(s, t, s0 + nu - t);
+        s->pass_tail = t + np == n;
+        at_ubatch(s, t, 0);
+        if (layer_forward(s, il, tokens + t, np, err)) return -1;
+        dsv4_capture_layer(s, s->n_past + t + np, il);
+    }
     return 0;
 }
 
@@ -229,11 +256,14 @@ static void at_ubatch(struct dsv4_session *s, int64_t t0, int64_t row) {
  * acquired once; then each ubatch's FFN HC-post. Every row's arithmetic is
  * layer_forward's, so the results are the same bit for bit. */
 static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
-                        int64_t ns, ms_err *err) {
+                        int64_t ns, int64_t n, ms_err *err) {
     const int64_t ub = s->p.n_ubatch;
     int rc = 0;
-    for (int64_t u0 = 0; u0 < ns && !rc; u0 += ub) {
-        const int64_t nu = ns - u0 < ub ? ns - u0 : ub;
+    s->pass_tail = s0 + ns == n;
+    /* ubatches cut at capture positions: a layer's attention state is
+     * complete for a position once its ubatch's attention ran */
+    for (int64_t u0 = 0, nu; u0 < ns && !rc; u0 += nu) {
+        nu = until_capture(s, s0 + u0, ns - u0 < ub ? ns - u0 : ub);
         at_ubatch(s, s0 + u0, u0);
         rc = attn_sublayer_ffn_pre(s, il, nu, err) || moe_router_shared_up(s, il, nu, err) ||
              moe_route(s, il, tokens + s0 + u0, nu, err);
@@ -241,6 +271,7 @@ static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *toke
             const struct ms_mm_op down = shexp_down_op(s, il, nu);
             rc = ms_matmul_multi(&s->mm, &down, 1, err);
         }
+        if (!rc) dsv4_capture_layer(s, s->n_past + s0 + u0 + nu, il);
     }
     at_ubatch(s, s0, 0);
     if (!rc) rc = moe_routed(s, il, tokens + s0, ns, err);

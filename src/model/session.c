@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/session_impl.h"
+#include "model/session_io.h"
 #include "util/mem.h"
 
 /* Allocation helper: all buffers are zeroed and 64-byte aligned. */
@@ -153,8 +154,13 @@ static void free_scratch(struct dsv4_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+static void drop_captures(struct dsv4_session *s);
+static void send_captures(struct dsv4_session *s);
+static void copy_floats(float *dst, const float *src, size_t n);
+
 void dsv4_session_free(struct dsv4_session *s) {
     if (!s) return;
+    drop_captures(s);
     if (s->ls)
         for (uint32_t il = 0; il < s->m->n_layer; il++) free_state(&s->ls[il]);
     free(s->ls);
@@ -307,6 +313,7 @@ uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_sessio
 }
 
 void dsv4_session_reset(struct dsv4_session *s) {
+    drop_captures(s);
     s->n_past = 0;
     s->has_logits = false;
     for (uint32_t il = 0; il < s->m->n_layer; il++) s->ls[il].n_comp = 0;
@@ -315,7 +322,10 @@ void dsv4_session_reset(struct dsv4_session *s) {
 int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
                       ms_err *err) {
     const int64_t V = s->m->hp.n_vocab;
-    if (n <= 0) return 0;
+    if (n <= 0) {
+        drop_captures(s); /* consumed all the same */
+        return 0;
+    }
     if (n > s->p.n_ctx - s->n_past)
         return ms_err_set(err, "context full: %lld positions used, %lld more requested, "
                           "context size %lld", (long long)s->n_past, (long long)n,
@@ -324,6 +334,12 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         if (tokens[i] < 0 || tokens[i] >= V)
             return ms_err_set(err, "token id %d at index %lld is outside the vocabulary "
                               "[0, %lld)", tokens[i], (long long)i, (long long)V);
+    if (s->cap && s->cap[s->n_cap - 1].at > s->n_past + n) {
+        const int64_t at = s->cap[s->n_cap - 1].at;
+        drop_captures(s);
+        return ms_err_set(err, "capture position %lld lies past the eval's last token (%lld)",
+                          (long long)at, (long long)(s->n_past + n));
+    }
     const int64_t step = s->p.n_batch > 0 ? s->p.n_batch : n;
     if (step > s->resid_cap && !alloc_resid(s, step))
         return ms_err_set(err, "out of memory for the residual stream of a %lld-token pass "
@@ -340,8 +356,113 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         memcpy(s->tokens + s->n_past, tokens + off, (size_t)nb * sizeof(int32_t));
         s->n_past += nb;
         s->has_logits = true;
+        send_captures(s);
     }
+    drop_captures(s);
     return 0;
+}
+
+/* ---- captures ------------------------------------------------------------ */
+
+static void drop_captures(struct dsv4_session *s) {
+    for (int i = 0; i < s->n_cap; i++) {
+        struct dsv4_capture *c = &s->cap[i];
+        for (uint32_t il = 0; c->ls && il < s->m->n_layer; il++) {
+            /* comp and idx_keys are the session's */
+            c->ls[il].comp = c->ls[il].idx_keys = NULL;
+            free_state(&c->ls[il]);
+        }
+        free(c->ls);
+        ms_free(c->logits);
+    }
+    free(s->cap);
+    s->cap = NULL;
+    s->n_cap = s->cap_sent = 0;
+    s->cap_fn = NULL;
+    s->cap_ctx = NULL;
+}
+
+/* Hands the captures the passes so far have reached to cap_fn: their
+ * tokens are in s->tokens by now, and their compressed rows are below the
+ * session's counts. */
+static void send_captures(struct dsv4_session *s) {
+    for (; s->cap && s->cap_sent < s->n_cap && s->cap[s->cap_sent].at <= s->n_past; s->cap_sent++) {
+        const struct dsv4_capture *c = &s->cap[s->cap_sent];
+        const struct dsv4_state_view v = {.s = s, .n_past = c->at, .logits = c->logits, .ls = c->ls};
+        s->cap_fn(s->cap_ctx, &v);
+    }
+}
+
+int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
+                            dsv4_capture_fn fn, void *ctx, ms_err *err) {
+    drop_captures(s);
+    if (n_at <= 0) return 0;
+    if (!fn) return ms_err_set(err, "captures need a function to receive them");
+    if (n_at > DSV4_CAPTURE_MAX)
+        return ms_err_set(err, "%d capture positions, at most %d", n_at, DSV4_CAPTURE_MAX);
+    for (int i = 0; i < n_at; i++)
+        if (at[i] <= (i ? at[i - 1] : s->n_past))
+            return ms_err_set(err, "capture position %lld is not past %lld", (long long)at[i],
+                              (long long)(i ? at[i - 1] : s->n_past));
+    s->cap = calloc((size_t)n_at, sizeof *s->cap);
+    bool ok = s->cap != NULL;
+    for (int i = 0; ok && i < n_at; i++) {
+        struct dsv4_capture *c = &s->cap[i];
+        s->n_cap = i + 1;
+        c->at = at[i];
+        c->logits = zalloc(s->m->hp.n_vocab, sizeof(float), &ok);
+        c->ls = calloc(s->m->n_layer ? s->m->n_layer : 1, sizeof *c->ls);
+        if (!c->ls) ok = false;
+        for (uint32_t il = 0; ok && il < s->m->n_layer; il++) {
+            const struct state_dims sd = layer_dims(s, il);
+            struct dsv4_layer_state *st = &c->ls[il];
+            st->raw = zalloc(sd.raw, 4, &ok);
+            if (sd.front) {
+                st->fa = zalloc(sd.front, 4, &ok);
+                st->fb = zalloc(sd.front, 4, &ok);
+            }
+            if (sd.ifront) {
+                st->ia = zalloc(sd.ifront, 4, &ok);
+                st->ib = zalloc(sd.ifront, 4, &ok);
+            }
+        }
+    }
+    if (!ok) {
+        drop_captures(s);
+        return ms_err_set(err, "out of memory for %d state captures", n_at);
+    }
+    s->cap_fn = fn;
+    s->cap_ctx = ctx;
+    return 0;
+}
+
+/* The capture armed at position `at` of the eval running now, or NULL. */
+static struct dsv4_capture *capture_find(struct dsv4_session *s, int64_t at) {
+    for (int i = 0; i < s->n_cap; i++)
+        if (s->cap[i].at == at) return &s->cap[i];
+    return NULL;
+}
+
+int64_t dsv4_capture_next(const struct dsv4_session *s, int64_t p) {
+    for (int i = s->cap_sent; i < s->n_cap; i++)
+        if (s->cap[i].at > p) return s->cap[i].at;
+    return INT64_MAX;
+}
+
+void dsv4_capture_layer(struct dsv4_session *s, int64_t at, uint32_t il) {
+    struct dsv4_capture *c = capture_find(s, at);
+    if (!c) return;
+    const struct state_dims sd = layer_dims(s, il);
+    const struct dsv4_layer_state *src = &s->ls[il];
+    struct dsv4_layer_state *dst = &c->ls[il];
+    copy_floats(dst->raw, src->raw, sd.raw);
+    copy_floats(dst->fa, src->fa, sd.front);
+    copy_floats(dst->fb, src->fb, sd.front);
+    copy_floats(dst->ia, src->ia, sd.ifront);
+    copy_floats(dst->ib, src->ib, sd.ifront);
+    dst->comp = src->comp;
+    dst->idx_keys = src->idx_keys;
+    dst->n_comp = src->n_comp;
 }
 
 void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx) {
@@ -430,6 +551,7 @@ int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *sna
     if (snap->m != s->m || snap->n_ctx != s->p.n_ctx)
         return ms_err_set(err, "snapshot was taken from a session of another model or context "
                           "size");
+    drop_captures(s);
     const struct dsv4_hparams *hp = &s->m->hp;
     s->n_past = snap->n_past;
     s->has_logits = snap->has_logits;

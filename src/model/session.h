@@ -126,6 +126,40 @@ void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void
 /* The function and context installed (NULL, NULL when none). */
 void dsv4_session_progress(const struct dsv4_session *s, dsv4_progress_fn *fn, void **ctx);
 
+/* Capture positions one eval can keep (dsv4_session_capture_at). */
+#define DSV4_CAPTURE_MAX 8
+
+struct dsv4_state_view; /* session_io.h */
+
+/* Receives a capture: v is the state the session would hold had the eval
+ * stopped after v->n_past tokens; valid during the call only. */
+typedef void (*dsv4_capture_fn)(void *ctx, const struct dsv4_state_view *v);
+
+/*
+ * Arms captures for the session's next eval: while it runs, it keeps the
+ * state the session would hold had it stopped after at[i] tokens (token
+ * counts, strictly increasing, each in (n_past, n_past + n] of that eval),
+ * with the next-token logits after position at[i] - 1, and hands each to
+ * fn on the calling thread as soon as the pass that reaches it has ended
+ * (in position order, before the eval goes on; a later failure or
+ * interrupt of the eval does not take back what was handed over). A caller
+ * saves checkpoints inside a long prompt this way without ending the
+ * eval's layer-major pass there (each pass reads a streamed model's routed
+ * weights once more). The eval cuts its ubatches at those positions, which
+ * leaves every result the same bit for bit (session_eval above).
+ *
+ * Memory per capture, held during the eval: a copy of every layer's window
+ * ring and compressor frontiers and n_vocab logits (DeepSeek V4 Flash:
+ * about 23 MiB; not part of dsv4_session_mem); the compressed rows are the
+ * session's own, which later positions only append to. The next eval
+ * consumes the request, and fails before running when a position lies
+ * outside its tokens. n_at 0 disarms. Errors: positions not increasing or
+ * not past n_past, more than DSV4_CAPTURE_MAX, OOM; the session's state is
+ * unchanged.
+ */
+int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
+                            dsv4_capture_fn fn, void *ctx, ms_err *err);
+
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */
 const float *dsv4_session_logits(const struct dsv4_session *s);

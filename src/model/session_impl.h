@@ -95,6 +95,17 @@ struct dsv4_span_rows {
     int32_t *sel;
 };
 
+/* The state at a position inside an eval (dsv4_session_capture_at): what
+ * the session would hold had the eval stopped there. The window ring and
+ * frontiers are copies; the compressed rows and indexer keys are the
+ * session's own (rows below n_comp are never rewritten, only appended). */
+struct dsv4_capture {
+    int64_t at;                  /* tokens evaluated up to it */
+    float *logits;               /* [n_vocab] after position at - 1 */
+    struct dsv4_layer_state *ls; /* [n_layer]: raw, fa, fb, ia, ib owned;
+                                    comp, idx_keys borrowed */
+};
+
 struct dsv4_session {
     const struct dsv4_model *m;
     struct dsv4_session_params p;
@@ -125,7 +136,21 @@ struct dsv4_session {
     dsv4_progress_fn progress;
     void *progress_ctx;
     int64_t progress_done, progress_total;
+    /* captures armed for the eval (dsv4_session_capture_at) */
+    struct dsv4_capture *cap; /* [n_cap] by position; NULL: none */
+    int n_cap;
+    int cap_sent;             /* those handed to cap_fn so far */
+    dsv4_capture_fn cap_fn;
+    void *cap_ctx;
 };
+
+/* Layer il has run every token before position `at` in this pass: if a
+ * capture is armed there, copies the layer's state into it. (session.c) */
+void dsv4_capture_layer(struct dsv4_session *s, int64_t at, uint32_t il);
+
+/* The first capture position after position p, or INT64_MAX when none is
+ * armed past it. (session.c) */
+int64_t dsv4_capture_next(const struct dsv4_session *s, int64_t p);
 
 /* One layer-major pass: runs every layer over tokens[0..n) at positions
  * s->n_past ... (n <= resid_cap), inside each layer in ubatches of

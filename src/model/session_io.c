@@ -23,24 +23,30 @@ static size_t ifront_floats(uint32_t r, size_t dI) {
     return r == 4 ? (size_t)dsv4_comp_slots(4) * dsv4_coff(4) * dI : 0;
 }
 
-static int64_t live_raw_rows(const struct dsv4_session *s) {
-    const int64_t w = s->m->hp.n_swa;
-    return s->n_past < w ? s->n_past : w;
+static int64_t live_raw_rows(const struct dsv4_state_view *v) {
+    const int64_t w = v->s->m->hp.n_swa;
+    return v->n_past < w ? v->n_past : w;
 }
 
 const int32_t *dsv4_session_token_ids(const struct dsv4_session *s) { return s->tokens; }
 
-uint64_t dsv4_session_payload_bytes(const struct dsv4_session *s) {
-    const struct dsv4_hparams *hp = &s->m->hp;
+struct dsv4_state_view dsv4_session_view(const struct dsv4_session *s) {
+    return (struct dsv4_state_view){
+        .s = s, .n_past = s->n_past, .logits = s->has_logits ? s->logits : NULL, .ls = s->ls};
+}
+
+uint64_t dsv4_payload_bytes(const struct dsv4_state_view *v) {
+    const struct dsv4_model *m = v->s->m;
+    const struct dsv4_hparams *hp = &m->hp;
     const uint64_t d = hp->n_embd_head, dI = hp->indexer_head_size;
     uint64_t floats = hp->n_vocab;
-    for (uint32_t il = 0; il < s->m->n_layer; il++) {
-        const uint32_t r = s->m->layers[il].ratio;
-        floats += (uint64_t)live_raw_rows(s) * d;
-        if (r) floats += (uint64_t)s->ls[il].n_comp * d + 2 * front_floats(r, d);
-        if (r == 4) floats += (uint64_t)s->ls[il].n_comp * dI + 2 * ifront_floats(r, dI);
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const uint32_t r = m->layers[il].ratio;
+        floats += (uint64_t)live_raw_rows(v) * d;
+        if (r) floats += (uint64_t)v->ls[il].n_comp * d + 2 * front_floats(r, d);
+        if (r == 4) floats += (uint64_t)v->ls[il].n_comp * dI + 2 * ifront_floats(r, dI);
     }
-    return HEADER_BYTES + (uint64_t)s->m->n_layer * LAYER_BYTES + (uint64_t)s->n_past * 4 +
+    return HEADER_BYTES + (uint64_t)m->n_layer * LAYER_BYTES + (uint64_t)v->n_past * 4 +
            floats * 4;
 }
 
@@ -57,11 +63,11 @@ static int io(const struct dsv4_io *w, const void *buf, size_t n, ms_err *err) {
     return n ? w->fn(w->ctx, (void *)buf, n, err) : 0;
 }
 
-int dsv4_session_save_payload(const struct dsv4_session *s, const struct dsv4_io *w, ms_err *err) {
+int dsv4_save_payload(const struct dsv4_state_view *v, const struct dsv4_io *w, ms_err *err) {
+    const struct dsv4_session *s = v->s;
     const struct dsv4_model *m = s->m;
     const struct dsv4_hparams *hp = &m->hp;
-    if (s->n_past <= 0 || !s->has_logits)
-        return ms_err_set(err, "cannot save an empty session");
+    if (v->n_past <= 0 || !v->logits) return ms_err_set(err, "cannot save an empty session");
     const size_t d = hp->n_embd_head, dI = hp->indexer_head_size, n_swa = hp->n_swa;
     uint8_t h[HEADER_BYTES];
     ms_put_le32(h, DSV4_PAYLOAD_MAGIC);
@@ -73,22 +79,22 @@ int dsv4_session_save_payload(const struct dsv4_session *s, const struct dsv4_io
     ms_put_le32(h + 24, hp->n_vocab);
     ms_put_le32(h + 28, (s->p.quality ? FLAG_QUALITY : 0) | FLAG_LOGITS);
     ms_put_le64(h + 32, (uint64_t)s->p.n_ctx);
-    ms_put_le64(h + 40, (uint64_t)s->n_past);
+    ms_put_le64(h + 40, (uint64_t)v->n_past);
     if (io(w, h, sizeof h, err)) return -1;
     for (uint32_t il = 0; il < m->n_layer; il++) {
         uint8_t l[LAYER_BYTES] = {0};
         ms_put_le32(l, m->layers[il].ratio);
-        ms_put_le64(l + 8, (uint64_t)s->ls[il].n_comp);
+        ms_put_le64(l + 8, (uint64_t)v->ls[il].n_comp);
         if (io(w, l, sizeof l, err)) return -1;
     }
-    if (io(w, s->tokens, (size_t)s->n_past * 4, err) || io(w, s->logits, (size_t)hp->n_vocab * 4, err))
+    if (io(w, s->tokens, (size_t)v->n_past * 4, err) || io(w, v->logits, (size_t)hp->n_vocab * 4, err))
         return -1;
-    const int64_t n_raw = live_raw_rows(s);
+    const int64_t n_raw = live_raw_rows(v);
     for (uint32_t il = 0; il < m->n_layer; il++) {
-        const struct dsv4_layer_state *st = &s->ls[il];
+        const struct dsv4_layer_state *st = &v->ls[il];
         const uint32_t r = m->layers[il].ratio;
         /* window rows in position order: position p lives in slot p % n_swa */
-        for (int64_t p = s->n_past - n_raw; p < s->n_past; p++)
+        for (int64_t p = v->n_past - n_raw; p < v->n_past; p++)
             if (io(w, st->raw + (size_t)(p % (int64_t)n_swa) * d, d * 4, err)) return -1;
         if (r) {
             const size_t f = front_floats(r, d);
@@ -154,9 +160,8 @@ int dsv4_session_load_payload(struct dsv4_session *s, const struct dsv4_io *r,
                               (unsigned long long)n_past);
         s->ls[il].n_comp = (int64_t)want;
     }
-    s->n_past = (int64_t)n_past;
-    const uint64_t expect = dsv4_session_payload_bytes(s);
-    s->n_past = 0;
+    const struct dsv4_state_view shape = {.s = s, .n_past = (int64_t)n_past, .ls = s->ls};
+    const uint64_t expect = dsv4_payload_bytes(&shape);
     if (expect != payload_bytes)
         return fail(s, ms_err_set(err, "session payload is %llu bytes, its header implies %llu",
                                   (unsigned long long)payload_bytes, (unsigned long long)expect));

@@ -32,12 +32,27 @@ struct dsv4_io {
  * detokenization). Valid until the next eval, restore or free. */
 const int32_t *dsv4_session_token_ids(const struct dsv4_session *s);
 
-/* Bytes dsv4_session_save_payload writes for the session's current state. */
-uint64_t dsv4_session_payload_bytes(const struct dsv4_session *s);
+/* A state to save: the session's live one, or one captured inside an eval
+ * (dsv4_session_capture_at). Its tokens are the session's first n_past ids
+ * (dsv4_session_token_ids). Borrowed from the session: a live view is
+ * valid until the session's next eval, reset, restore or free, a capture's
+ * during its capture function's call. */
+struct dsv4_state_view {
+    const struct dsv4_session *s;
+    int64_t n_past;
+    const float *logits;                /* [n_vocab] after position n_past - 1 */
+    const struct dsv4_layer_state *ls;  /* [n_layer] */
+};
 
-/* Writes the session's state (n_past >= 1) as a payload. Errors: an empty
- * session, the sink's errors. */
-int dsv4_session_save_payload(const struct dsv4_session *s, const struct dsv4_io *w, ms_err *err);
+/* The session's live state (n_past may be 0). */
+struct dsv4_state_view dsv4_session_view(const struct dsv4_session *s);
+
+/* Bytes dsv4_save_payload writes for v. */
+uint64_t dsv4_payload_bytes(const struct dsv4_state_view *v);
+
+/* Writes the state v (n_past >= 1, with logits) as a payload. Errors: an
+ * empty state, the sink's errors. */
+int dsv4_save_payload(const struct dsv4_state_view *v, const struct dsv4_io *w, ms_err *err);
 
 /*
  * Reads a payload of payload_bytes bytes into s, replacing its state. The
