@@ -28,6 +28,14 @@ wait_metric() {
 check "health" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'
 check "models lists the alias" '[ "$(curl -s -m 5 $U/v1/models | jq -r ".data[0].id")" = tiny-test ]'
 
+# a second server on the same port: one clear error, status 1, no raw
+# libmicrohttpd line (it would name port 0)
+PORT=${U##*:}
+timeout 60 "$BIN" serve -m "$TMP/m.gguf" -c 256 --port "$PORT" >/dev/null 2>"$TMP/busy.err"
+RC=$?
+check "a busy port fails with status 1" '[ "$RC" -eq 1 ]'
+check "a busy port: one error line from moestream" 'grep -q "cannot listen on 127.0.0.1:$PORT: Address already in use" "$TMP/busy.err" && ! grep -qi "failed to bind" "$TMP/busy.err"'
+
 # ---- chat completions
 R=$(post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"seed":1,"ignore_eos":true}')
 check "chat: object and finish" '[ "$(jq -r .object <<<"$R")" = chat.completion ] && [ "$(jq -r ".choices[0].finish_reason" <<<"$R")" != null ]'

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "server/internal.h"
+#include "util/log.h"
 
 #if MHD_VERSION < 0x00097002
 typedef int MHD_RESULT;
@@ -443,6 +444,17 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
     return reply_error(sv, c, API_CHAT, &e);
 }
 
+/* libmicrohttpd's messages: kept for the start error while it starts,
+ * then logged as warnings (one line each). */
+static void on_http_log(void *cls, const char *fmt, va_list ap) {
+    struct server *sv = cls;
+    char line[256];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (atomic_load(&sv->listening)) ms_log_warn("serve: http: %s", line);
+    else snprintf(sv->http_msg, sizeof sv->http_msg, "%s", line);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls;
@@ -538,14 +550,20 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                              MHD_USE_ERROR_LOG,
                          0, NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &addr,
+                         MHD_OPTION_EXTERNAL_LOGGER, on_http_log, sv,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)sv->o.timeout_s,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(sv->o.max_queue + 48),
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     if (!d) {
-        ms_err_set(err, "cannot listen on %s:%d: %s", sv->o.host, sv->o.port, strerror(errno));
+        /* errno says why; the daemon's own words (kept in http_msg) name
+         * port 0, since it is given the address, not the port */
+        const int why = errno;
+        ms_err_set(err, "cannot listen on %s:%d: %s", sv->o.host, sv->o.port,
+                   why ? strerror(why) : sv->http_msg[0] ? sv->http_msg : "libmicrohttpd failed");
         goto out;
     }
+    atomic_store(&sv->listening, true);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     const int port = di ? di->port : sv->o.port;
     fprintf(stderr, "serve: %s on http://%s:%d (context %lld tokens, queue %d)\n", sv->model_id,

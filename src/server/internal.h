@@ -135,6 +135,8 @@ struct server {
     struct job *running;
     bool stopping;
     atomic_int active;      /* requests between their first callback and completion */
+    atomic_bool listening;  /* the daemon started: its messages go to the log */
+    char http_msg[256];     /* the daemon's last message before that (start errors) */
     atomic_uint_fast64_t arrivals; /* tickets: each request's first callback takes one */
     struct metrics m;
     uint64_t n_generations; /* worker-only: picks the scripted output */
