@@ -5,7 +5,8 @@
 # prompt and another -n restores it and prefills only the tail (stats);
 # a third process with the prompt plus a suffix restores the longest
 # prefix; files are 0600 in a 0700 directory; a checkpoint of another
-# model is skipped with a warning; a bad --kv flag is a usage error.
+# model is skipped with a warning; a bad --kv flag, or a policy flag
+# without --kv-dir, is a usage error.
 # Usage: bash cli_kv.sh BIN TMPDIR
 . "$(dirname "$0")/lib.sh"
 
@@ -52,6 +53,12 @@ check "another model skips the checkpoints with a warning" \
 run -p "$P" -n 2 --kv-dir "$KV" --kv-trim -1 >/dev/null 2>"$TMP/e5"
 rc=$?
 check "bad --kv-trim exits 2 naming the flag" '[ $rc -eq 2 ] && grep -q "kv-trim" "$TMP/e5"'
+run -p "$P" -n 2 --kv-dir "$KV" --kv-interval 2147483648 >/dev/null 2>"$TMP/e5b"
+rc=$?
+check "an out-of-range --kv-interval exits 2 giving the range" '[ $rc -eq 2 ] && grep -q "kv-interval must be an integer from 0 to 2147483647" "$TMP/e5b"'
+run -p "$P" -n 2 --kv-interval 64 >/dev/null 2>"$TMP/e5c"
+rc=$?
+check "a policy flag without --kv-dir exits 2" '[ $rc -eq 2 ] && grep -q "kv-interval needs --kv-dir" "$TMP/e5c"'
 # chat: /save and /load; a restart continues from the shutdown checkpoint
 chat() { "$BIN" chat -m "$M" -t 1 -n 6 --seed 5 --kv-dir "$TMP/kvc" --kv-min-tokens 4 "$@"; }
 stat() { sed -n "$3"p "$1" | sed -n "s/^chat: turn [0-9]*: prefilled \([0-9]*\) new tokens (reused \([0-9]*\)), generated \([0-9]*\) tokens.*/\\$2/p"; }

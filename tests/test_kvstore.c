@@ -520,7 +520,8 @@ static void test_kill9(void **state) {
 }
 
 /* The budget evicts by score after a save, never on load, never the
- * checkpoint restored last (a deep restore is not single-use). */
+ * checkpoint restored last (a deep restore is not single-use); a checkpoint
+ * larger than the whole budget is not written. */
 static void test_budget(void **state) {
     (void)state;
     struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
@@ -561,6 +562,18 @@ static void test_budget(void **state) {
     assert_true(count_files("budget", "") - 2 <= 2);
     assert_true(ms_kv_get_stats(kv).evicted_files >= 3);
     assert_int_equal(restore(kv, r, t300, l300), 300);
+    ms_kv_close(kv);
+    /* a checkpoint larger than the whole budget is not written at all */
+    p.budget_bytes = one / 2;
+    kv = reopen(eng, "budget", &p);
+    const int files = count_files("budget", "");
+    ms_session_reset(s);
+    eval(s, tok + 50, 300);
+    ms_err e = {{0}};
+    assert_int_equal(ms_kv_save(kv, s, MS_KV_COLD, &e), -1);
+    assert_non_null(strstr(e.msg, "more than the whole budget"));
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, 0);
+    assert_int_equal(count_files("budget", ""), files);
     free(t300);
     ms_session_free(s);
     ms_session_free(r);

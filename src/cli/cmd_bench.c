@@ -302,7 +302,7 @@ static int bench_tokens(const struct ms_tokenizer *t, const char *text, size_t l
 /* Everything `bench` was asked for (bench_parse fills and validates it). */
 struct bench_opts {
     struct engine_cli eng;
-    struct ms_kv_params kp;
+    struct kv_cli kp;
     const char *text_path, *csv_path;
     long ctx_max, gen;
     bool fresh;
@@ -333,7 +333,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o) {
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->eng.ep = ms_engine_params_default(NULL);
-    o->kp = ms_kv_params_default(NULL);
+    o->kp = (struct kv_cli){.p = ms_kv_params_default(NULL)};
     const char *frontier_list = NULL;
     long ctx_start = 512, incr = 0;
     o->ctx_max = 4096;
@@ -440,6 +440,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o) {
     }
     int chk = engine_cli_check("bench", &o->eng);
     if (chk) return chk;
+    if (kv_cli_check("bench", &o->kp)) return 2;
     if (!o->text_path) o->text_path = default_text(o->pathbuf, sizeof o->pathbuf);
     if (access(o->text_path, R_OK) != 0) {
         fprintf(stderr, "moestream bench: --prompt-file: cannot read %s: %s\n", o->text_path,

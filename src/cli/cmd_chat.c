@@ -94,7 +94,7 @@ struct chat {
     long n_predict;
     int turn;
     struct ms_kvstore *kv;          /* disk KV cache, or NULL */
-    struct ms_kv_params kp;
+    struct kv_cli kp;
 };
 
 static void msg_free(struct ms_chat_msg *m) {
@@ -142,7 +142,7 @@ static void drop_snapshot(struct chat *c) {
 /* Saves the live session to the disk KV cache (evict: it is about to be
  * replaced; shutdown: chat is leaving). Failures only warn. */
 static void kv_save_live(struct chat *c, enum ms_kv_reason why) {
-    if (!c->kv || ms_session_n_past(c->s) < c->kp.min_tokens) return;
+    if (!c->kv || ms_session_n_past(c->s) < c->kp.p.min_tokens) return;
     ms_err e;
     if (ms_kv_save(c->kv, c->s, why, &e)) fprintf(stderr, "chat: checkpoint not saved: %s\n", e.msg);
 }
@@ -540,7 +540,7 @@ int cmd_chat(int argc, char **argv) {
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
     const char *system = NULL;
     bool seeded = false;
-    struct chat c = {.think = true, .n_predict = 1024, .kp = ms_kv_params_default(NULL)};
+    struct chat c = {.think = true, .n_predict = 1024, .kp = {.p = ms_kv_params_default(NULL)}};
     struct ms_sampler_params sp = ms_sampler_defaults(0);
     int opt;
     optind = 1;
@@ -578,6 +578,7 @@ int cmd_chat(int argc, char **argv) {
     }
     const int chk = engine_cli_check("chat", &eng);
     if (chk) return chk;
+    if (kv_cli_check("chat", &c.kp)) return 2;
     if (!seeded) sp.seed = gen_clock_seed();
 
     ms_err err = {0};

@@ -42,7 +42,7 @@ static void usage(FILE *f) {
 /* Everything `run` was asked for (run_parse fills and validates it). */
 struct run_opts {
     struct engine_cli eng;
-    struct ms_kv_params kp;
+    struct kv_cli kp;
     struct ms_sampler_params sp;
     bool seeded;
     const char *prompt, *prompt_file, *stats_json, *profile;
@@ -135,7 +135,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         KV_OPTIONS,                              ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     *o = (struct run_opts){.eng = {.ep = ms_engine_params_default(NULL)},
-                           .kp = ms_kv_params_default(NULL),
+                           .kp = {.p = ms_kv_params_default(NULL)},
                            .sp = ms_sampler_defaults(0),
                            .n_predict = 256,
                            .think = true};
@@ -201,6 +201,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     }
     int chk = engine_cli_check("run", &o->eng);
     if (chk) return chk;
+    if (kv_cli_check("run", &o->kp)) return 2;
     if (o->prompt_file) {
         ms_err err;
         if (ms_buf_read_file(&o->prompt_buf, o->prompt_file, MS_PROMPT_FILE_MAX, &err)) {
@@ -291,7 +292,7 @@ static int run_run(const struct run_opts *o) {
                 goto fail;
             }
             fprintf(stderr, "run: restored %lld tokens from %s in %.3f s%s\n",
-                    (long long)kr.n_tokens, o->kp.dir, ms_kv_get_stats(kv).restore_seconds,
+                    (long long)kr.n_tokens, o->kp.p.dir, ms_kv_get_stats(kv).restore_seconds,
                     kr.mismatch ? " (its token ids differ from this prompt's tokenization)" : "");
         }
     }

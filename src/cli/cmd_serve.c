@@ -75,8 +75,8 @@ int cmd_serve(int argc, char **argv) {
         KV_SERVE_OPTIONS,
         {0, 0, 0, 0}};
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
-    struct ms_kv_params kp = ms_kv_params_default(NULL);
-    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp};
+    struct kv_cli kp = {.p = ms_kv_params_default(NULL)};
+    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp.p};
     long v;
     int c;
     optind = 1;
@@ -168,6 +168,7 @@ int cmd_serve(int argc, char **argv) {
     }
     int chk = engine_cli_check("serve", &eng);
     if (chk) return chk;
+    if (kv_cli_check("serve", &kp)) return 2;
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     const struct ms_engine_params ep = eng.ep;
     so.n_ctx = ep.n_ctx;

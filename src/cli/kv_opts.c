@@ -4,15 +4,27 @@
 #include "cli/kv_opts.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "util/parse.h"
 
-int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p) {
-    long v;
+/* The policy options: their names and ranges. */
+static const struct {
+    int c;
     const char *name;
-    switch (c) {
-    case KV_OPT_DIR:
-    case KV_OPT_DISK_DIR:
+    long min, max;
+} k_policy[] = {
+    {KV_OPT_BUDGET, "--kv-budget-mb", 1, 1L << 30},
+    {KV_OPT_DISK_SPACE, "--kv-disk-space-mb", 1, 1L << 30},
+    {KV_OPT_MIN, "--kv-min-tokens", 1, INT32_MAX},
+    {KV_OPT_TRIM, "--kv-trim", 0, INT32_MAX},
+    {KV_OPT_ALIGN, "--kv-align", 0, INT32_MAX},
+    {KV_OPT_INTERVAL, "--kv-interval", 0, INT32_MAX},
+};
+
+int kv_opt(const char *cmd, int c, const char *arg, struct kv_cli *k) {
+    struct ms_kv_params *p = &k->p;
+    if (c == KV_OPT_DIR || c == KV_OPT_DISK_DIR) {
         if (!*arg) {
             fprintf(stderr, "moestream %s: %s needs a directory\n", cmd,
                     c == KV_OPT_DIR ? "--kv-dir" : "--kv-disk-dir");
@@ -20,51 +32,37 @@ int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p) {
         }
         p->dir = arg;
         return 1;
-    case KV_OPT_BUDGET:
-    case KV_OPT_DISK_SPACE:
-        if (!ms_parse_long(arg, 1, 1L << 30, &v)) {
-            p->budget_bytes = (uint64_t)v << 20;
-            return 1;
-        }
-        name = c == KV_OPT_BUDGET ? "--kv-budget-mb" : "--kv-disk-space-mb";
-        break;
-    case KV_OPT_MIN:
-        if (!ms_parse_long(arg, 1, INT32_MAX, &v)) {
-            p->min_tokens = v;
-            return 1;
-        }
-        name = "--kv-min-tokens";
-        break;
-    case KV_OPT_TRIM:
-        if (!ms_parse_long(arg, 0, INT32_MAX, &v)) {
-            p->trim_tokens = v;
-            return 1;
-        }
-        name = "--kv-trim";
-        break;
-    case KV_OPT_ALIGN:
-        if (!ms_parse_long(arg, 0, INT32_MAX, &v)) {
-            p->align_tokens = v;
-            return 1;
-        }
-        name = "--kv-align";
-        break;
-    case KV_OPT_INTERVAL:
-        if (!ms_parse_long(arg, 0, INT32_MAX, &v)) {
-            p->interval_tokens = v;
-            return 1;
-        }
-        name = "--kv-interval";
-        break;
-    default: return 0;
     }
-    fprintf(stderr, "moestream %s: %s must be an integer >= %d\n", cmd, name,
-            c == KV_OPT_BUDGET || c == KV_OPT_DISK_SPACE || c == KV_OPT_MIN ? 1 : 0);
+    for (size_t i = 0; i < sizeof k_policy / sizeof k_policy[0]; i++) {
+        if (k_policy[i].c != c) continue;
+        long v;
+        if (ms_parse_long(arg, k_policy[i].min, k_policy[i].max, &v)) {
+            fprintf(stderr, "moestream %s: %s must be an integer from %ld to %ld\n", cmd,
+                    k_policy[i].name, k_policy[i].min, k_policy[i].max);
+            return -1;
+        }
+        switch (c) {
+        case KV_OPT_BUDGET:
+        case KV_OPT_DISK_SPACE: p->budget_bytes = (uint64_t)v << 20; break;
+        case KV_OPT_MIN: p->min_tokens = v; break;
+        case KV_OPT_TRIM: p->trim_tokens = v; break;
+        case KV_OPT_ALIGN: p->align_tokens = v; break;
+        default: p->interval_tokens = v; break;
+        }
+        if (!k->tuned) k->tuned = k_policy[i].name;
+        return 1;
+    }
+    return 0;
+}
+
+int kv_cli_check(const char *cmd, const struct kv_cli *k) {
+    if (!k->tuned || k->p.dir) return 0;
+    fprintf(stderr, "moestream %s: %s needs %s (there is no cache to apply it to)\n", cmd,
+            k->tuned, strcmp(cmd, "serve") ? "--kv-dir" : "--kv-disk-dir");
     return -1;
 }
 
-int kv_open_opt(struct ms_kvstore **kv, struct ms_engine *e, const struct ms_kv_params *p,
-                ms_err *err) {
+int kv_open_opt(struct ms_kvstore **kv, struct ms_engine *e, const struct kv_cli *k, ms_err *err) {
     *kv = NULL;
-    return p->dir ? ms_kv_open(kv, e, p, err) : 0;
+    return k->p.dir ? ms_kv_open(kv, e, &k->p, err) : 0;
 }

@@ -57,13 +57,22 @@ enum {
     "      --kv-interval N  save when prefill or generation crosses a multiple of N\n"           \
     "                       (default 8192; 0: never)\n"
 
-/* Handles one KV option c with argument arg into *p (which starts as
- * ms_kv_params_default(NULL)). 1 when c was one, 0 when not, -1 after
- * printing "moestream <cmd>: ..." when its value is malformed. */
-int kv_opt(const char *cmd, int c, const char *arg, struct ms_kv_params *p);
+/* The disk KV cache options of one command line. */
+struct kv_cli {
+    struct ms_kv_params p; /* starts as ms_kv_params_default(NULL) */
+    const char *tuned;     /* the first policy option given (--kv-interval ...), or NULL */
+};
 
-/* Opens the store when p->dir is set (*kv NULL otherwise). */
-int kv_open_opt(struct ms_kvstore **kv, struct ms_engine *e, const struct ms_kv_params *p,
-                ms_err *err);
+/* Handles one KV option c with argument arg into *k. 1 when c was one, 0
+ * when not, -1 after printing "moestream <cmd>: ..." when its value is
+ * malformed or out of range. */
+int kv_opt(const char *cmd, int c, const char *arg, struct kv_cli *k);
+
+/* After the options: -1 after printing a usage error when a policy option
+ * was given without a cache directory (it would be ignored), else 0. */
+int kv_cli_check(const char *cmd, const struct kv_cli *k);
+
+/* Opens the store when a directory was given (*kv NULL otherwise). */
+int kv_open_opt(struct ms_kvstore **kv, struct ms_engine *e, const struct kv_cli *k, ms_err *err);
 
 #endif

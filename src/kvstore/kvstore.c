@@ -798,6 +798,14 @@ static int save_view(struct ms_kvstore *kv, struct ms_session *s, const struct d
     if (ms_tokenizer_decode(tok, dsv4_session_token_ids(v->s), (size_t)n, true, &text, &len, err) ||
         text_name(text, len, name, err))
         goto out;
+    /* a file larger than the whole budget would be deleted right away */
+    const uint64_t want = MS_KV_HEADER_BYTES + len + dsv4_payload_bytes(v);
+    if (want > kv->p.budget_bytes) {
+        ms_err_set(err, "kv: a checkpoint of %lld tokens takes %.1f MiB, more than the whole "
+                   "budget (%llu MiB)", (long long)n, (double)want / 1048576.0,
+                   (unsigned long long)(kv->p.budget_bytes >> 20));
+        goto out;
+    }
     if (write_file(kv, name, (uint32_t)reason, text, len, NULL, 0, v, ms_session_n_ctx(s), &bytes,
                    err)) goto out;
     kv->st.saved_files++;
@@ -823,7 +831,9 @@ int ms_kv_save(struct ms_kvstore *kv, struct ms_session *s, enum ms_kv_reason re
 static void save_or_warn(struct ms_kvstore *kv, struct ms_session *s,
                          const struct dsv4_state_view *v, enum ms_kv_reason r) {
     ms_err e2;
-    if (save_view(kv, s, v, r, &e2)) ms_log_warn("kv: %s checkpoint not saved: %s", reason_name(r), e2.msg);
+    if (save_view(kv, s, v, r, &e2))
+        ms_log_warn("kv: %s checkpoint not saved: %s", reason_name(r),
+                    e2.msg + (strncmp(e2.msg, "kv: ", 4) ? 0 : 4));
 }
 
 void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before) {
