@@ -178,6 +178,7 @@ done
 wait_metric moestream_requests_cancelled_total $((before + 2)) || fail "the disconnects were not counted"
 after=$(curl -s -m 5 $U/metrics | awk '/^moestream_requests_cancelled_total/ {print $2}')
 check "disconnects cancelled both generations ($before -> $after)" '[ "$after" -ge $((before + 2)) ]'
+check "a disconnect is not logged as a server warning" '! grep -q "warning: serve: http" "$TMP/main.log"'
 NC=$(grep "finish cancelled" "$TMP/main.log" | sed -n 's/.*, \([0-9]*\) generated in.*/\1/p' | tr '\n' ' ')
 check "both stopped early (generated: $NC)" \
     '[ "$(wc -w <<<"$NC")" -ge 2 ] && ( for g in $NC; do [ "$g" -lt 900 ] || exit 1; done )'
