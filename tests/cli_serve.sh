@@ -217,13 +217,26 @@ wait $q1 $q2
 check "the running request finished" '[ "$(jq .usage.completion_tokens "$TMP/q1.json")" = 1500 ]'
 check "keepalive comments while queued, then the stream" 'grep -q "^: keepalive" "$TMP/q2.sse" && grep -q "data: \[DONE\]" "$TMP/q2.sse"'
 
-# ---- SIGTERM during a generation: the request ends, exit status 0
-curl -s -m 300 "${K[@]}" $U/v1/chat/completions -d "$LONGREQ" -o "$TMP/t.json" &
+# ---- SIGTERM during a generation: the request ends with 503 "server
+# shutting down" (not a cut-short answer that reads as finished), and so
+# does a stream, with an error event; exit status 0
+curl -s -m 300 "${K[@]}" $U/v1/chat/completions -d "$LONGREQ" -o "$TMP/t.json" -w '%{http_code}' >"$TMP/t.code" &
 t=$!
 wait_health 0 || fail "the request before SIGTERM never ran"
 stop_server small
 wait $t
-check "SIGTERM: the running request still got a reply" 'jq -e ".choices[0].finish_reason" "$TMP/t.json" >/dev/null'
+check "SIGTERM: the running request got 503 server shutting down" \
+    '[ "$(cat "$TMP/t.code")" = 503 ] && jq -e ".error.message | test(\"shutting down\")" "$TMP/t.json" >/dev/null'
+start_server small -m "$TMP/m.gguf" -c 2048 --api-key sekret
+U=$(url small)
+curl -s -N -m 300 "${K[@]}" $U/v1/chat/completions -d "${LONGREQ%\}},\"stream\":true}" -o "$TMP/t.sse" &
+t=$!
+wait_health 0 || fail "the stream before SIGTERM never ran"
+for _ in $(seq 1 100); do grep -q '"content"' "$TMP/t.sse" 2>/dev/null && break; sleep 0.1; done
+stop_server small
+wait $t
+check "SIGTERM: a running stream ends with an error event, no [DONE]" \
+    'grep -q "shutting down" "$TMP/t.sse" && ! grep -q "\[DONE\]" "$TMP/t.sse"'
 
 # ---- scripted output: tool calls in each API's shape, exact replay
 cat >"$TMP/script.txt" <<'SCRIPT'

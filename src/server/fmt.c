@@ -415,10 +415,12 @@ static char *final_body(struct server *sv, struct job *j) {
 }
 
 void fmt_end(struct server *sv, struct job *j) {
+    /* a shutdown is retryable elsewhere or later: 503, as for the queue */
+    const int err_status = j->error && strstr(j->error, "shutting down") ? 503 : 500;
     if (j->error && !j->started) {
         /* nothing was sent: an error reply (streams too: headers are not out yet
          * only when the caller waits; a stream gets an error event) */
-        struct http_err e = {.status = strstr(j->error, "shutting down") ? 503 : 500};
+        struct http_err e = {.status = err_status};
         snprintf(e.msg, sizeof e.msg, "%s", j->error);
         if (j->stream) {
             char *body = api_error_body(j->kind, &e);
@@ -437,7 +439,7 @@ void fmt_end(struct server *sv, struct job *j) {
         goto done;
     }
     if (j->error) {
-        struct http_err e = {.status = 500};
+        struct http_err e = {.status = err_status};
         snprintf(e.msg, sizeof e.msg, "%s", j->error);
         if (j->stream) {
             char *body = api_error_body(j->kind, &e);
@@ -450,7 +452,7 @@ void fmt_end(struct server *sv, struct job *j) {
             goto done;
         }
         pthread_mutex_lock(&j->mu);
-        j->status = 500;
+        j->status = e.status;
         j->body = api_error_body(j->kind, &e);
         pthread_mutex_unlock(&j->mu);
         goto done;

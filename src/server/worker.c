@@ -511,6 +511,12 @@ static void run_job(struct server *sv, struct job *j) {
     while (n_gen < j->max_tokens) {
         if (atomic_load(&j->cancel)) {
             j->finish = "cancelled";
+            /* stopped by a shutdown, not by its client: an answer cut short
+             * must not read as complete (503, or an error event) */
+            pthread_mutex_lock(&sv->mu);
+            const bool stopping = sv->stopping;
+            pthread_mutex_unlock(&sv->mu);
+            if (stopping && !j->error) j->error = strdup("server shutting down");
             break;
         }
         const float *logits = ms_session_logits(sv->s);
