@@ -110,7 +110,7 @@ check "corrupt checkpoints: the request is served with the same text" \
 check "--kv-interval 256: the prefill of $N tokens wrote a continued checkpoint at each multiple" \
     '[ "$(metric "moestream_kv_saves_total{reason=\"continued\"}")" = $((N / 256)) ]'
 check "corrupt checkpoints: skipped with a warning" \
-    'grep -q "kv: skipping .*corrupt" "$TMP/kv3.log" && [ "$(metric moestream_kv_skipped_files_total)" -ge 2 ]'
+    'grep -q "kv: skipped a checkpoint: .*corrupt" "$TMP/kv3.log" && [ "$(metric moestream_kv_skipped_files_total)" -ge 2 ]'
 stop_server kv3
 
 # ---- bad flags are usage errors

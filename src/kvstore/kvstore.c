@@ -57,6 +57,7 @@ struct ms_kvstore {
     uint8_t fp[FINGERPRINT_BYTES];
     struct ms_kv_stats st;
     char protect[SHA1_HEX + 4]; /* the file restored last: never evicted here */
+    bool foreign_warned;        /* another model's files were reported */
     uint64_t seq;
     uint64_t fail_at, kill_at;
     int fail_errno;
@@ -431,6 +432,12 @@ struct ckpt {
     bool counters_ok;
 };
 
+/* read_header's result for a valid file of another model (other failures
+ * are -1) */
+#define READ_FOREIGN 1
+
+/* Reads and checks file name's header into c. 0, READ_FOREIGN, or -1 with
+ * err. */
 static int read_header(struct ms_kvstore *kv, int fd, const char *name, struct ckpt *c,
                        ms_err *err) {
     struct stat sb;
@@ -446,8 +453,10 @@ static int read_header(struct ms_kvstore *kv, int fd, const char *name, struct c
     if (ver != MS_KV_VERSION)
         return ms_err_set(err, "%s has format version %u, this build reads %u", name, ver,
                           MS_KV_VERSION);
-    if (memcmp(c->h + H_FP, kv->fp, FINGERPRINT_BYTES))
-        return ms_err_set(err, "%s was written for another model (fingerprint differs)", name);
+    if (memcmp(c->h + H_FP, kv->fp, FINGERPRINT_BYTES)) {
+        ms_err_set(err, "%s was written for another model (fingerprint differs)", name);
+        return READ_FOREIGN;
+    }
     c->n_tokens = ms_get_le64(c->h + H_TOKENS);
     c->text_len = ms_get_le64(c->h + H_TEXT);
     c->aux_len = ms_get_le64(c->h + H_AUX);
@@ -595,14 +604,18 @@ static int find_candidates(struct ms_kvstore *kv, const char *text, size_t len, 
     size_t buf_cap = 0;
     struct dirent *de;
     int rc = 0;
+    size_t n_foreign = 0;
     while ((de = readdir(d))) {
         if (!is_ckpt_name(de->d_name)) continue;
         const int fd = openat(kv->dir_fd, de->d_name, O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue; /* evicted by another process meanwhile */
         struct ckpt c;
         ms_err e2;
-        if (read_header(kv, fd, de->d_name, &c, &e2)) {
-            ms_log_warn("kv: skipping %s", e2.msg);
+        const int hr = read_header(kv, fd, de->d_name, &c, &e2);
+        if (hr) {
+            /* another model's files: counted, reported once below */
+            if (hr == READ_FOREIGN) n_foreign++;
+            else ms_log_warn("kv: skipped a checkpoint: %s", e2.msg);
             kv->st.skipped_files++;
             close(fd);
             continue;
@@ -637,6 +650,12 @@ static int find_candidates(struct ms_kvstore *kv, const char *text, size_t len, 
     }
     closedir(d);
     free(buf);
+    if (n_foreign && !kv->foreign_warned) {
+        ms_log_warn("kv: %zu checkpoint file%s in %s %s written for another model (skipped; "
+                    "the budget evicts such files first)", n_foreign, n_foreign == 1 ? "" : "s",
+                    kv->dir, n_foreign == 1 ? "was" : "were");
+        kv->foreign_warned = true;
+    }
     if (rc) {
         free(v);
         return -1;
@@ -661,7 +680,7 @@ int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char
         struct ckpt c;
         ms_err e2;
         if (load_file(kv, s, v[i].name, text, v[i].text_len, &c, NULL, NULL, &e2)) {
-            ms_log_warn("kv: skipping %s", e2.msg);
+            ms_log_warn("kv: skipped a checkpoint: %s", e2.msg);
             kv->st.skipped_files++;
             continue;
         }
