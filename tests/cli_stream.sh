@@ -72,6 +72,11 @@ if command -v script >/dev/null 2>&1; then
       --stats-json '$TMP/tty.json'" /dev/null >"$TMP/tty.out" 2>&1
   check "a terminal shows the prefill bar" "grep -q 'prefill \[#' '$TMP/tty.out'"
   check "the bar costs no extra pass" "python3 -c \"import json,sys; d=json.load(open('$TMP/tty.json')); sys.exit(0 if d['prefill_tokens']>64 and d['layer_reads']>0 and 1.0<=d['passes']<=1.05 else 1)\""
+  # checkpoint log lines during the prefill start on a line of their own
+  rm -rf "$TMP/kvtty"
+  script -qec "'$BIN' run -m '$M' -p '$LP $LP' -n 2 --temp 0 --no-stream --kv-dir '$TMP/kvtty' \
+      --kv-interval 64 --kv-min-tokens 1" /dev/null >"$TMP/kvtty.out" 2>&1
+  check "log lines do not run into the bar" "grep -q 'kv: saved' '$TMP/kvtty.out' && ! tr '\\r' '\\n' <'$TMP/kvtty.out' | grep -q 'tok/smoestream'"
   # a narrow terminal: every redraw stays one column short of its width
   # (a line that wraps cannot be redrawn in place)
   script -qec "stty cols 40; '$BIN' run -m '$M' -p '$LP $LP' -n 2 --temp 0 --stream --prefill-chunk 7" \

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "text/chat_template.h"
+#include "util/log.h"
 
 double gen_now(void) {
     struct timespec ts;
@@ -117,6 +118,15 @@ static bool bar_progress(void *ctx, int64_t done, int64_t total) {
     return true;
 }
 
+/* Clears the bar's line, and has the next progress call draw it afresh
+ * (a log line is about to be printed where it was). */
+static void bar_clear(void *ctx) {
+    struct bar *b = ctx;
+    if (b->drawn > 0) fprintf(stderr, "\r%*s\r", b->drawn, "");
+    b->drawn = 0;
+    b->fill = -1;
+}
+
 /* The terminal's width in columns (80 when it does not say). */
 static int term_cols(int fd) {
     struct winsize ws;
@@ -132,12 +142,12 @@ int gen_prefill(struct ms_session *s, struct ms_kvstore *kv, const int32_t *toke
                     .n = n, .t0 = gen_now(), .fill = -1};
     if (b.draw) b.cols = term_cols(STDERR_FILENO);
     if (b.draw || stop) ms_session_set_progress(s, bar_progress, &b);
+    if (b.draw) ms_log_set_before_line(bar_clear, &b);
     const int rc = kv ? ms_kv_prefill(kv, s, tokens, n, err) : ms_session_eval(s, tokens, n, NULL, err);
     ms_session_set_progress(s, NULL, NULL);
-    if (b.drawn > 0) {
-        fprintf(stderr, "\r%*s\r", b.drawn, "");
-        fflush(stderr);
-    }
+    if (b.draw) ms_log_set_before_line(NULL, NULL);
+    bar_clear(&b);
+    fflush(stderr);
     return rc;
 }
 
