@@ -190,18 +190,18 @@ static int64_t until_capture(const struct dsv4_session *s, int64_t t, int64_t n)
     return next < n ? next : n;
 }
 
-/* One ubatch [s0, s0 + nu) of a pass of n tokens through layer il, in
- * pieces that end at the capture positions inside it, each captured after
- * its piece (the same rows, so the same results bit for bit). */
+/* One ubatch [s0, s0 + nu) of a pass of n tokens through layer il. With a
+ * capture position inside it, it runs as a span (attention in pieces cut
+ * there, each captured after its piece, then the experts once over the
+ * whole ubatch, so the expert source still sees the pass's routing in one
+ * call); the same rows either way, so the same results bit for bit. */
 static int ubatch_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
                           int64_t nu, int64_t n, ms_err *err) {
-    for (int64_t t = s0, np; t < s0 + nu; t += np) {
-        np = until_capture(s, t, s0 + nu - t);
-        s->pass_tail = t + np == n;
-        at_ubatch(s, t, 0);
-        if (layer_forward(s, il, tokens + t, np, err)) return -1;
-        dsv4_capture_layer(s, s->n_past + t + np, il);
-    }
+    if (until_capture(s, s0, nu) < nu) return span_forward(s, il, tokens, s0, nu, n, err);
+    s->pass_tail = s0 + nu == n;
+    at_ubatch(s, s0, 0);
+    if (layer_forward(s, il, tokens + s0, nu, err)) return -1;
+    dsv4_capture_layer(s, s->n_past + s0 + nu, il);
     return 0;
 }
 
@@ -250,11 +250,12 @@ static void at_ubatch(struct dsv4_session *s, int64_t t0, int64_t row) {
 }
 
 /* One layer over the span of tokens [s0, s0 + ns) of the pass (ns >
- * n_ubatch), expert-major: each ubatch runs attention, the router and the
- * shared expert (sub_in, sel, selw, sub_out and the HC weights stay in the
- * span's rows); then the routed experts run once over the whole span, each
- * acquired once; then each ubatch's FFN HC-post. Every row's arithmetic is
- * layer_forward's, so the results are the same bit for bit. */
+ * n_ubatch, or one ubatch with a capture inside), expert-major: each
+ * ubatch runs attention, the router and the shared expert (sub_in, sel,
+ * selw, sub_out and the HC weights stay in the span's rows); then the
+ * routed experts run once over the whole span, each acquired once; then
+ * each ubatch's FFN HC-post. Every row's arithmetic is layer_forward's, so
+ * the results are the same bit for bit. */
 static int span_forward(struct dsv4_session *s, uint32_t il, const int32_t *tokens, int64_t s0,
                         int64_t ns, int64_t n, ms_err *err) {
     const int64_t ub = s->p.n_ubatch;
