@@ -444,26 +444,26 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
     return reply_error(sv, c, API_CHAT, &e);
 }
 
-static bool starts_with(const char *s, const char *prefix) {
-    return !strncmp(s, prefix, strlen(prefix));
-}
-
-/* libmicrohttpd's messages: kept for the start error while it starts,
- * then logged as warnings (one line each), except those that follow a
- * client disconnect (on_request returns MHD_NO for a connection it gives
- * up on, a stream's reader ends with an error), which are debug detail. */
+/* libmicrohttpd's messages: kept for the start error while it starts;
+ * then those about the server's own resources (connection limit, memory,
+ * threads, accept failures) are warnings, and the rest, which follow
+ * client disconnects in many wordings (a reset while sending, a stream
+ * whose reader gave up), are debug detail. */
 static void on_http_log(void *cls, const char *fmt, va_list ap) {
+    static const char *const resource_words[] = {"limit", "memory", "thread", "ccept"};
     struct server *sv = cls;
     char line[256];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\r\n")] = '\0';
-    if (!atomic_load(&sv->listening))
+    if (!atomic_load(&sv->listening)) {
         snprintf(sv->http_msg, sizeof sv->http_msg, "%s", line);
-    else if (starts_with(line, "Application reported internal error") ||
-             starts_with(line, "Closing connection (application error"))
-        ms_log_debug("serve: http: %s", line);
-    else
-        ms_log_warn("serve: http: %s", line);
+        return;
+    }
+    bool resource = false;
+    for (size_t i = 0; i < sizeof resource_words / sizeof resource_words[0]; i++)
+        resource = resource || strcasestr(line, resource_words[i]);
+    if (resource) ms_log_warn("serve: http: %s", line);
+    else ms_log_debug("serve: http: %s", line);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
