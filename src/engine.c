@@ -98,6 +98,12 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     const struct dsv4_session_params sp = {
         .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream), .n_span = n_span};
     *mem = dsv4_session_mem(m, &sp);
+    /* the caller's snapshots (each at most the live state of n_ctx
+     * positions) and a prefill's checkpoint captures */
+    const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_kv_bytes(m, n_ctx, true) +
+                          (p->kv_captures ? DSV4_CAPTURE_MAX * dsv4_capture_bytes(m) : 0);
+    mem->kv += kept;
+    mem->total += kept;
     *in = (struct ms_mem_plan_in){
         .limit_bytes = limit,
         .pct = p->cache_pct,

@@ -78,6 +78,14 @@ struct ms_engine_params {
                                MemAvailable (inspect --plan --mem); 0 = measure */
     bool mmap;              /* resident: compute from the file mapping, not from a copy
                                of the file on transparent huge pages (dsv4_model_populate) */
+    /* Attention states the caller keeps beside its session's own, counted in
+     * the memory plan's KV figure: n_snapshots copies of n_ctx positions'
+     * state (ms_session_snapshot; chat and serve keep one), and kv_captures
+     * the checkpoint captures a disk KV cache's prefill may hold at once
+     * (ms_kv_prefill: 8, each a copy of every layer's window ring and
+     * compressor frontiers). */
+    uint32_t n_snapshots;
+    bool kv_captures;
 };
 
 #define MS_PREFILL_WHOLE (-1)
@@ -154,7 +162,9 @@ struct ms_plan {
     uint64_t file_bytes, routed_bytes;
     uint64_t dense_bytes;       /* resident non-routed weights */
     uint64_t full_layer_bytes;  /* --full-layers experts, resident */
-    uint64_t kv_bytes;          /* attention state of n_ctx positions */
+    uint64_t kv_bytes;          /* attention state of n_ctx positions, with the
+                                   caller's snapshots and captures (n_snapshots,
+                                   kv_captures) */
     uint64_t resid_bytes;       /* residual stream of the longest prefill pass */
     uint64_t scratch_bytes;     /* per-ubatch activations, a span's MoE rows,
                                    tokens, logits */

@@ -43,6 +43,7 @@
 
 #include <cmocka.h>
 
+#include "engine_internal.h"
 #include "kvstore/kvstore.h"
 #include "moestream.h"
 #include "test_model_util.h"
@@ -794,6 +795,32 @@ static void test_prefill_many_stops(void **state) {
     ms_engine_free(eng);
 }
 
+/* The memory plan counts the states a caller keeps beside its session: a
+ * snapshot is the live state of n_ctx positions, and a disk KV cache's
+ * prefill holds up to DSV4_CAPTURE_MAX captures. */
+static void test_plan_kept_states(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    struct ms_engine_params p = ms_engine_params_default(g_tiny);
+    p.n_ctx = 4096;
+    p.mem_bytes = 8ull << 30;
+    struct ms_plan base, snap, cap;
+    char line[512];
+    ms_err e = {{0}};
+    if (ms_engine_plan(&p, &base, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    p.n_snapshots = 1;
+    if (ms_engine_plan(&p, &snap, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    p.kv_captures = true;
+    if (ms_engine_plan(&p, &cap, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(snap.kv_bytes - base.kv_bytes, ms_engine_kv_bytes(eng, 4096));
+    assert_int_equal(cap.kv_bytes - snap.kv_bytes,
+                     DSV4_CAPTURE_MAX * dsv4_capture_bytes(ms_engine_model(eng)));
+    /* a capture: every layer's ring (window 32 x head 128 here) at least */
+    assert_true(dsv4_capture_bytes(ms_engine_model(eng)) >=
+                (uint64_t)ms_engine_info(eng).n_layer * 32 * 128 * 4);
+    ms_engine_free(eng);
+}
+
 /* Two conversations in one process: the second one's shutdown checkpoint
  * is found after a restart. */
 static void test_two_conversations(void **state) {
@@ -912,6 +939,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_one_pass_whole_layers),
         cmocka_unit_test(test_prefill_one_pass_spans),
         cmocka_unit_test(test_prefill_many_stops),
+        cmocka_unit_test(test_plan_kept_states),
         cmocka_unit_test(test_two_conversations),
         cmocka_unit_test(test_mismatch_dropped),
         cmocka_unit_test(test_named),

@@ -224,6 +224,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     if (o->profile && (chk = cli_check_writable("run", "--profile-routing", o->profile))) return chk;
     if (!o->seeded) o->sp.seed = gen_clock_seed();
     o->eng.ep.profile_routing = o->profile != NULL;
+    o->eng.ep.kv_captures = o->kp.p.dir != NULL;
     return CLI_CONTINUE;
 }
 

@@ -170,6 +170,8 @@ int cmd_serve(int argc, char **argv) {
     if (chk) return chk;
     if (kv_cli_check("serve", &kp)) return 2;
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
+    eng.ep.n_snapshots = 1; /* the live session before its prompt's last token */
+    eng.ep.kv_captures = kp.p.dir != NULL;
     const struct ms_engine_params ep = eng.ep;
     so.n_ctx = ep.n_ctx;
     /* test hook (server.h): MOESTREAM_SERVE_SCRIPT=FILE, outputs separated

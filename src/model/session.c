@@ -436,6 +436,15 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
     return 0;
 }
 
+uint64_t dsv4_capture_bytes(const struct dsv4_model *m) {
+    uint64_t floats = m->hp.n_vocab;
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const struct state_dims sd = state_dims(m, il, 1, false); /* the ring and frontiers */
+        floats += sd.raw + 2 * sd.front + 2 * sd.ifront;
+    }
+    return floats * sizeof(float);
+}
+
 /* The capture armed at position `at` of the eval running now, or NULL. */
 static struct dsv4_capture *capture_find(struct dsv4_session *s, int64_t at) {
     for (int i = 0; i < s->n_cap; i++)

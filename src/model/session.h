@@ -145,13 +145,15 @@ typedef void (*dsv4_capture_fn)(void *ctx, const struct dsv4_state_view *v);
  * interrupt of the eval does not take back what was handed over). A caller
  * saves checkpoints inside a long prompt this way without ending the
  * eval's layer-major pass there (each pass reads a streamed model's routed
- * weights once more). The eval cuts its ubatches at those positions, which
- * leaves every result the same bit for bit (session_eval above).
+ * weights once more). The eval runs the attention of a ubatch with such a
+ * position inside in pieces cut there (its experts once), which leaves
+ * every result the same bit for bit (session_eval above).
  *
  * Memory per capture, held during the eval: a copy of every layer's window
- * ring and compressor frontiers and n_vocab logits (DeepSeek V4 Flash:
- * about 23 MiB; not part of dsv4_session_mem); the compressed rows are the
- * session's own, which later positions only append to. The next eval
+ * ring and compressor frontiers and n_vocab logits (dsv4_capture_bytes:
+ * about 23 MiB at DeepSeek V4 Flash's shape; not in dsv4_session_mem, the
+ * engine plans it when asked); the compressed rows are the session's own,
+ * which later positions only append to. The next eval
  * consumes the request, and fails before running when a position lies
  * outside its tokens. n_at 0 disarms. Errors: positions not increasing or
  * not past n_past, more than DSV4_CAPTURE_MAX, OOM; the session's state is
@@ -159,6 +161,9 @@ typedef void (*dsv4_capture_fn)(void *ctx, const struct dsv4_state_view *v);
  */
 int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
                             dsv4_capture_fn fn, void *ctx, ms_err *err);
+
+/* Bytes one capture allocates for model m (at any n_ctx). */
+uint64_t dsv4_capture_bytes(const struct dsv4_model *m);
 
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */
