@@ -319,13 +319,11 @@ void dsv4_session_reset(struct dsv4_session *s) {
     for (uint32_t il = 0; il < s->m->n_layer; il++) s->ls[il].n_comp = 0;
 }
 
-int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
-                      ms_err *err) {
+/* dsv4_session_eval without consuming the captures (see there). */
+static int eval_passes(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
+                       ms_err *err) {
     const int64_t V = s->m->hp.n_vocab;
-    if (n <= 0) {
-        drop_captures(s); /* consumed all the same */
-        return 0;
-    }
+    if (n <= 0) return 0;
     if (n > s->p.n_ctx - s->n_past)
         return ms_err_set(err, "context full: %lld positions used, %lld more requested, "
                           "context size %lld", (long long)s->n_past, (long long)n,
@@ -334,12 +332,9 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         if (tokens[i] < 0 || tokens[i] >= V)
             return ms_err_set(err, "token id %d at index %lld is outside the vocabulary "
                               "[0, %lld)", tokens[i], (long long)i, (long long)V);
-    if (s->cap && s->cap[s->n_cap - 1].at > s->n_past + n) {
-        const int64_t at = s->cap[s->n_cap - 1].at;
-        drop_captures(s);
+    if (s->cap && s->cap[s->n_cap - 1].at > s->n_past + n)
         return ms_err_set(err, "capture position %lld lies past the eval's last token (%lld)",
-                          (long long)at, (long long)(s->n_past + n));
-    }
+                          (long long)s->cap[s->n_cap - 1].at, (long long)(s->n_past + n));
     const int64_t step = s->p.n_batch > 0 ? s->p.n_batch : n;
     if (step > s->resid_cap && !alloc_resid(s, step))
         return ms_err_set(err, "out of memory for the residual stream of a %lld-token pass "
@@ -358,8 +353,14 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
         s->has_logits = true;
         send_captures(s);
     }
-    drop_captures(s);
     return 0;
+}
+
+int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
+                      ms_err *err) {
+    const int rc = eval_passes(s, tokens, n, logits, err);
+    drop_captures(s); /* consumed, whatever happened */
+    return rc;
 }
 
 /* ---- captures ------------------------------------------------------------ */
