@@ -487,7 +487,10 @@ struct inspect_opts {
 #define INSPECT_USAGE                                                                      \
     "usage: moestream inspect [-m] M.gguf [--tensors] [--json]\n"                           \
     "       moestream inspect [-m] M.gguf --plan [--ctx N] [--mem SIZE] [--stream|--no-stream]\n" \
-    "                 [--prefill-chunk N] [--cache-pct P] [--json]\n"
+    "                 [--prefill-chunk N] [--cache-pct P] [--for run|chat|serve|bench] [--kv]\n" \
+    "                 [--json]\n"                                                              \
+    "  --for CMD  plan as CMD does (chat, serve and bench keep a snapshot of the session)\n"   \
+    "  --kv       with a disk KV cache (its prefill's checkpoint captures)\n"
 
 /* Parses the value of a --plan option a at argv[*i + 1] into o->ep; 2 on a
  * bad or missing value (message printed). */
@@ -510,6 +513,12 @@ static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
             return 2;
         }
         o->ep.cache_pct = (double)n;
+    } else if (!strcmp(a, "--for")) {
+        if (strcmp(v, "run") && strcmp(v, "chat") && strcmp(v, "serve") && strcmp(v, "bench")) {
+            fprintf(stderr, "moestream inspect: --for takes run, chat, serve or bench, got '%s'\n", v);
+            return 2;
+        }
+        o->ep.n_snapshots = strcmp(v, "run") ? 1 : 0; /* as those commands set it */
     } else if (!strcmp(a, "--prefill-chunk")) {
         if (ms_parse_long(v, 0, 1L << 40, &n)) {
             fprintf(stderr, "moestream inspect: --prefill-chunk takes an integer >= 0, got "
@@ -539,8 +548,9 @@ static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
         else if (!strcmp(a, "--plan")) o->plan = true;
         else if (!strcmp(a, "--stream")) o->ep.stream = MS_STREAM_ON;
         else if (!strcmp(a, "--no-stream")) o->ep.stream = MS_STREAM_OFF;
+        else if (!strcmp(a, "--kv")) o->ep.kv_captures = true;
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--mem") ||
-                 !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk")) {
+                 !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk") || !strcmp(a, "--for")) {
             const int rc = plan_opt(argc, argv, &i, o);
             if (rc != CLI_CONTINUE) return rc;
         }
