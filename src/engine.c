@@ -100,8 +100,10 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     *mem = dsv4_session_mem(m, &sp);
     /* the caller's snapshots (each at most the live state of n_ctx
      * positions) and a prefill's checkpoint captures */
+    int64_t n_cap = p->kv_captures ? (p->kv_interval > 0 ? n_ctx / p->kv_interval : 0) + 1 : 0;
+    if (n_cap > DSV4_CAPTURE_MAX) n_cap = DSV4_CAPTURE_MAX;
     const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_kv_bytes(m, n_ctx, true) +
-                          (p->kv_captures ? DSV4_CAPTURE_MAX * dsv4_capture_bytes(m) : 0);
+                          (uint64_t)n_cap * dsv4_capture_bytes(m);
     mem->kv += kept;
     mem->total += kept;
     *in = (struct ms_mem_plan_in){

@@ -80,12 +80,15 @@ struct ms_engine_params {
                                of the file on transparent huge pages (dsv4_model_populate) */
     /* Attention states the caller keeps beside its session's own, counted in
      * the memory plan's KV figure: n_snapshots copies of n_ctx positions'
-     * state (ms_session_snapshot; chat and serve keep one), and kv_captures
-     * the checkpoint captures a disk KV cache's prefill may hold at once
-     * (ms_kv_prefill: 8, each a copy of every layer's window ring and
-     * compressor frontiers). */
+     * state (ms_session_snapshot; chat and serve keep one), and with
+     * kv_captures the checkpoint captures a disk KV cache's prefill holds at
+     * once (ms_kv_prefill, checkpoints every kv_interval tokens, 0 = only
+     * the cold one): as many as a prompt of n_ctx tokens has stops, at most
+     * 16, each a copy of every layer's window ring and compressor
+     * frontiers. */
     uint32_t n_snapshots;
     bool kv_captures;
+    int64_t kv_interval;
 };
 
 #define MS_PREFILL_WHOLE (-1)
@@ -325,7 +328,7 @@ int64_t ms_kv_cold_len(const struct ms_kvstore *kv, int64_t n);
  * frontier the evaluation crosses (continued). They are captured inside
  * the evaluation's one layer-major pass (docs/kv-cache.md, "Checkpoints
  * inside one prefill pass"), so a streamed prompt is still read once; only
- * more than 8 stops, or no memory for the captures (about 23 MiB each at
+ * more than 16 stops, or no memory for the captures (about 23 MiB each at
  * DeepSeek V4 Flash's shape), end a pass early at a stop. A progress
  * function installed on s (ms_session_set_progress) sees the whole call as
  * one evaluation of n tokens, and returning false stops it. Save failures

@@ -12,8 +12,10 @@
 #  - a client that disconnects during a prefill: the prefill finishes and is
 #    kept, so after an unrelated request the retry is a disk hit;
 #  - corrupt and foreign checkpoint files are skipped with a warning and the
-#    request is still served, with the same text (its prefill, split at
-#    every --kv-interval frontier for continued checkpoints, too).
+#    request is still served, with the same text (its prefill, with
+#    continued checkpoints at every --kv-interval frontier, too);
+#  - streamed, a prefill with checkpoints reads no more from the SSD than
+#    the same request on a server without the cache.
 # Every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/server/lib_serve.sh"
@@ -112,6 +114,25 @@ check "--kv-interval 256: the prefill of $N tokens wrote a continued checkpoint 
 check "corrupt checkpoints: skipped with a warning" \
     'grep -q "kv: skipped a checkpoint: .*corrupt" "$TMP/kv3.log" && [ "$(metric moestream_kv_skipped_files_total)" -ge 2 ]'
 stop_server kv3
+
+# ---- streamed: the checkpoints of a long prompt's prefill (cold, and
+# continued every 512 tokens) are taken inside its one pass, so the
+# server reads what a server without the cache reads for the same request
+for name in sref skv; do
+    extra=(); [ $name = skv ] && extra=("${KVF[@]}" --kv-interval 512) && rm -rf "$KV"
+    start_server $name -m "$M" -c 4096 --stream --cache-experts 4 "${extra[@]}"
+    U=$(url $name)
+    R=$(post "$(body "$P2")")
+    [ "$(usage "$R" completion_tokens)" = 8 ] || fail "$name: no answer"
+    eval "B_$name=\$(metric moestream_ssd_bytes_read_total)"
+    eval "T_$name=\$(text \"\$R\")"
+    stop_server $name
+done
+check "streamed with checkpoints: the same text" '[ "$T_skv" = "$T_sref" ]'
+check "streamed with checkpoints: continued and cold saves" \
+    'grep -q "(cold, " "$TMP/skv.log" && [ "$(grep -c "(continued, " "$TMP/skv.log")" -ge 2 ]'
+check "streamed with checkpoints: no more SSD reads ($B_skv against $B_sref bytes)" \
+    '[ "$B_sref" -gt 0 ] && [ "$B_skv" -le $(( B_sref + B_sref / 50 )) ]'
 
 # ---- bad flags are usage errors
 "$BIN" serve -m "$M" --kv-disk-space-mb 0 >/dev/null 2>"$TMP/e1"

@@ -10,7 +10,7 @@
  *   restores to the logits of a prefill that stopped there and continues
  *   alike, resident, streamed whole layers and in spans, with no more
  *   routed reads than a prefill without checkpoints; more stops than one
- *   eval captures end it at every 9th;
+ *   eval captures end it at every 17th;
  * - the longest byte-prefix checkpoint wins; a shorter prompt never takes a
  *   longer checkpoint;
  * - fault injection: truncation at every offset class, flipped bytes, a
@@ -753,9 +753,9 @@ static void test_prefill_one_pass_spans(void **state) {
 }
 
 /* More stops than one eval captures (25 at an interval of 16 over 400
- * tokens, DSV4_CAPTURE_MAX 8): the prefill ends an eval at every 9th stop
- * (8 captured, the 9th its end) and goes on; every checkpoint is written
- * and restores to the logits of a prefill that stopped there. */
+ * tokens, DSV4_CAPTURE_MAX 16): the prefill ends its first eval at the
+ * 17th stop (16 captured, the 17th its end) and goes on; every checkpoint
+ * is written and restores to the logits of a prefill that stopped there. */
 static void test_prefill_many_stops(void **state) {
     (void)state;
     struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
@@ -775,10 +775,10 @@ static void test_prefill_many_stops(void **state) {
     ms_err e = {{0}};
     if (ms_kv_prefill(kv, s, tok, N, &e)) fail_msg("%s", e.msg);
     assert_int_equal(ms_kv_get_stats(kv).saved_files, N / 16);
-    /* evals to 144 and 288 (9 stops each) and 400 (the last 7) */
-    assert_int_equal(sp.calls, 3 * (int)ms_engine_info(eng).n_layer);
+    /* evals to 272 (17 stops) and 400 (the last 8) */
+    assert_int_equal(sp.calls, 2 * (int)ms_engine_info(eng).n_layer);
     const uint32_t V = ms_engine_info(eng).n_vocab;
-    const int64_t depths[] = {16, 128, 144, 160, 288, 400};
+    const int64_t depths[] = {16, 256, 272, 288, 400};
     for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
         size_t len;
         char *text = text_of(eng, tok, depths[i], &len);
@@ -797,7 +797,8 @@ static void test_prefill_many_stops(void **state) {
 
 /* The memory plan counts the states a caller keeps beside its session: a
  * snapshot is the live state of n_ctx positions, and a disk KV cache's
- * prefill holds up to DSV4_CAPTURE_MAX captures. */
+ * prefill holds a capture per stop a prompt of n_ctx tokens can have (its
+ * interval frontiers and the cold one), at most DSV4_CAPTURE_MAX. */
 static void test_plan_kept_states(void **state) {
     (void)state;
     struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
@@ -811,10 +812,15 @@ static void test_plan_kept_states(void **state) {
     p.n_snapshots = 1;
     if (ms_engine_plan(&p, &snap, line, sizeof line, &e)) fail_msg("%s", e.msg);
     p.kv_captures = true;
+    p.kv_interval = 1024;
     if (ms_engine_plan(&p, &cap, line, sizeof line, &e)) fail_msg("%s", e.msg);
     assert_int_equal(snap.kv_bytes - base.kv_bytes, ms_engine_kv_bytes(eng, 4096));
-    assert_int_equal(cap.kv_bytes - snap.kv_bytes,
-                     DSV4_CAPTURE_MAX * dsv4_capture_bytes(ms_engine_model(eng)));
+    const uint64_t one = dsv4_capture_bytes(ms_engine_model(eng));
+    assert_int_equal(cap.kv_bytes - snap.kv_bytes, (4096 / 1024 + 1) * one);
+    p.kv_interval = 16; /* 257 stops: the cap */
+    struct ms_plan many;
+    if (ms_engine_plan(&p, &many, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(many.kv_bytes - snap.kv_bytes, DSV4_CAPTURE_MAX * one);
     /* a capture: every layer's ring (window 32 x head 128 here) at least */
     assert_true(dsv4_capture_bytes(ms_engine_model(eng)) >=
                 (uint64_t)ms_engine_info(eng).n_layer * 32 * 128 * 4);

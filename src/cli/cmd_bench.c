@@ -433,6 +433,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o) {
     if (!ctx_given) o->eng.ep.n_ctx = o->ctx_max + o->gen;
     o->eng.ep.n_snapshots = o->gen > 0; /* each decode probe's snapshot */
     o->eng.ep.kv_captures = o->kp.p.dir != NULL;
+    o->eng.ep.kv_interval = o->kp.p.interval_tokens;
     if (!frontier_list)
         o->n_front = make_frontiers(ctx_start, o->ctx_max, incr, mul, o->frontiers);
     if (o->n_front < 0) {

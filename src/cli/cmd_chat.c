@@ -586,6 +586,7 @@ int cmd_chat(int argc, char **argv) {
     const bool tty = isatty(STDIN_FILENO);
     eng.ep.n_snapshots = 1; /* the turn's snapshot before its "<think>" */
     eng.ep.kv_captures = c.kp.p.dir != NULL;
+    eng.ep.kv_interval = c.kp.p.interval_tokens;
     if (ms_engine_load(&c.e, &eng.ep, &err)) goto fail;
     if (ms_engine_stream_stats(c.e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(c.e));
     engine_cli_after_load("chat", &eng, c.e);

@@ -548,7 +548,10 @@ static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
         else if (!strcmp(a, "--plan")) o->plan = true;
         else if (!strcmp(a, "--stream")) o->ep.stream = MS_STREAM_ON;
         else if (!strcmp(a, "--no-stream")) o->ep.stream = MS_STREAM_OFF;
-        else if (!strcmp(a, "--kv")) o->ep.kv_captures = true;
+        else if (!strcmp(a, "--kv")) { /* the cache's default interval */
+            o->ep.kv_captures = true;
+            o->ep.kv_interval = ms_kv_params_default(NULL).interval_tokens;
+        }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--mem") ||
                  !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk") || !strcmp(a, "--for")) {
             const int rc = plan_opt(argc, argv, &i, o);

@@ -225,6 +225,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     if (!o->seeded) o->sp.seed = gen_clock_seed();
     o->eng.ep.profile_routing = o->profile != NULL;
     o->eng.ep.kv_captures = o->kp.p.dir != NULL;
+    o->eng.ep.kv_interval = o->kp.p.interval_tokens;
     return CLI_CONTINUE;
 }
 

@@ -172,6 +172,7 @@ int cmd_serve(int argc, char **argv) {
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     eng.ep.n_snapshots = 1; /* the live session before its prompt's last token */
     eng.ep.kv_captures = kp.p.dir != NULL;
+    eng.ep.kv_interval = kp.p.interval_tokens;
     const struct ms_engine_params ep = eng.ep;
     so.n_ctx = ep.n_ctx;
     /* test hook (server.h): MOESTREAM_SERVE_SCRIPT=FILE, outputs separated

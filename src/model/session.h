@@ -127,7 +127,7 @@ void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void
 void dsv4_session_progress(const struct dsv4_session *s, dsv4_progress_fn *fn, void **ctx);
 
 /* Capture positions one eval can keep (dsv4_session_capture_at). */
-#define DSV4_CAPTURE_MAX 8
+#define DSV4_CAPTURE_MAX 16
 
 struct dsv4_state_view; /* session_io.h */
 
