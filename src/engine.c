@@ -98,11 +98,12 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     const struct dsv4_session_params sp = {
         .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream), .n_span = n_span};
     *mem = dsv4_session_mem(m, &sp);
-    /* the caller's snapshots (each at most the live state of n_ctx
-     * positions) and a prefill's checkpoint captures */
+    /* the caller's snapshots (each at most a copy of n_ctx positions'
+     * state) and a prefill's checkpoint captures (one per stop a prompt of
+     * n_ctx tokens can have) */
     int64_t n_cap = p->kv_captures ? (p->kv_interval > 0 ? n_ctx / p->kv_interval : 0) + 1 : 0;
     if (n_cap > DSV4_CAPTURE_MAX) n_cap = DSV4_CAPTURE_MAX;
-    const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_kv_bytes(m, n_ctx, true) +
+    const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_snapshot_bytes(m, n_ctx) +
                           (uint64_t)n_cap * dsv4_capture_bytes(m);
     mem->kv += kept;
     mem->total += kept;

@@ -437,6 +437,20 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
     return 0;
 }
 
+uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m, int64_t n) {
+    const uint64_t d = m->hp.n_embd_head, dI = m->hp.indexer_head_size;
+    if (n < 0) n = 0;
+    uint64_t floats = m->hp.n_vocab + (uint64_t)n; /* logits, token ids (4 bytes each) */
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const uint32_t r = m->layers[il].ratio;
+        const struct state_dims sd = state_dims(m, il, 1, false); /* ring and frontiers */
+        floats += sd.raw + 2 * sd.front + 2 * sd.ifront;
+        if (r) floats += (uint64_t)n / r * d;
+        if (r == 4) floats += (uint64_t)n / 4 * dI;
+    }
+    return floats * sizeof(float);
+}
+
 uint64_t dsv4_capture_bytes(const struct dsv4_model *m) {
     uint64_t floats = m->hp.n_vocab;
     for (uint32_t il = 0; il < m->n_layer; il++) {

@@ -172,6 +172,11 @@ const float *dsv4_session_logits(const struct dsv4_session *s);
 /* Drops all state (n_past = 0). */
 void dsv4_session_reset(struct dsv4_session *s);
 
+/* Bytes dsv4_session_snapshot allocates for a session of model m at n
+ * positions: the whole window ring and frontiers, the compressed rows and
+ * indexer keys of n positions, n token ids and the logits. */
+uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m, int64_t n);
+
 /* A deep copy of the session's state (tokens, per-layer state, logits).
  * NULL on OOM. Restoring it into any session of the same model and n_ctx
  * brings that session back to exactly this point. */

@@ -445,12 +445,13 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
 }
 
 /* libmicrohttpd's messages: kept for the start error while it starts;
- * then those about the server's own resources (connection limit, memory,
- * threads, accept failures) are warnings, and the rest, which follow
- * client disconnects in many wordings (a reset while sending, a stream
- * whose reader gave up), are debug detail. */
+ * then those about the server itself (connection limit, memory, threads,
+ * accept, its socket polling) are warnings, and the rest, which concern
+ * one connection and mostly follow client disconnects in many wordings (a
+ * reset while sending, a stream whose reader gave up), are debug detail. */
 static void on_http_log(void *cls, const char *fmt, va_list ap) {
-    static const char *const resource_words[] = {"limit", "memory", "thread", "ccept"};
+    static const char *const resource_words[] = {"limit", "memory", "thread", "ccept",
+                                                 "select", "poll", "FD_SETSIZE", "Failed to create"};
     struct server *sv = cls;
     char line[256];
     vsnprintf(line, sizeof line, fmt, ap);
@@ -558,6 +559,7 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
         ms_err_set(err, "--host must be an IPv4 address, got '%s'", sv->o.host);
         goto out;
     }
+    errno = 0; /* a failure that sets none must not report an old one */
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                              MHD_USE_ERROR_LOG,
                          0, NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &addr,

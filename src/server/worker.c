@@ -322,21 +322,27 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
         from = n - 1;
         const bool have = sv->snap && sv->snap_len == at && sv->snap_n == ms_session_n_past(sv->s) &&
                           !memcmp(sv->snap_text, j->prompt, at);
-        struct ms_snapshot *snap = last_is_cut && !have ? ms_session_snapshot(sv->s) : NULL;
-        char *text = snap ? malloc(at + 1) : NULL;
-        if (snap && text) {
-            memcpy(text, j->prompt, at);
-            text[at] = '\0';
+        if (last_is_cut && !have) {
+            /* the old snapshot goes first: the memory plan counts one */
             ms_snapshot_free(sv->snap);
             free(sv->snap_text);
-            sv->snap = snap;
-            sv->snap_text = text;
-            sv->snap_len = at;
-            sv->snap_n = ms_session_n_past(sv->s);
-            sv->snap_on_disk = sv->live_disk_n == sv->snap_n; /* e.g. just restored from disk */
-        } else {
-            ms_snapshot_free(snap);
-            free(text);
+            sv->snap = NULL;
+            sv->snap_text = NULL;
+            sv->snap_len = 0;
+            struct ms_snapshot *snap = ms_session_snapshot(sv->s);
+            char *text = snap ? malloc(at + 1) : NULL;
+            if (snap && text) {
+                memcpy(text, j->prompt, at);
+                text[at] = '\0';
+                sv->snap = snap;
+                sv->snap_text = text;
+                sv->snap_len = at;
+                sv->snap_n = ms_session_n_past(sv->s);
+                sv->snap_on_disk = sv->live_disk_n == sv->snap_n; /* e.g. just restored from disk */
+            } else {
+                ms_snapshot_free(snap);
+                free(text);
+            }
         }
     }
     if (eval_prompt(sv, j, ids + from, n - from, err)) goto broken;
