@@ -237,6 +237,7 @@ stop_server small
 wait $t
 check "SIGTERM: a running stream ends with an error event, no [DONE]" \
     'grep -q "shutting down" "$TMP/t.sse" && ! grep -q "\[DONE\]" "$TMP/t.sse"'
+check "SIGTERM: the log tells the stop from a client's cancel" 'grep -q "finish cancelled (server shutting down)" "$TMP/small.log"'
 
 # ---- scripted output: tool calls in each API's shape, exact replay
 cat >"$TMP/script.txt" <<'SCRIPT'

@@ -621,9 +621,10 @@ static void run_job(struct server *sv, struct job *j) {
     pthread_mutex_unlock(&sv->mu);
     fprintf(stderr,
             "serve: %s: prompt %lld tokens (%lld cached), prefill %.3f s, %lld generated in %.3f s, "
-            "finish %s\n",
+            "finish %s%s\n",
             j->id, (long long)j->n_prompt, (long long)j->n_cached, t_prefill, (long long)n_gen,
-            t_decode, j->finish);
+            t_decode, j->finish,
+            j->error && strstr(j->error, "shutting down") ? " (server shutting down)" : "");
     fmt_end(sv, j);
 }
 
