@@ -62,6 +62,24 @@ uint64_t dsv4_kv_bytes(const struct dsv4_model *m, int64_t n, bool live) {
     return floats * sizeof(float);
 }
 
+/* Allocates the buffers of a layer's state of dims sd: the ring and the
+ * frontiers, and with rows the compressed rows and indexer keys (a
+ * capture borrows the session's). */
+static void alloc_state(struct dsv4_layer_state *st, const struct state_dims *sd, bool rows,
+                        bool *ok) {
+    st->raw = zalloc(sd->raw, 4, ok);
+    if (sd->front) {
+        if (rows) st->comp = zalloc(sd->comp, 4, ok);
+        st->fa = zalloc(sd->front, 4, ok);
+        st->fb = zalloc(sd->front, 4, ok);
+    }
+    if (sd->ifront) {
+        if (rows) st->idx_keys = zalloc(sd->idx, 4, ok);
+        st->ia = zalloc(sd->ifront, 4, ok);
+        st->ib = zalloc(sd->ifront, 4, ok);
+    }
+}
+
 static void free_state(struct dsv4_layer_state *st) {
     ms_free(st->raw);
     ms_free(st->comp);
@@ -157,6 +175,8 @@ static void free_scratch(struct dsv4_scratch *sc) {
 static void drop_captures(struct dsv4_session *s);
 static void send_captures(struct dsv4_session *s);
 static void copy_floats(float *dst, const float *src, size_t n);
+static void copy_window(struct dsv4_layer_state *dst, const struct dsv4_layer_state *src,
+                        const struct state_dims *sd);
 
 void dsv4_session_free(struct dsv4_session *s) {
     if (!s) return;
@@ -267,18 +287,7 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     if (!s->ls) ok = false;
     for (uint32_t il = 0; ok && il < m->n_layer; il++) {
         const struct state_dims sd = layer_dims(s, il);
-        struct dsv4_layer_state *st = &s->ls[il];
-        st->raw = zalloc(sd.raw, 4, &ok);
-        if (sd.comp) {
-            st->comp = zalloc(sd.comp, 4, &ok);
-            st->fa = zalloc(sd.front, 4, &ok);
-            st->fb = zalloc(sd.front, 4, &ok);
-        }
-        if (sd.idx) {
-            st->idx_keys = zalloc(sd.idx, 4, &ok);
-            st->ia = zalloc(sd.ifront, 4, &ok);
-            st->ib = zalloc(sd.ifront, 4, &ok);
-        }
+        alloc_state(&s->ls[il], &sd, true, &ok);
     }
     if (!ok) {
         dsv4_session_free(s);
@@ -416,16 +425,7 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
         if (!c->ls) ok = false;
         for (uint32_t il = 0; ok && il < s->m->n_layer; il++) {
             const struct state_dims sd = layer_dims(s, il);
-            struct dsv4_layer_state *st = &c->ls[il];
-            st->raw = zalloc(sd.raw, 4, &ok);
-            if (sd.front) {
-                st->fa = zalloc(sd.front, 4, &ok);
-                st->fb = zalloc(sd.front, 4, &ok);
-            }
-            if (sd.ifront) {
-                st->ia = zalloc(sd.ifront, 4, &ok);
-                st->ib = zalloc(sd.ifront, 4, &ok);
-            }
+            alloc_state(&c->ls[il], &sd, false, &ok);
         }
     }
     if (!ok) {
@@ -438,17 +438,15 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
 }
 
 uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m, int64_t n) {
-    const uint64_t d = m->hp.n_embd_head, dI = m->hp.indexer_head_size;
     if (n < 0) n = 0;
-    uint64_t floats = m->hp.n_vocab + (uint64_t)n; /* logits, token ids (4 bytes each) */
+    /* a capture's ring, frontiers and logits, plus the rows of n positions
+     * and their token ids (4 bytes each) */
+    uint64_t words = (uint64_t)n;
     for (uint32_t il = 0; il < m->n_layer; il++) {
-        const uint32_t r = m->layers[il].ratio;
-        const struct state_dims sd = state_dims(m, il, 1, false); /* ring and frontiers */
-        floats += sd.raw + 2 * sd.front + 2 * sd.ifront;
-        if (r) floats += (uint64_t)n / r * d;
-        if (r == 4) floats += (uint64_t)n / 4 * dI;
+        const struct state_dims sd = state_dims(m, il, n, true);
+        words += sd.comp + sd.idx;
     }
-    return floats * sizeof(float);
+    return dsv4_capture_bytes(m) + words * sizeof(float);
 }
 
 uint64_t dsv4_capture_bytes(const struct dsv4_model *m) {
@@ -479,11 +477,7 @@ void dsv4_capture_layer(struct dsv4_session *s, int64_t at, uint32_t il) {
     const struct state_dims sd = layer_dims(s, il);
     const struct dsv4_layer_state *src = &s->ls[il];
     struct dsv4_layer_state *dst = &c->ls[il];
-    copy_floats(dst->raw, src->raw, sd.raw);
-    copy_floats(dst->fa, src->fa, sd.front);
-    copy_floats(dst->fb, src->fb, sd.front);
-    copy_floats(dst->ia, src->ia, sd.ifront);
-    copy_floats(dst->ib, src->ib, sd.ifront);
+    copy_window(dst, src, &sd);
     dst->comp = src->comp;
     dst->idx_keys = src->idx_keys;
     dst->n_comp = src->n_comp;
@@ -571,6 +565,16 @@ static void copy_floats(float *dst, const float *src, size_t n) {
     if (dst && src && n) memcpy(dst, src, n * sizeof(float));
 }
 
+/* Copies a layer's window ring and frontiers (dims sd). */
+static void copy_window(struct dsv4_layer_state *dst, const struct dsv4_layer_state *src,
+                        const struct state_dims *sd) {
+    copy_floats(dst->raw, src->raw, sd->raw);
+    copy_floats(dst->fa, src->fa, sd->front);
+    copy_floats(dst->fb, src->fb, sd->front);
+    copy_floats(dst->ia, src->ia, sd->ifront);
+    copy_floats(dst->ib, src->ib, sd->ifront);
+}
+
 int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *snap, ms_err *err) {
     if (snap->m != s->m || snap->n_ctx != s->p.n_ctx)
         return ms_err_set(err, "snapshot was taken from a session of another model or context "
@@ -586,13 +590,9 @@ int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *sna
         const struct dsv4_layer_state *src = &snap->ls[il];
         struct dsv4_layer_state *dst = &s->ls[il];
         dst->n_comp = src->n_comp;
-        copy_floats(dst->raw, src->raw, sd.raw);
+        copy_window(dst, src, &sd);
         copy_floats(dst->comp, src->comp, (size_t)src->n_comp * hp->n_embd_head);
         copy_floats(dst->idx_keys, src->idx_keys, (size_t)src->n_comp * hp->indexer_head_size);
-        copy_floats(dst->fa, src->fa, sd.front);
-        copy_floats(dst->fb, src->fb, sd.front);
-        copy_floats(dst->ia, src->ia, sd.ifront);
-        copy_floats(dst->ib, src->ib, sd.ifront);
     }
     return 0;
 }
