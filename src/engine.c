@@ -98,12 +98,12 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     const struct dsv4_session_params sp = {
         .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream), .n_span = n_span};
     *mem = dsv4_session_mem(m, &sp);
-    /* the caller's snapshots (each at most a copy of n_ctx positions'
-     * state) and a prefill's checkpoint captures (one per stop a prompt of
-     * n_ctx tokens can have) */
+    /* the caller's snapshots and a prefill's checkpoint captures (one per
+     * stop a prompt of n_ctx tokens can have): each a copy of the window
+     * rings, frontiers and logits */
     int64_t n_cap = p->kv_captures ? (p->kv_interval > 0 ? n_ctx / p->kv_interval : 0) + 1 : 0;
     if (n_cap > DSV4_CAPTURE_MAX) n_cap = DSV4_CAPTURE_MAX;
-    const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_snapshot_bytes(m, n_ctx) +
+    const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_snapshot_bytes(m) +
                           (uint64_t)n_cap * dsv4_capture_bytes(m);
     mem->kv += kept;
     mem->total += kept;
@@ -544,8 +544,11 @@ void ms_session_reset(struct ms_session *s) { dsv4_session_reset(s->s); }
 struct ms_snapshot *ms_session_snapshot(const struct ms_session *s) {
     return (struct ms_snapshot *)dsv4_session_snapshot(s->s);
 }
-int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_err *err) {
-    return dsv4_session_restore(s->s, (const struct dsv4_snapshot *)snap, err);
+bool ms_snapshot_valid(const struct ms_session *s, const struct ms_snapshot *snap) {
+    return dsv4_snapshot_valid(s->s, (const struct dsv4_snapshot *)snap);
+}
+int ms_session_restore(struct ms_session *s, struct ms_snapshot *snap, ms_err *err) {
+    return dsv4_session_restore(s->s, (struct dsv4_snapshot *)snap, err);
 }
 void ms_snapshot_free(struct ms_snapshot *snap) { dsv4_snapshot_free((struct dsv4_snapshot *)snap); }
 

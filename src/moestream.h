@@ -79,8 +79,8 @@ struct ms_engine_params {
     bool mmap;              /* resident: compute from the file mapping, not from a copy
                                of the file on transparent huge pages (dsv4_model_populate) */
     /* Attention states the caller keeps beside its session's own, counted in
-     * the memory plan's KV figure: n_snapshots copies of n_ctx positions'
-     * state (ms_session_snapshot; chat and serve keep one), and with
+     * the memory plan's KV figure: n_snapshots snapshots (ms_session_snapshot;
+     * chat, serve and bench keep one), and with
      * kv_captures the checkpoint captures a disk KV cache's prefill holds at
      * once (ms_kv_prefill, checkpoints every kv_interval tokens, 0 = only
      * the cold one): as many as a prompt of n_ctx tokens has stops, at most
@@ -220,9 +220,18 @@ int64_t ms_session_n_past(const struct ms_session *s);
 const float *ms_session_logits(const struct ms_session *s);
 void ms_session_reset(struct ms_session *s);
 
-/* In-memory checkpoints of a session's whole state. */
+/* In-memory marks on a session's history (dsv4_session_snapshot in
+ * model/session.h): a snapshot copies the window rings, frontiers and
+ * logits (about 23 MiB at DeepSeek V4 Flash's shape, whatever the length)
+ * and shares the session's append-only rest, so it stays valid while the
+ * session only evaluates more tokens (or restores this snapshot) and turns
+ * stale at a reset, a failed eval, a restore of another snapshot or a load
+ * from the disk KV cache. ms_session_snapshot: NULL on OOM.
+ * ms_session_restore: brings s back to the snapshot exactly; a stale one is
+ * an error that leaves s as it was. */
 struct ms_snapshot *ms_session_snapshot(const struct ms_session *s);
-int ms_session_restore(struct ms_session *s, const struct ms_snapshot *snap, ms_err *err);
+bool ms_snapshot_valid(const struct ms_session *s, const struct ms_snapshot *snap);
+int ms_session_restore(struct ms_session *s, struct ms_snapshot *snap, ms_err *err);
 void ms_snapshot_free(struct ms_snapshot *snap);
 
 /* ---- disk KV cache (src/kvstore/, format in docs/kv-cache.md) -------------

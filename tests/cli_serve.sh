@@ -64,6 +64,20 @@ R2=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"
 # serves; the exact-replay check below covers a whole-session extension)
 check "prefix reuse: cached tokens >= first prompt - 1 ($P1)" '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R2")" -ge $((P1 - 1)) ]'
 
+# a snapshot shares the session's compressed rows: once an unrelated prompt
+# (a completion, no generation prompt to snapshot before) has replaced the
+# session, the first conversation's next turn is prefilled whole, correctly,
+# and the metrics say so
+metric() { curl -s -m 5 "$U/metrics" | awk -v k="moestream_$1" '$1 == k {print $2}'; }
+SR0=$(metric snapshot_restores_total)
+FP0=$(metric full_prefills_total)
+post /v1/completions '{"prompt":"Zebras graze while the river runs","max_tokens":3,"ignore_eos":true}' >/dev/null
+R3=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"First question about the sea.\"},{\"role\":\"assistant\",\"content\":$ANS},{\"role\":\"user\",\"content\":\"And the sky?\"}],\"max_tokens\":4,\"reasoning_effort\":\"none\"}")
+check "stale snapshot: the turn is answered, prefilled whole" \
+    '[ "$(jq -r .choices[0].finish_reason <<<"$R3")" != null ] && [ "$(jq .usage.prompt_tokens <<<"$R3")" = "$(jq .usage.prompt_tokens <<<"$R2")" ] && [ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R3")" = 0 ]'
+check "stale snapshot: not restored, two full prefills" \
+    '[ "$(metric snapshot_restores_total)" = "$SR0" ] && [ "$(metric full_prefills_total)" = $((FP0 + 2)) ]'
+
 # ---- completions
 R=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"seed":1,"ignore_eos":true}')
 check "completions" '[ "$(jq -r .object <<<"$R")" = text_completion ] && [ "$(jq .usage.completion_tokens <<<"$R")" -ge 1 ]'

@@ -182,24 +182,30 @@ static void restore_equals_run(int stream) {
     int32_t *tok = malloc(N_MAX * sizeof *tok);
     text_tokens(eng, tok, N_MAX, 77);
     struct ms_session *a = new_session(eng), *b = new_session(eng);
-    struct ms_snapshot *snap[N_POINTS_MAX];
-    float *lg = malloc((size_t)V * 4 * 2);
-    int32_t ref[N_GREEDY], got[N_GREEDY];
-    /* one prefill in pieces ending at each point: save and snapshot there */
+    float *lg = malloc((size_t)V * 4 * 2 * N_POINTS_MAX);
+    int32_t ref[N_POINTS_MAX][N_GREEDY], got[N_GREEDY];
+    /* one prefill in pieces ending at each point: save there, and note the
+     * uninterrupted run's logits and greedy continuation from there (a
+     * snapshot brings the prefill back to the point to go on) */
     int64_t at = 0;
     for (size_t i = 0; i < N_POINTS; i++) {
         eval(a, tok + at, points[i] - at);
         at = points[i];
         save(kv, a, MS_KV_COLD);
-        assert_non_null(snap[i] = ms_session_snapshot(a));
+        struct ms_snapshot *snap = ms_session_snapshot(a);
+        assert_non_null(snap);
+        float *li = lg + (size_t)V * 2 * i;
+        memcpy(li, ms_session_logits(a), V * 4);
+        greedy(a, V, ref[i], li + V);
+        ms_err e = {{0}};
+        if (ms_session_restore(a, snap, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(ms_session_n_past(a), at);
+        assert_memory_equal(ms_session_logits(a), li, V * 4);
+        ms_snapshot_free(snap);
     }
     for (size_t i = 0; i < N_POINTS; i++) {
         const int64_t m = points[i];
-        ms_err e = {{0}};
-        /* the uninterrupted run: the live state at m, continued */
-        if (ms_session_restore(a, snap[i], &e)) fail_msg("%s", e.msg);
-        memcpy(lg, ms_session_logits(a), V * 4);
-        greedy(a, V, ref, lg + V);
+        const float *li = lg + (size_t)V * 2 * i;
         /* a fresh session restored from disk by the text of m tokens plus more */
         size_t len;
         char *text = text_of(eng, tok, N_MAX, &len);
@@ -208,15 +214,14 @@ static void restore_equals_run(int stream) {
         ms_session_reset(b);
         assert_int_equal(restore(kv, b, text, mlen), m);
         assert_int_equal(ms_session_n_past(b), m);
-        assert_memory_equal(ms_session_logits(b), lg, V * 4);
+        assert_memory_equal(ms_session_logits(b), li, V * 4);
         float fin[4096];
         assert_true(V <= 4096);
         greedy(b, V, got, fin);
-        assert_memory_equal(got, ref, sizeof ref);
-        assert_memory_equal(fin, lg + V, V * 4);
+        assert_memory_equal(got, ref[i], sizeof got);
+        assert_memory_equal(fin, li + V, V * 4);
         free(text);
         free(mtext);
-        ms_snapshot_free(snap[i]);
     }
     /* the 2048 cold point: split prefill == one-call prefill, bit for bit */
     ms_session_reset(a);
@@ -241,6 +246,83 @@ static void test_restore_equals_run_resident(void **state) {
 static void test_restore_equals_run_streaming(void **state) {
     (void)state;
     restore_equals_run(MS_STREAM_ON);
+}
+
+/* Snapshots are marks on the session's own history: a restore brings the
+ * session back bit for bit (again after other tokens), and a snapshot is
+ * refused, leaving the session as it was, once the session was reset,
+ * restored to another mark, loaded from disk, or for another session. */
+static void test_snapshot_marks(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    struct ms_kvstore *kv = open_store(eng, "marks", NULL);
+    int32_t tok[400];
+    text_tokens(eng, tok, 400, 11);
+    struct ms_session *a = new_session(eng), *b = new_session(eng);
+    float *l100 = malloc((size_t)V * 4), *l250 = malloc((size_t)V * 4);
+    ms_err e = {{0}};
+    /* past a ratio-128 row and many ratio-4 rows after the mark */
+    eval(a, tok, 100);
+    memcpy(l100, ms_session_logits(a), V * 4);
+    struct ms_snapshot *m1 = ms_session_snapshot(a);
+    assert_non_null(m1);
+    eval(a, tok + 100, 150);
+    memcpy(l250, ms_session_logits(a), V * 4);
+    assert_true(ms_snapshot_valid(a, m1));
+    if (ms_session_restore(a, m1, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_session_n_past(a), 100);
+    assert_memory_equal(ms_session_logits(a), l100, V * 4);
+    eval(a, tok + 100, 150);
+    assert_memory_equal(ms_session_logits(a), l250, V * 4);
+    eval(b, tok, 250); /* one call: the same logits */
+    assert_memory_equal(ms_session_logits(b), l250, V * 4);
+    /* other tokens after the mark, a second mark there, back to the first:
+     * the second is stale, and refusing it changes nothing */
+    if (ms_session_restore(a, m1, &e)) fail_msg("%s", e.msg);
+    eval(a, tok + 300, 60);
+    struct ms_snapshot *m2 = ms_session_snapshot(a);
+    assert_non_null(m2);
+    /* a refused eval (a token outside the vocabulary) keeps both valid */
+    const int32_t bad = (int32_t)V;
+    assert_int_equal(ms_session_eval(a, &bad, 1, NULL, &e), -1);
+    assert_true(ms_snapshot_valid(a, m1) && ms_snapshot_valid(a, m2));
+    if (ms_session_restore(a, m1, &e)) fail_msg("%s", e.msg);
+    assert_false(ms_snapshot_valid(a, m2));
+    assert_int_equal(ms_session_restore(a, m2, &e), -1);
+    assert_non_null(strstr(e.msg, "stale"));
+    assert_int_equal(ms_session_n_past(a), 100);
+    assert_memory_equal(ms_session_logits(a), l100, V * 4);
+    /* another session's mark */
+    assert_false(ms_snapshot_valid(b, m1));
+    assert_int_equal(ms_session_restore(b, m1, &e), -1);
+    assert_int_equal(ms_session_n_past(b), 250);
+    assert_memory_equal(ms_session_logits(b), l250, V * 4);
+    /* a load from the disk KV cache, then a reset */
+    eval(a, tok + 100, 150);
+    save(kv, a, MS_KV_COLD);
+    assert_true(ms_snapshot_valid(a, m1));
+    size_t len;
+    char *text = text_of(eng, tok, 250, &len);
+    assert_int_equal(restore(kv, a, text, len), 250);
+    assert_false(ms_snapshot_valid(a, m1));
+    assert_int_equal(ms_session_restore(a, m1, &e), -1);
+    assert_memory_equal(ms_session_logits(a), l250, V * 4);
+    ms_snapshot_free(m2);
+    m2 = ms_session_snapshot(a);
+    ms_session_reset(a);
+    assert_false(ms_snapshot_valid(a, m2));
+    assert_int_equal(ms_session_restore(a, m2, &e), -1);
+    assert_int_equal(ms_session_n_past(a), 0);
+    free(text);
+    ms_snapshot_free(m1);
+    ms_snapshot_free(m2);
+    free(l100);
+    free(l250);
+    ms_session_free(a);
+    ms_session_free(b);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
 }
 
 /* Longest byte prefix wins; a shorter query never takes a longer file;
@@ -814,9 +896,11 @@ static void test_plan_kept_states(void **state) {
     p.kv_captures = true;
     p.kv_interval = 1024;
     if (ms_engine_plan(&p, &cap, line, sizeof line, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(snap.kv_bytes - base.kv_bytes, dsv4_snapshot_bytes(ms_engine_model(eng), 4096));
-    assert_true(snap.kv_bytes - base.kv_bytes > ms_engine_kv_bytes(eng, 4096)); /* + frontiers */
+    /* a snapshot: a capture's copies, whatever the length (it shares the
+     * session's compressed rows) */
     const uint64_t one = dsv4_capture_bytes(ms_engine_model(eng));
+    assert_int_equal(snap.kv_bytes - base.kv_bytes, dsv4_snapshot_bytes(ms_engine_model(eng)));
+    assert_int_equal(dsv4_snapshot_bytes(ms_engine_model(eng)), one);
     assert_int_equal(cap.kv_bytes - snap.kv_bytes, (4096 / 1024 + 1) * one);
     p.kv_interval = 16; /* 257 stops: the cap */
     struct ms_plan many;
@@ -936,6 +1020,7 @@ static void test_named(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_snapshot_marks),
         cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_enospc),

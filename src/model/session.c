@@ -2,6 +2,7 @@
  * session.c - session state, the eval loop over ubatches, and snapshots
  * (see session.h). The layer math is in forward.c.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,13 @@ static void free_scratch(struct dsv4_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+/* A session lineage no other session or earlier state of this one had:
+ * snapshots compare it (see dsv4_session_snapshot). */
+static uint64_t new_epoch(void) {
+    static atomic_uint_fast64_t next = 1;
+    return (uint64_t)atomic_fetch_add(&next, 1);
+}
+
 static void drop_captures(struct dsv4_session *s);
 static void send_captures(struct dsv4_session *s);
 static void copy_floats(float *dst, const float *src, size_t n);
@@ -275,6 +283,7 @@ int dsv4_session_new(struct dsv4_session **out, const struct dsv4_model *m,
     /* pool NULL: each runs on the worker that owns it */
     s->mm_thread = calloc((size_t)ms_pool_n_threads(p->pool), sizeof *s->mm_thread);
     s->comp_cap = s->p.n_ctx / 4 + 1;
+    s->epoch = new_epoch();
 
     bool ok = alloc_scratch(s, s->p.n_ubatch, s->p.n_span);
     /* whole-call sessions start with a ubatch-sized residual and grow it */
@@ -323,6 +332,7 @@ uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_sessio
 
 void dsv4_session_reset(struct dsv4_session *s) {
     drop_captures(s);
+    s->epoch = new_epoch();
     s->n_past = 0;
     s->has_logits = false;
     for (uint32_t il = 0; il < s->m->n_layer; il++) s->ls[il].n_comp = 0;
@@ -437,17 +447,7 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
     return 0;
 }
 
-uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m, int64_t n) {
-    if (n < 0) n = 0;
-    /* a capture's ring, frontiers and logits, plus the rows of n positions
-     * and their token ids (4 bytes each) */
-    uint64_t words = (uint64_t)n;
-    for (uint32_t il = 0; il < m->n_layer; il++) {
-        const struct state_dims sd = state_dims(m, il, n, true);
-        words += sd.comp + sd.idx;
-    }
-    return dsv4_capture_bytes(m) + words * sizeof(float);
-}
+uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m) { return dsv4_capture_bytes(m); }
 
 uint64_t dsv4_capture_bytes(const struct dsv4_model *m) {
     uint64_t floats = m->hp.n_vocab;
@@ -498,15 +498,21 @@ const float *dsv4_session_logits(const struct dsv4_session *s) {
     return s->has_logits ? s->logits : NULL;
 }
 
-/* ---- snapshots ---------------------------------------------------------- */
+/* ---- snapshots ----------------------------------------------------------
+ *
+ * A snapshot is a capture (the window ring, the frontiers and the logits
+ * copied) that also keeps each layer's compressed-row count, tagged with
+ * the session's epoch. Restoring it truncates the session back to its
+ * length: the rows below its counts and its token ids are the session's
+ * own, unchanged while the epoch is. */
 
 struct dsv4_snapshot {
     const struct dsv4_model *m;
     int64_t n_ctx, n_past;
+    uint64_t epoch;
     bool has_logits;
-    int32_t *tokens;
     float *logits;
-    struct dsv4_layer_state *ls;
+    struct dsv4_layer_state *ls; /* [n_layer]: raw, fa, fb, ia, ib and n_comp */
 };
 
 void dsv4_snapshot_free(struct dsv4_snapshot *snap) {
@@ -514,51 +520,41 @@ void dsv4_snapshot_free(struct dsv4_snapshot *snap) {
     if (snap->ls)
         for (uint32_t il = 0; il < snap->m->n_layer; il++) free_state(&snap->ls[il]);
     free(snap->ls);
-    ms_free(snap->tokens);
     ms_free(snap->logits);
     free(snap);
-}
-
-/* Copies n floats into a new buffer (or NULL for n == 0 / src NULL). */
-static float *dup_floats(const float *src, size_t n, bool *ok) {
-    if (!src || !n) return NULL;
-    float *p = zalloc(n, 4, ok);
-    if (p) memcpy(p, src, n * sizeof(float));
-    return p;
 }
 
 struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s) {
     struct dsv4_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return NULL;
-    const struct dsv4_hparams *hp = &s->m->hp;
     bool ok = true;
     snap->m = s->m;
     snap->n_ctx = s->p.n_ctx;
     snap->n_past = s->n_past;
+    snap->epoch = s->epoch;
     snap->has_logits = s->has_logits;
-    snap->tokens = zalloc((size_t)s->n_past, 4, &ok);
-    if (snap->tokens) memcpy(snap->tokens, s->tokens, (size_t)s->n_past * 4);
-    snap->logits = dup_floats(s->logits, hp->n_vocab, &ok);
+    snap->logits = zalloc(s->m->hp.n_vocab, sizeof(float), &ok);
+    copy_floats(snap->logits, s->logits, s->m->hp.n_vocab);
     snap->ls = calloc(s->m->n_layer ? s->m->n_layer : 1, sizeof *snap->ls);
     if (!snap->ls) ok = false;
     for (uint32_t il = 0; ok && il < s->m->n_layer; il++) {
         const struct state_dims sd = layer_dims(s, il);
-        const struct dsv4_layer_state *src = &s->ls[il];
-        struct dsv4_layer_state *dst = &snap->ls[il];
-        dst->n_comp = src->n_comp;
-        dst->raw = dup_floats(src->raw, sd.raw, &ok);
-        dst->comp = dup_floats(src->comp, (size_t)src->n_comp * hp->n_embd_head, &ok);
-        dst->idx_keys = dup_floats(src->idx_keys, (size_t)src->n_comp * hp->indexer_head_size, &ok);
-        dst->fa = dup_floats(src->fa, sd.front, &ok);
-        dst->fb = dup_floats(src->fb, sd.front, &ok);
-        dst->ia = dup_floats(src->ia, sd.ifront, &ok);
-        dst->ib = dup_floats(src->ib, sd.ifront, &ok);
+        alloc_state(&snap->ls[il], &sd, false, &ok);
+        copy_window(&snap->ls[il], &s->ls[il], &sd);
+        snap->ls[il].n_comp = s->ls[il].n_comp;
     }
     if (!ok) {
         dsv4_snapshot_free(snap);
         return NULL;
     }
     return snap;
+}
+
+bool dsv4_snapshot_valid(const struct dsv4_session *s, const struct dsv4_snapshot *snap) {
+    /* the same epoch: the session has only appended since (n_past >= the
+     * snapshot's follows; checked anyway) */
+    return snap && snap->m == s->m && snap->n_ctx == s->p.n_ctx && snap->epoch == s->epoch &&
+           snap->n_past <= s->n_past;
 }
 
 static void copy_floats(float *dst, const float *src, size_t n) {
@@ -575,24 +571,21 @@ static void copy_window(struct dsv4_layer_state *dst, const struct dsv4_layer_st
     copy_floats(dst->ib, src->ib, sd->ifront);
 }
 
-int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *snap, ms_err *err) {
-    if (snap->m != s->m || snap->n_ctx != s->p.n_ctx)
-        return ms_err_set(err, "snapshot was taken from a session of another model or context "
-                          "size");
+int dsv4_session_restore(struct dsv4_session *s, struct dsv4_snapshot *snap, ms_err *err) {
+    if (!dsv4_snapshot_valid(s, snap))
+        return ms_err_set(err, "snapshot is stale: its session was reset, restored to another "
+                          "point or loaded since (or it is another session's)");
     drop_captures(s);
-    const struct dsv4_hparams *hp = &s->m->hp;
     s->n_past = snap->n_past;
     s->has_logits = snap->has_logits;
-    memcpy(s->tokens, snap->tokens, (size_t)snap->n_past * 4);
-    copy_floats(s->logits, snap->logits, hp->n_vocab);
+    copy_floats(s->logits, snap->logits, s->m->hp.n_vocab);
     for (uint32_t il = 0; il < s->m->n_layer; il++) {
         const struct state_dims sd = layer_dims(s, il);
-        const struct dsv4_layer_state *src = &snap->ls[il];
-        struct dsv4_layer_state *dst = &s->ls[il];
-        dst->n_comp = src->n_comp;
-        copy_window(dst, src, &sd);
-        copy_floats(dst->comp, src->comp, (size_t)src->n_comp * hp->n_embd_head);
-        copy_floats(dst->idx_keys, src->idx_keys, (size_t)src->n_comp * hp->indexer_head_size);
+        copy_window(&s->ls[il], &snap->ls[il], &sd);
+        s->ls[il].n_comp = snap->ls[il].n_comp;
     }
+    /* the positions past the snapshot will be written again: snapshots
+     * taken there are stale from now on, this one is the new lineage's */
+    s->epoch = snap->epoch = new_epoch();
     return 0;
 }

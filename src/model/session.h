@@ -8,8 +8,9 @@
  * layers), and the compressor frontiers (the projections of the positions of
  * the block being filled). That is everything a later token can see, so
  * evaluating a sequence in one call, in pieces, or token by token gives the
- * same result (up to float summation order), and a snapshot of this state
- * is a complete checkpoint.
+ * same result (up to float summation order), and a copy of this state is a
+ * complete checkpoint (the disk KV cache's payloads, session_io.h; an
+ * in-memory snapshot copies only the part that later tokens overwrite).
  */
 #ifndef MS_MODEL_SESSION_H
 #define MS_MODEL_SESSION_H
@@ -172,16 +173,36 @@ const float *dsv4_session_logits(const struct dsv4_session *s);
 /* Drops all state (n_past = 0). */
 void dsv4_session_reset(struct dsv4_session *s);
 
-/* Bytes dsv4_session_snapshot allocates for a session of model m at n
- * positions: the whole window ring and frontiers, the compressed rows and
- * indexer keys of n positions, n token ids and the logits. */
-uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m, int64_t n);
+/* Bytes dsv4_session_snapshot allocates for model m (at any n_ctx and
+ * length): every layer's window ring and compressor frontiers and the
+ * n_vocab logits, as a capture (dsv4_capture_bytes). */
+uint64_t dsv4_snapshot_bytes(const struct dsv4_model *m);
 
-/* A deep copy of the session's state (tokens, per-layer state, logits).
- * NULL on OOM. Restoring it into any session of the same model and n_ctx
- * brings that session back to exactly this point. */
+/*
+ * A mark on the session's own history: restoring it brings the session
+ * back to exactly this point (tokens, state, logits), bit for bit.
+ *
+ * Only the window ring, the compressor frontiers and the logits are
+ * copied (dsv4_snapshot_bytes: about 23 MiB at DeepSeek V4 Flash's shape,
+ * whatever the length). The compressed rows, indexer keys and token ids
+ * stay the session's: evaluating more tokens only appends to them, so the
+ * rows below the mark are still the mark's. A deep copy would cost a copy
+ * of the whole cache at every turn (about 450 MiB at 32 K tokens of the
+ * real shape) and as much again in the memory plan.
+ *
+ * So a snapshot is valid while its session has only evaluated more tokens,
+ * or restored this same snapshot, since it was taken; a reset, a failed
+ * eval (which resets), a restore of another snapshot or a load from disk
+ * make it stale, for good. dsv4_snapshot_valid() says which.
+ * dsv4_session_snapshot: NULL on OOM.
+ * dsv4_session_restore: errors (the session unchanged) when snap is stale
+ * or from another session; restoring marks snap as the session's present
+ * lineage (hence not const), so it stays valid, and any other snapshot of
+ * the session turns stale.
+ */
 struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s);
-int dsv4_session_restore(struct dsv4_session *s, const struct dsv4_snapshot *snap, ms_err *err);
+bool dsv4_snapshot_valid(const struct dsv4_session *s, const struct dsv4_snapshot *snap);
+int dsv4_session_restore(struct dsv4_session *s, struct dsv4_snapshot *snap, ms_err *err);
 void dsv4_snapshot_free(struct dsv4_snapshot *snap);
 
 #endif

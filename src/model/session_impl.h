@@ -110,6 +110,10 @@ struct dsv4_session {
     const struct dsv4_model *m;
     struct dsv4_session_params p;
     int64_t n_past;
+    /* the lineage of the state: unique over the process, renewed by every
+     * change that is not an append (reset, restore, load), so that a
+     * snapshot of an older lineage is known stale (session.c) */
+    uint64_t epoch;
     int32_t *tokens;         /* [n_ctx] */
     float *logits;           /* [n_vocab] of the last position */
     bool has_logits;

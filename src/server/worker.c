@@ -148,6 +148,22 @@ static void kv_save_warn(struct server *sv, enum ms_kv_reason why, const char *w
         fprintf(stderr, "serve: %s checkpoint not saved: %s\n", what, e.msg);
 }
 
+/* Drops the snapshot (memory and text). */
+static void snap_drop(struct server *sv) {
+    ms_snapshot_free(sv->snap);
+    free(sv->snap_text);
+    sv->snap = NULL;
+    sv->snap_text = NULL;
+    sv->snap_len = 0;
+}
+
+/* Drops the snapshot once the session has left its history (a reset, a
+ * disk restore, a failed eval): it shares the session's compressed rows
+ * (ms_session_snapshot) and cannot be restored any more. */
+static void snap_check(struct server *sv) {
+    if (sv->snap && !ms_snapshot_valid(sv->s, sv->snap)) snap_drop(sv);
+}
+
 /*
  * Before the live session is replaced by an unrelated prompt (why = evict)
  * or the process exits (shutdown): saves what a later request could extend
@@ -162,6 +178,7 @@ static void kv_save_warn(struct server *sv, enum ms_kv_reason why, const char *w
  */
 static void kv_keep(struct server *sv, enum ms_kv_reason why) {
     if (!sv->kv) return;
+    snap_check(sv);
     const int64_t n = ms_session_n_past(sv->s);
     const bool snap_in_live = sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
                               !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
@@ -244,6 +261,7 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
     int32_t *suffix = NULL;        /* after a disk restore: the rest of the prompt's tokens */
     int64_t base = 0;              /* tokens in the session before ids[from] (disk restore) */
     size_t text_from = 0;          /* prompt bytes the session holds before ids[from] */
+    snap_check(sv);
     if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len))
         from = cut_at(j, sv->live.len);
     if (from >= 0) {
@@ -320,15 +338,12 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
         if (eval_prompt(sv, j, ids + from, n - 1 - from, err)) goto broken;
         if (n - 1 > from) sv->live_disk_n = -1;
         from = n - 1;
+        snap_check(sv); /* a disk restore above leaves it stale */
         const bool have = sv->snap && sv->snap_len == at && sv->snap_n == ms_session_n_past(sv->s) &&
                           !memcmp(sv->snap_text, j->prompt, at);
         if (last_is_cut && !have) {
             /* the old snapshot goes first: the memory plan counts one */
-            ms_snapshot_free(sv->snap);
-            free(sv->snap_text);
-            sv->snap = NULL;
-            sv->snap_text = NULL;
-            sv->snap_len = 0;
+            snap_drop(sv);
             struct ms_snapshot *snap = ms_session_snapshot(sv->s);
             char *text = snap ? malloc(at + 1) : NULL;
             if (snap && text) {
