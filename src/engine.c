@@ -46,7 +46,7 @@ _Static_assert(MS_PREFILL_WHOLE == DSV4_BATCH_WHOLE, "one marker for a whole-cal
  * option (0 = default by mode). */
 static int64_t batch_of(int64_t chunk, bool streaming) {
     if (chunk != 0) return chunk;
-    return streaming ? DSV4_BATCH_WHOLE : DSV4_UBATCH_DEFAULT;
+    return streaming ? MS_PREFILL_STREAM_DEFAULT : DSV4_UBATCH_DEFAULT;
 }
 
 /* The session n_span for a moe_span option (0 = default, -1 = off): spans

@@ -55,8 +55,8 @@ struct ms_engine_params {
     const char *hotlist;    /* expert hotlist seeding the cache priorities, or NULL */
     /* Tokens per forward step in prefill: > 0 that many; MS_PREFILL_WHOLE the
      * whole prompt at once (each layer's routed weights read once per prompt
-     * when streaming; activations grow with the prompt); 0 = the default:
-     * whole when streaming, 512 when resident. */
+     * when streaming; the residual stream grows with the prompt); 0 = the
+     * default: MS_PREFILL_STREAM_DEFAULT when streaming, 512 when resident. */
     int64_t prefill_chunk;
     /* Ubatches of at least this many tokens read whole layers when
      * streaming; 0 = auto (3 * n_expert / n_expert_used, measured in
@@ -92,6 +92,17 @@ struct ms_engine_params {
 };
 
 #define MS_PREFILL_WHOLE (-1)
+
+/* The longest streamed prefill pass by default, in tokens. A pass reads
+ * each layer's routed weights once, so shorter passes read the model more
+ * often; but a pass of this length computes each layer far longer than
+ * its read takes (at DeepSeek V4 Flash's shape, 32 K tokens of one layer
+ * are minutes of CPU against about a second of NVMe reads), so a longer
+ * prompt loses nothing to the second read, while the residual stream a
+ * pass keeps (n_hc x n_embd floats a token: 64 KiB at Flash's shape) stays
+ * at 2 GiB instead of 8 GiB for a 128 K-token context, memory the decode
+ * cache gets. Measured in bench/RESULTS.md ("Prefill passes"). */
+#define MS_PREFILL_STREAM_DEFAULT 32768
 
 /* The defaults: all cores, fast mode, automatic streaming. */
 struct ms_engine_params ms_engine_params_default(const char *model_path);

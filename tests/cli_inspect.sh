@@ -97,6 +97,19 @@ PY
 "$BIN" inspect "$F" --plan --ctx 32768 --mem 16GiB 2>/dev/null | grep -q 'MoE rows of 2048-token spans' \
     || fail "plan text names the span"
 
+# A streamed pass holds at most 32,768 tokens' residual stream by default
+# (64 KiB a token at Flash's shape); --prefill-chunk 0 plans a whole
+# 131,072-token prompt in one pass, and the cache gets the difference
+plan_json --ctx 131072 --mem 64GiB >"$TMP/p128.json" || fail "plan at 128 K"
+plan_json --ctx 131072 --mem 64GiB --prefill-chunk 0 >"$TMP/p128w.json" || fail "plan at 128 K, one pass"
+python3 - "$TMP/p128.json" "$TMP/p128w.json" <<'PY' || fail "plans of the pass length"
+import json, sys
+a, w = (json.load(open(f)) for f in sys.argv[1:3])
+assert a['stream'] and a['resid_bytes'] == 32768 * 65536, a
+assert w['resid_bytes'] == 131072 * 65536, w
+assert a['cache_bytes'] - w['cache_bytes'] == w['resid_bytes'] - a['resid_bytes'], (a, w)
+PY
+
 # --for serve counts the snapshot serve keeps (the window rings, frontiers
 # and logits: about 23 MiB at Flash's shape, whatever the context), --kv a
 # disk KV cache's checkpoint captures (at the default interval of 8192,

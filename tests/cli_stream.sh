@@ -65,6 +65,7 @@ rm -rf "$TMP/kv1p"
 check "prefill with checkpoints == resident" "cmp -s '$TMP/long-resident.txt' '$TMP/kv1p.txt'"
 check "checkpoints written (cold and continued)" "grep -q 'kv: saved .*(cold' '$TMP/kv1p.err' && [ \$(grep -c 'kv: saved .*(continued' '$TMP/kv1p.err') -ge 2 ]"
 check "checkpoints cost no extra pass" "python3 -c \"import json,sys; d=json.load(open('$TMP/kv1p.json')); sys.exit(0 if d['layer_reads']>0 and 1.0<=d['passes']<=1.05 else 1)\""
+check "the default streamed pass: 32768 tokens" "python3 -c \"import json,sys; d=json.load(open('$TMP/kv1p.json')); sys.exit(0 if d['prefill_chunk']==32768 else 1)\""
 # On a terminal (script(1) gives stderr a pty) the prefill draws a progress
 # bar from the engine's per-layer progress and still reads each layer once.
 if command -v script >/dev/null 2>&1; then
