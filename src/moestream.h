@@ -120,7 +120,8 @@ struct ms_stream_stats {
     double layer_read_seconds; /* time the layer reads took (device time) */
     uint64_t seeded_experts;   /* experts copied into the cache from layer buffers */
     uint64_t peak_layer_buffer_bytes;
-    int64_t prefill_chunk;     /* tokens per prefill step, MS_PREFILL_WHOLE = whole */
+    int64_t prefill_chunk;     /* tokens per prefill step as set (MS_PREFILL_WHOLE = whole);
+                                  a session runs at most its context a step */
     /* decode prefetch (stream/expert_source.h) */
     uint64_t prefetched;         /* experts read ahead of their layer */
     uint64_t prefetch_used;      /* of those, selected by their layer */

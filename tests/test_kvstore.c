@@ -45,6 +45,7 @@
 
 #include "engine_internal.h"
 #include "kvstore/kvstore.h"
+#include "text/utf8.h"
 #include "moestream.h"
 #include "test_model_util.h"
 #include "test_util.h"
@@ -103,8 +104,16 @@ static struct ms_kvstore *reopen(struct ms_engine *eng, const char *name, struct
     return kv;
 }
 
-/* n token ids of NORMAL tokens with non-empty text (so every prefix has its
- * own text and file name). */
+/* Whether s[0..n) is valid UTF-8 throughout. */
+static bool utf8_whole(const char *s, size_t n) {
+    for (size_t i = 0, l; i < n; i += l)
+        if (!(l = ms_utf8_valid_len(s + i, n - i))) return false;
+    return true;
+}
+
+/* n token ids of NORMAL tokens with non-empty text that is whole UTF-8
+ * characters (so every prefix has its own text and file name, and ends
+ * where a character ends: the store cuts checkpoints only there). */
 static void text_tokens(struct ms_engine *eng, int32_t *t, int64_t n, uint64_t seed) {
     const struct ms_tokenizer *tok = ms_engine_tokenizer(eng);
     const uint32_t V = ms_engine_info(eng).n_vocab;
@@ -115,7 +124,8 @@ static void text_tokens(struct ms_engine *eng, int32_t *t, int64_t n, uint64_t s
         const char *piece;
         size_t len;
         ms_tokenizer_piece(tok, id, true, &piece, &len);
-        if (ms_tokenizer_token_type(tok, id) != MS_TOKEN_NORMAL || len == 0) continue;
+        if (ms_tokenizer_token_type(tok, id) != MS_TOKEN_NORMAL || len == 0 || !utf8_whole(piece, len))
+            continue;
         t[i++] = id;
     }
 }
@@ -315,10 +325,99 @@ static void test_snapshot_marks(void **state) {
     assert_int_equal(ms_session_restore(a, m2, &e), -1);
     assert_int_equal(ms_session_n_past(a), 0);
     free(text);
-    ms_snapshot_free(m1);
-    ms_snapshot_free(m2);
     free(l100);
     free(l250);
+    ms_session_free(a);
+    ms_session_free(b);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+    /* snapshots may outlive their session and engine (ASan checks) */
+    ms_snapshot_free(m1);
+    ms_snapshot_free(m2);
+}
+
+/* Byte-level BPE splits rare characters over byte tokens ("à" here is
+ * two), so a checkpoint stop can fall inside one. The store cuts each
+ * checkpoint where a character ends instead: a stop inside one moves back
+ * (prefill) or waits for its end (generation), and a save there fails. A
+ * prompt that goes on from such a checkpoint restores only whole
+ * characters, so the rest tokenizes to the prompt's own text. */
+static void test_utf8_cuts(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(eng);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    char text[4096];
+    size_t len = 0;
+    for (int i = 0; i < 40; i++) len += (size_t)snprintf(text + len, sizeof text - len, "sea sky ");
+    len += (size_t)snprintf(text + len, sizeof text - len, "ab Voil\xc3\xa0 le caf\xc3\xa9 \xc3\xa9t\xc3\xa9");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ms_err e = {{0}};
+    if (ms_tokenizer_encode(tok, text, len, false, false, &ids, &n, &e)) fail_msg("%s", e.msg);
+    /* the first token that starts with a continuation byte: a cut before it
+     * ends inside a character */
+    int64_t p = -1;
+    for (size_t i = 0; i < n && p < 0; i++) {
+        const char *piece;
+        size_t pl;
+        ms_tokenizer_piece(tok, ids[i], true, &piece, &pl);
+        if (pl && ((unsigned char)piece[0] >> 6) == 2) p = (int64_t)i;
+    }
+    assert_true(p > 8); /* the vocabulary splits "à": else the test means nothing */
+    /* the clean cut before p, and the first after it */
+    int64_t before = p - 1, after = p + 1;
+    while (before > 0) {
+        size_t tl;
+        char *t = text_of(eng, ids, before, &tl);
+        const bool ok = ms_utf8_partial_tail(t, tl) == 0;
+        free(t);
+        if (ok) break;
+        before--;
+    }
+    for (;; after++) {
+        size_t tl;
+        char *t = text_of(eng, ids, after, &tl);
+        const bool ok = ms_utf8_partial_tail(t, tl) == 0;
+        free(t);
+        if (ok) break;
+    }
+    struct ms_kv_params kp = ms_kv_params_default(NULL);
+    kp.min_tokens = 1;
+    kp.align_tokens = 1;
+    kp.interval_tokens = 0;
+    kp.trim_tokens = (int64_t)n - p; /* the cold stop falls inside "à" */
+    struct ms_kvstore *kv = open_store(eng, "utf8", &kp);
+    struct ms_session *a = new_session(eng), *b = new_session(eng);
+    /* a save inside the character: refused, nothing written */
+    eval(a, ids, p);
+    assert_int_equal(ms_kv_save(kv, a, MS_KV_EVICT, &e), -1);
+    assert_non_null(strstr(e.msg, "inside a UTF-8 character"));
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, 0);
+    /* a prefill: the cold checkpoint moves back to where "Voil" ends */
+    ms_session_reset(a);
+    if (ms_kv_prefill(kv, a, ids, (int64_t)n, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, 1);
+    assert_int_equal(restore(kv, b, text, len), before);
+    ms_session_reset(a);
+    eval(a, ids, before);
+    assert_memory_equal(ms_session_logits(b), ms_session_logits(a), V * 4);
+    ms_kv_close(kv);
+    /* generation token by token over an interval frontier inside the
+     * character: the continued checkpoint waits for its end */
+    kp.trim_tokens = (int64_t)n; /* no cold checkpoint */
+    kp.interval_tokens = p;
+    kv = open_store(eng, "utf8_gen", &kp);
+    ms_session_reset(a);
+    eval(a, ids, 1);
+    for (int64_t i = 1; i < (int64_t)n; i++) {
+        const int64_t n_before = ms_session_n_past(a);
+        eval(a, ids + i, 1);
+        ms_kv_after_eval(kv, a, n_before);
+    }
+    assert_int_equal(ms_kv_get_stats(kv).saved_files, 1);
+    assert_int_equal(restore(kv, b, text, len), after);
+    free(ids);
     ms_session_free(a);
     ms_session_free(b);
     ms_kv_close(kv);
@@ -1021,6 +1120,7 @@ static void test_named(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_marks),
+        cmocka_unit_test(test_utf8_cuts),
         cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_enospc),

@@ -64,10 +64,55 @@ static void test_clean_and_json(void **state) {
     json_decref(j);
 }
 
+/* Text for clients: bad bytes and NULs each become U+FFFD. */
+static void test_clean_text(void **state) {
+    (void)state;
+    struct ms_buf b = {0};
+    static const char in[] = "a\0b\xff" "c\0\0\xc3\xa9\0";
+    assert_int_equal(ms_utf8_clean_text(&b, in, sizeof in - 1), 0);
+    static const char want[] = "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xc3\xa9\xEF\xBF\xBD";
+    assert_int_equal(b.len, sizeof want - 1);
+    assert_memory_equal(b.p, want, sizeof want - 1);
+    ms_buf_free(&b);
+    assert_int_equal(ms_utf8_clean_text(&b, "", 0), 0);
+    assert_non_null(b.p);
+    assert_int_equal(b.len, 0);
+    ms_buf_free(&b);
+}
+
+/* A tail that begins a character it does not finish, and every tail that
+ * does not. */
+static void test_partial_tail(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t want;
+    } cases[] = {
+        {"", 0},
+        {"abc", 0},
+        {"caf\xc3", 1},               /* 2-byte lead alone */
+        {"caf\xc3\xa9", 0},           /* é whole */
+        {"\xe2\x82", 2},              /* 3-byte lead, one continuation */
+        {"x\xe2\x82\xac", 0},        /* € whole */
+        {"\xf0\x9f\x98", 3},          /* 4-byte lead, two continuations */
+        {"\xf0\x9f\x98\x80", 0},      /* a whole emoji */
+        {"\xf0", 1},
+        {"a\x80", 0},                  /* a stray continuation byte: not a start */
+        {"\x80\x80\x80", 0},          /* nothing to finish within reach */
+        {"\xff", 0},                   /* not a lead byte */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (ms_utf8_partial_tail(cases[i].s, strlen(cases[i].s)) != cases[i].want)
+            fail_msg("case %zu: got %zu, want %zu", i, ms_utf8_partial_tail(cases[i].s, strlen(cases[i].s)),
+                     cases[i].want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_len),
         cmocka_unit_test(test_clean_and_json),
+        cmocka_unit_test(test_partial_tail),
+        cmocka_unit_test(test_clean_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

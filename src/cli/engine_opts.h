@@ -71,8 +71,9 @@ enum {
     "      --no-prefetch    no decode prefetch of the next layer's likely experts\n"               \
     "      --full-layers N  hold the first N layers' routed experts in memory whole (their\n"     \
     "                       bytes count as resident in the memory plan)\n"                          \
-    "      --prefill-chunk N  prompt tokens per forward step; 0 = the whole prompt (one read\n"    \
-    "                       of the routed weights per prompt; default when streaming, else 512)\n" \
+    "      --prefill-chunk N  prompt tokens per forward step (one read of the routed weights\n"  \
+    "                       a step when streaming); 0 = the whole prompt in one step; default:\n" \
+    "                       32768 when streaming (a longer step hides no more reads), else 512\n" \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
     "                       (default: 3 * n_expert / n_expert_used; -1 = never)\n"        \
     "      --moe-span N     prompt tokens whose experts run together when a layer goes\n"     \

@@ -32,6 +32,7 @@
 
 #include "engine_internal.h"
 #include "model/session_io.h"
+#include "text/utf8.h"
 #include "util/le.h"
 #include "util/log.h"
 
@@ -59,6 +60,9 @@ struct ms_kvstore {
     char protect[SHA1_HEX + 4]; /* the file restored last: never evicted here */
     bool foreign_warned;        /* another model's files were reported */
     uint64_t seq;
+    /* a continued checkpoint whose frontier fell inside a character: the
+     * token count it waits past (ms_kv_after_eval); 0 = none */
+    int64_t continued_at;
     uint64_t fail_at, kill_at;
     int fail_errno;
 };
@@ -620,7 +624,12 @@ static int find_candidates(struct ms_kvstore *kv, const char *text, size_t len, 
             close(fd);
             continue;
         }
-        bool match = c.text_len > 0 && c.text_len <= len && c.n_tokens <= (uint64_t)n_ctx;
+        /* a checkpoint ending inside one of the prompt's characters (an
+         * older file: saves cut only where a character ends) would leave
+         * the rest to be tokenized from a continuation byte, which turns
+         * into U+FFFD: text the prompt does not hold */
+        bool match = c.text_len > 0 && c.text_len <= len && c.n_tokens <= (uint64_t)n_ctx &&
+                     (c.text_len == len || ((unsigned char)text[c.text_len] >> 6) != 2);
         if (match && c.text_len > buf_cap) {
             char *nb = realloc(buf, c.text_len);
             if (!nb) {
@@ -817,6 +826,12 @@ static int save_view(struct ms_kvstore *kv, struct ms_session *s, const struct d
     if (ms_tokenizer_decode(tok, dsv4_session_token_ids(v->s), (size_t)n, true, &text, &len, err) ||
         text_name(text, len, name, err))
         goto out;
+    if (ms_utf8_partial_tail(text, len)) {
+        /* no valid prompt byte-prefixes it and goes on from there */
+        ms_err_set(err, "kv: the text of %lld tokens ends inside a UTF-8 character (a token "
+                   "holds part of it): not a place a prompt can continue from", (long long)n);
+        goto out;
+    }
     /* a file larger than the whole budget would be deleted right away */
     const uint64_t want = MS_KV_HEADER_BYTES + len + dsv4_payload_bytes(v);
     if (want > kv->p.budget_bytes) {
@@ -855,12 +870,47 @@ static void save_or_warn(struct ms_kvstore *kv, struct ms_session *s,
                     e2.msg + (strncmp(e2.msg, "kv: ", 4) ? 0 : 4));
 }
 
+/* Token ids of positions [0, p): those of the session before n0, then
+ * those of the call being evaluated (ms_kv_prefill's stops lie ahead of
+ * the session). */
+struct pos_ids {
+    const int32_t *before, *call;
+    int64_t n0;
+};
+
+/* Whether the text of positions [0, p) ends where a character ends: the
+ * last three bytes of their pieces tell. */
+static bool cut_ok(const struct ms_tokenizer *tok, const struct pos_ids *t, int64_t p) {
+    char tail[3];
+    size_t n = 0; /* bytes gathered, at the end of tail */
+    for (int64_t k = p - 1; k >= 0 && n < sizeof tail; k--) {
+        const char *piece;
+        size_t len;
+        ms_tokenizer_piece(tok, k >= t->n0 ? t->call[k - t->n0] : t->before[k], true, &piece, &len);
+        for (size_t b = len; b > 0 && n < sizeof tail; b--) tail[sizeof tail - 1 - n++] = piece[b - 1];
+    }
+    return ms_utf8_partial_tail(tail + sizeof tail - n, n) == 0;
+}
+
+/* Tokens a character split over byte tokens can still take to finish
+ * (4 bytes, the first already in). */
+#define CHAR_TOKENS_MAX 3
+
 void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before) {
     const int64_t I = kv->p.interval_tokens, n = ms_session_n_past(s);
-    if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) {
-        const struct dsv4_state_view v = dsv4_session_view(ms_session_impl(s));
-        save_or_warn(kv, s, &v, MS_KV_CONTINUED);
+    if (n < kv->continued_at) kv->continued_at = 0; /* another history since */
+    if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) kv->continued_at = n;
+    if (!kv->continued_at) return;
+    /* the frontier, or the first token after it where a character ends */
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(kv->e);
+    const struct pos_ids ids = {dsv4_session_token_ids(ms_session_impl(s)), NULL, INT64_MAX};
+    if (tok && !cut_ok(tok, &ids, n)) {
+        if (n - kv->continued_at >= CHAR_TOKENS_MAX) kv->continued_at = 0;
+        return;
     }
+    kv->continued_at = 0;
+    const struct dsv4_state_view v = dsv4_session_view(ms_session_impl(s));
+    save_or_warn(kv, s, &v, MS_KV_CONTINUED);
 }
 
 /* The caller's progress function seen through ms_kv_prefill's pieces:
@@ -880,9 +930,13 @@ static bool piece_progress(void *ctx, int64_t done, int64_t total) {
 
 /* The checkpoints due in positions (cur, end] of a prefill, in order, at
  * most max of them: the cold length, and each interval frontier at or past
- * min_tokens (the cold reason wins where both fall). Returns the count. */
-static int due_stops(const struct ms_kvstore *kv, int64_t cold, int64_t cur, int64_t end,
-                     int64_t *at, enum ms_kv_reason *why, int max) {
+ * min_tokens (the cold reason wins where both fall), each moved back to
+ * the last position at or before it where the text ends a character (a
+ * checkpoint cut inside one is of no use: no valid prompt continues it).
+ * Returns the count. */
+static int due_stops(const struct ms_kvstore *kv, const struct pos_ids *ids, int64_t cold,
+                     int64_t cur, int64_t end, int64_t *at, enum ms_kv_reason *why, int max) {
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(kv->e);
     const int64_t I = kv->p.interval_tokens;
     int k = 0;
     for (int64_t p = cur; k < max;) {
@@ -891,8 +945,12 @@ static int due_stops(const struct ms_kvstore *kv, int64_t cold, int64_t cur, int
         for (int64_t f = I > 0 ? (p / I + 1) * I : next; f < next; f += I)
             if (f >= kv->p.min_tokens) next = f;
         if (next > end) break;
-        at[k] = next;
-        why[k++] = next == cold ? MS_KV_COLD : MS_KV_CONTINUED;
+        int64_t q = next; /* the stop, or the last cut before it that ends a character */
+        while (q > p && tok && !cut_ok(tok, ids, q)) q = q > next - CHAR_TOKENS_MAX ? q - 1 : p;
+        if (q > p && q >= kv->p.min_tokens) {
+            at[k] = q;
+            why[k++] = next == cold ? MS_KV_COLD : MS_KV_CONTINUED;
+        }
         p = next;
     }
     return k;
@@ -932,7 +990,8 @@ int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *to
          * early at a stop. */
         int64_t at[DSV4_CAPTURE_MAX + 2];
         enum ms_kv_reason why[DSV4_CAPTURE_MAX + 2];
-        int k = due_stops(kv, cold, cur, end, at, why, DSV4_CAPTURE_MAX + 2);
+        const struct pos_ids ids = {dsv4_session_token_ids(ds), tokens, n0};
+        int k = due_stops(kv, &ids, cold, cur, end, at, why, DSV4_CAPTURE_MAX + 2);
         int64_t stop = end;
         int n_cap = k && at[k - 1] == end ? k - 1 : k;
         if (n_cap > DSV4_CAPTURE_MAX) {

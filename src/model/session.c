@@ -508,6 +508,7 @@ const float *dsv4_session_logits(const struct dsv4_session *s) {
 
 struct dsv4_snapshot {
     const struct dsv4_model *m;
+    uint32_t n_layer; /* the model's, kept: a snapshot may outlive the model */
     int64_t n_ctx, n_past;
     uint64_t epoch;
     bool has_logits;
@@ -518,7 +519,7 @@ struct dsv4_snapshot {
 void dsv4_snapshot_free(struct dsv4_snapshot *snap) {
     if (!snap) return;
     if (snap->ls)
-        for (uint32_t il = 0; il < snap->m->n_layer; il++) free_state(&snap->ls[il]);
+        for (uint32_t il = 0; il < snap->n_layer; il++) free_state(&snap->ls[il]);
     free(snap->ls);
     ms_free(snap->logits);
     free(snap);
@@ -529,6 +530,7 @@ struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s) {
     if (!snap) return NULL;
     bool ok = true;
     snap->m = s->m;
+    snap->n_layer = s->m->n_layer;
     snap->n_ctx = s->p.n_ctx;
     snap->n_past = s->n_past;
     snap->epoch = s->epoch;

@@ -28,6 +28,7 @@
 
 #include "server/internal.h"
 #include "text/dsml.h"
+#include "text/utf8.h"
 
 double now_s(void) {
     struct timespec ts;
@@ -381,27 +382,6 @@ broken_freed:
 
 /* ---- generation ---- */
 
-/* Text channel with UTF-8 hold-back: only whole characters go out. */
-struct chan {
-    char pend[8];
-    size_t n;
-};
-
-/* Length of the longest prefix of s[0..n) that does not end inside a UTF-8
- * sequence. */
-static size_t utf8_whole(const char *s, size_t n) {
-    size_t i = n;
-    size_t back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
-        i--;
-        back++;
-    }
-    if (i == 0) return n;
-    const unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    return back + 1 >= need ? n : i - 1;
-}
-
 struct gen {
     struct server *sv;
     struct job *j;
@@ -415,11 +395,13 @@ struct gen {
 };
 
 static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush) {
-    const size_t n = flush ? b->len : utf8_whole(b->p, b->len);
+    const size_t n = flush ? b->len : b->len - ms_utf8_partial_tail(b->p, b->len);
     if (n == 0) return;
-    /* the formatters get valid UTF-8: each bad byte becomes U+FFFD */
+    /* the formatters get valid UTF-8 without NUL (each bad byte and each
+     * NUL becomes U+FFFD): a request cannot carry \u0000 back, and a client
+     * echoes the answer in its next turn */
     struct ms_buf clean = {0};
-    ms_utf8_clean(&clean, b->p, n);
+    ms_utf8_clean_text(&clean, b->p, n);
     if (reasoning) fmt_reasoning(g->sv, g->j, clean.p, clean.len);
     else fmt_content(g->sv, g->j, clean.p, clean.len);
     ms_buf_free(&clean);

@@ -4,6 +4,7 @@
 #include "text/utf8.h"
 
 #include <stdint.h>
+#include <string.h>
 
 size_t ms_utf8_valid_len(const char *s, size_t n) {
     const unsigned char c = (unsigned char)s[0];
@@ -20,6 +21,16 @@ size_t ms_utf8_valid_len(const char *s, size_t n) {
     return cp >= min && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff) ? len : 0;
 }
 
+size_t ms_utf8_partial_tail(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        const unsigned char c = (unsigned char)s[n - k];
+        if ((c >> 6) == 2) continue; /* a continuation byte: look further back */
+        const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        return len > k ? k : 0;
+    }
+    return 0;
+}
+
 int ms_utf8_clean(struct ms_buf *out, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         const size_t len = ms_utf8_valid_len(s + i, n - i);
@@ -27,6 +38,16 @@ int ms_utf8_clean(struct ms_buf *out, const char *s, size_t n) {
         i += len ? len : 1;
     }
     return ms_buf_put(out, "", 0); /* a string even when n == 0 */
+}
+
+int ms_utf8_clean_text(struct ms_buf *out, const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const char *nul = memchr(s + i, '\0', n - i);
+        const size_t k = nul ? (size_t)(nul - (s + i)) : n - i;
+        if (ms_utf8_clean(out, s + i, k) || (nul && ms_buf_put(out, "\xEF\xBF\xBD", 3))) return -1;
+        i += k + (nul != NULL);
+    }
+    return ms_buf_put(out, "", 0);
 }
 
 json_t *ms_json_text(const char *s, size_t n) {

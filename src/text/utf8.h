@@ -20,9 +20,24 @@
  * surrogate sequence, a code point past U+10FFFF). n >= 1. */
 size_t ms_utf8_valid_len(const char *s, size_t n);
 
+/* How many bytes at the end of s[0..n) begin a character that s does not
+ * finish: 1-3 when the last lead byte within three bytes of the end
+ * announces more continuation bytes than follow it, else 0 (s ends where
+ * a character ends, or its tail is not UTF-8 at all). Byte-level BPE
+ * splits rare characters over several tokens, so a token count can end
+ * mid-character; the disk KV cache keys checkpoints by text and uses this
+ * to cut them only where a character ends. */
+size_t ms_utf8_partial_tail(const char *s, size_t n);
+
 /* Appends s[0..n) to out with every invalid byte replaced by U+FFFD.
  * 0, or -1 on OOM. */
 int ms_utf8_clean(struct ms_buf *out, const char *s, size_t n);
+
+/* As ms_utf8_clean, and each NUL byte becomes U+FFFD too: text for API
+ * clients, who send it back in later requests, where the JSON parser
+ * refuses \u0000 (a NUL would end the C strings the requests are read
+ * as). 0, or -1 on OOM. */
+int ms_utf8_clean_text(struct ms_buf *out, const char *s, size_t n);
 
 /* A new JSON string (the caller owns the reference) holding s[0..n)
  * cleaned as above; embedded NULs are kept (jansson escapes them). NULL on
