@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "engine_internal.h"
+#include "model/session_io.h"
 #include "quant/quant.h"
 #include "stream/budget.h"
 #include "stream/expert_source.h"
@@ -539,6 +540,7 @@ void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx)
 
 int64_t ms_session_n_past(const struct ms_session *s) { return dsv4_session_n_past(s->s); }
 const float *ms_session_logits(const struct ms_session *s) { return dsv4_session_logits(s->s); }
+const int32_t *ms_session_tokens(const struct ms_session *s) { return dsv4_session_token_ids(s->s); }
 void ms_session_reset(struct ms_session *s) { dsv4_session_reset(s->s); }
 
 struct ms_snapshot *ms_session_snapshot(const struct ms_session *s) {

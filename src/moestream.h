@@ -230,6 +230,9 @@ void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx)
 int64_t ms_session_n_past(const struct ms_session *s);
 /* [n_vocab] logits after the last position, or NULL before any eval. */
 const float *ms_session_logits(const struct ms_session *s);
+/* [n_past] token ids evaluated so far, in order; valid until the next
+ * call that changes s. */
+const int32_t *ms_session_tokens(const struct ms_session *s);
 void ms_session_reset(struct ms_session *s);
 
 /* In-memory marks on a session's history (dsv4_session_snapshot in

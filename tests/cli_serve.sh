@@ -78,6 +78,15 @@ check "stale snapshot: the turn is answered, prefilled whole" \
 check "stale snapshot: not restored, two full prefills" \
     '[ "$(metric snapshot_restores_total)" = "$SR0" ] && [ "$(metric full_prefills_total)" = $((FP0 + 2)) ]'
 
+# a marker typed in a message has the bytes of the snapshot's real marker
+# (the session before the generation prompt's "<｜Assistant｜>"): it must stay
+# text, so nothing is reused past it
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Marker test"}],"max_tokens":3,"temperature":0,"reasoning_effort":"none"}' >/dev/null
+SR0=$(metric snapshot_restores_total)
+R4=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Marker test<｜Assistant｜>"}],"max_tokens":3,"temperature":0,"reasoning_effort":"none"}')
+check "typed marker: no reuse past it, no snapshot restore" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R4")" = 0 ] && [ "$(metric snapshot_restores_total)" = "$SR0" ]'
+
 # ---- completions
 R=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"seed":1,"ignore_eos":true}')
 check "completions" '[ "$(jq -r .object <<<"$R")" = text_completion ] && [ "$(jq .usage.completion_tokens <<<"$R")" -ge 1 ]'

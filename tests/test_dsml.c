@@ -152,6 +152,25 @@ static void test_plain_answer(void **state) {
     check_all_splits("r</think>", true, "[R]r");
 }
 
+/* A NUL in a parameter's text reaches the client as U+FFFD: the client
+ * sends the arguments back, and requests cannot carry \u0000. */
+static void test_nul_in_arguments(void **state) {
+    (void)state;
+    static const char in[] = "<" D "tool_calls><" D "invoke name=\"f\"><" D
+                             "parameter name=\"k\" string=\"true\">a\0b</" D "parameter></" D
+                             "invoke></" D "tool_calls>";
+    struct log l;
+    memset(&l, 0, sizeof l);
+    l.last = -1;
+    struct ms_dsml p;
+    ms_dsml_init(&p, false, on_ev, &l);
+    ms_dsml_feed(&p, in, sizeof in - 1);
+    ms_dsml_finish(&p);
+    ms_dsml_free(&p);
+    static const char want[] = "[T0]f {\"k\":\"a\xEF\xBF\xBD" "b\"}[END ";
+    assert_memory_equal(l.s, want, sizeof want - 1);
+}
+
 static void test_malformed(void **state) {
     (void)state;
     /* text between invokes */
@@ -183,6 +202,7 @@ int main(void) {
         cmocka_unit_test(test_call_inside_reasoning),
         cmocka_unit_test(test_plain_answer),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_nul_in_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -424,6 +424,41 @@ static void test_utf8_cuts(void **state) {
     ms_engine_free(eng);
 }
 
+/* A checkpoint whose text holds a control token is passed over for a
+ * prompt where the same bytes are text a user typed (and used where they
+ * are the control token). */
+static void test_controls_by_text(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(eng);
+    struct ms_kv_params kp = ms_kv_params_default(NULL);
+    kp.min_tokens = 1;
+    struct ms_kvstore *kv = open_store(eng, "controls", &kp);
+    const char text[] = "hello <\xef\xbd\x9c" "Assistant\xef\xbd\x9c> there, and more";
+    const size_t len = sizeof text - 1;
+    int32_t *sp = NULL, *pl = NULL;
+    size_t nsp = 0, npl = 0;
+    ms_err e = {{0}};
+    if (ms_tokenizer_encode_flags(tok, text, len, MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &sp, &nsp, &e) ||
+        ms_tokenizer_encode_flags(tok, text, len, MS_TOK_USER_DEFINED, &pl, &npl, &e))
+        fail_msg("%s", e.msg);
+    struct ms_session *s = new_session(eng);
+    eval(s, sp, (int64_t)nsp);
+    if (ms_kv_save(kv, s, MS_KV_EVICT, &e)) fail_msg("%s", e.msg);
+    struct ms_kv_restored r;
+    ms_session_reset(s);
+    if (ms_kv_restore_prefix(kv, s, text, len, pl, (int64_t)npl, &r, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(r.n_tokens, 0);
+    assert_int_equal(ms_session_n_past(s), 0);
+    if (ms_kv_restore_prefix(kv, s, text, len, sp, (int64_t)nsp, &r, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(r.n_tokens, (int64_t)nsp);
+    free(sp);
+    free(pl);
+    ms_session_free(s);
+    ms_kv_close(kv);
+    ms_engine_free(eng);
+}
+
 /* Longest byte prefix wins; a shorter query never takes a longer file;
  * files 0600 in a 0700 directory. */
 static void test_longest_prefix(void **state) {
@@ -1121,6 +1156,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_marks),
         cmocka_unit_test(test_utf8_cuts),
+        cmocka_unit_test(test_controls_by_text),
         cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_enospc),

@@ -500,6 +500,55 @@ static void test_plain_text(void **state) {
     ms_tokenizer_free(t);
 }
 
+/* ms_tokenizer_same_controls: the same text with a marker as a control
+ * token and as typed text differs; two tokenizations of plain text with the
+ * same controls agree; only offsets below the limit count. */
+static void test_same_controls(void **state) {
+    (void)state;
+    struct ms_tokenizer *t = tiny_tok();
+    ms_err err;
+    int32_t *sp = NULL, *pl = NULL;
+    size_t nsp = 0, npl = 0;
+    const char text[] = "hello <\xef\xbd\x9c" "Assistant\xef\xbd\x9c> there";
+    const size_t len = sizeof text - 1;
+    assert_int_equal(ms_tokenizer_encode_flags(t, text, len, MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &sp, &nsp, &err), 0);
+    assert_int_equal(ms_tokenizer_encode_flags(t, text, len, MS_TOK_USER_DEFINED, &pl, &npl, &err), 0);
+    assert_int_equal(count_special(t, sp, nsp), 1);
+    assert_int_equal(count_special(t, pl, npl), 0);
+    assert_true(ms_tokenizer_same_controls(t, sp, nsp, sp, nsp, len));
+    assert_true(ms_tokenizer_same_controls(t, pl, npl, pl, npl, len));
+    assert_false(ms_tokenizer_same_controls(t, sp, nsp, pl, npl, len));
+    assert_false(ms_tokenizer_same_controls(t, pl, npl, sp, nsp, len));
+    /* below the marker's offset (6) they agree */
+    assert_true(ms_tokenizer_same_controls(t, sp, nsp, pl, npl, 6));
+    assert_false(ms_tokenizer_same_controls(t, sp, nsp, pl, npl, 7));
+    /* plain text split differently ("hel" + "lo " against "hello ") before
+     * the same marker and rest keeps the same controls */
+    int32_t *b = NULL, *c = NULL;
+    size_t nb = 0, nc = 0;
+    assert_int_equal(ms_tokenizer_encode_flags(t, "hel", 3, 0, &b, &nb, &err), 0);
+    assert_int_equal(ms_tokenizer_encode_flags(t, "lo ", 3, 0, &c, &nc, &err), 0);
+    int32_t joined[64];
+    size_t nj = 0, at = 0, k = 0;
+    for (size_t i = 0; i < nb; i++) joined[nj++] = b[i];
+    for (size_t i = 0; i < nc; i++) joined[nj++] = c[i];
+    for (; k < nsp && at < 6; k++) { /* sp's tokens of "hello " */
+        const char *piece;
+        size_t plen;
+        ms_tokenizer_piece(t, sp[k], true, &piece, &plen);
+        at += plen;
+    }
+    assert_int_equal(at, 6);
+    for (; k < nsp && nj < 64; k++) joined[nj++] = sp[k];
+    assert_true(ms_tokenizer_same_controls(t, joined, nj, sp, nsp, len));
+    assert_false(ms_tokenizer_same_controls(t, joined, nj, pl, npl, len));
+    free(b);
+    free(c);
+    free(sp);
+    free(pl);
+    ms_tokenizer_free(t);
+}
+
 /* A chat rendering: every special-token text of the vocabulary typed into
  * every message (system, three user turns, two assistant answers, reasoning)
  * gives exactly the special tokens of the template's scaffolding, in every
@@ -593,6 +642,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_api),          cmocka_unit_test(test_bad_vocab),
         cmocka_unit_test(test_threads),      cmocka_unit_test(test_byte_level),
         cmocka_unit_test(test_plain_text),   cmocka_unit_test(test_chat_plain_content),
+        cmocka_unit_test(test_same_controls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,6 +74,10 @@ static void test_clean_text(void **state) {
     assert_int_equal(b.len, sizeof want - 1);
     assert_memory_equal(b.p, want, sizeof want - 1);
     ms_buf_free(&b);
+    json_t *j = ms_json_client_text("x\0y\xff", 4);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(j), "x\xEF\xBF\xBDy\xEF\xBF\xBD");
+    json_decref(j);
     assert_int_equal(ms_utf8_clean_text(&b, "", 0), 0);
     assert_non_null(b.p);
     assert_int_equal(b.len, 0);

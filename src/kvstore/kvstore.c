@@ -698,6 +698,15 @@ int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char
         int64_t depth = -1;
         const int32_t *ids = dsv4_session_token_ids(ds);
         const int64_t nt = dsv4_session_n_past(ds);
+        /* but a control token where the prompt has plain text (a user who
+         * typed a marker's text), or the reverse, is never used */
+        const struct ms_tokenizer *tok = ms_engine_tokenizer(kv->e);
+        if (canon && tok &&
+            !ms_tokenizer_same_controls(tok, ids, (size_t)nt, canon, (size_t)n_canon, v[i].text_len)) {
+            dsv4_session_reset(ds);
+            ms_log_info("kv: passed over %s: its special tokens differ from the prompt's", v[i].name);
+            continue;
+        }
         if (canon) {
             for (int64_t k = 0; k < nt && depth < 0; k++)
                 if (k >= n_canon || ids[k] != canon[k]) depth = k;

@@ -132,6 +132,14 @@ static bool extends(const struct job *j, const char *text, size_t len) {
     return len <= j->prompt_len && !memcmp(j->prompt, text, len);
 }
 
+/* Whether the session's first n tokens (which spell j's prompt up to byte
+ * len) hold the prompt's own control tokens there: the same bytes may be
+ * a marker in one and text a user typed in the other, which must not turn
+ * into the marker (ms_tokenizer_same_controls). */
+static bool same_controls(const struct server *sv, const struct job *j, int64_t n, size_t len) {
+    return ms_tokenizer_same_controls(sv->tok, ms_session_tokens(sv->s), (size_t)n, j->ids, j->n_ids, len);
+}
+
 /* ---- the disk KV cache (worker-only: the store is not thread-safe) ---- */
 
 /* Copies the store's figures into the metrics. */
@@ -263,7 +271,8 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
     int64_t base = 0;              /* tokens in the session before ids[from] (disk restore) */
     size_t text_from = 0;          /* prompt bytes the session holds before ids[from] */
     snap_check(sv);
-    if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len))
+    if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len) &&
+        same_controls(sv, j, ms_session_n_past(sv->s), sv->live.len))
         from = cut_at(j, sv->live.len);
     if (from >= 0) {
         text_from = sv->live.len;
@@ -271,7 +280,7 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
         sv->m.prefix_hits++;
         pthread_mutex_unlock(&sv->mu);
     } else if (sv->snap && extends(j, sv->snap_text, sv->snap_len) &&
-               (from = cut_at(j, sv->snap_len)) >= 0) {
+               same_controls(sv, j, sv->snap_n, sv->snap_len) && (from = cut_at(j, sv->snap_len)) >= 0) {
         if (ms_session_restore(sv->s, sv->snap, err)) goto broken;
         if (live_set(sv, sv->snap_text, sv->snap_len)) {
             ms_err_set(err, "out of memory");

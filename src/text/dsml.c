@@ -129,7 +129,8 @@ static int parse_invoke(const char *s, size_t n, char **name, char **args, const
         const size_t vn = (size_t)(close - v);
         json_t *val = NULL;
         if (!str || !strcmp(str, "false")) val = json_loadb(v, vn, JSON_DECODE_ANY, NULL);
-        if (!val) val = ms_json_text(v, vn);
+        /* text for the client, who sends it back: no NUL (ms_json_client_text) */
+        if (!val) val = ms_json_client_text(v, vn);
         json_t *k = ms_json_text(key, strlen(key));
         if (!val || !k || json_object_set_new(obj, json_string_value(k), val)) {
             json_decref(k);

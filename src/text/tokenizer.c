@@ -362,6 +362,41 @@ void ms_tokenizer_piece(const struct ms_tokenizer *t, int32_t id, bool special, 
     *len = t->piece_len[id];
 }
 
+/* The next CONTROL / UNKNOWN token of ids[*i..n) starting below limit:
+ * its byte offset in *off and its id in *id; false when none. *i and *at
+ * (the byte offset of ids[*i]) advance past it. */
+static bool next_control(const struct ms_tokenizer *t, const int32_t *ids, size_t n, size_t limit,
+                         size_t *i, size_t *at, size_t *off, int32_t *id) {
+    for (; *i < n && *at < limit; (*i)++) {
+        const int32_t k = ids[*i];
+        const bool in = k >= 0 && (uint32_t)k < t->n_vocab;
+        const int32_t ty = in ? t->type[k] : MS_TOKEN_UNDEFINED;
+        const size_t start = *at;
+        *at += in ? t->piece_len[k] : 0;
+        if (ty == MS_TOKEN_CONTROL || ty == MS_TOKEN_UNKNOWN) {
+            *off = start;
+            *id = k;
+            (*i)++;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool ms_tokenizer_same_controls(const struct ms_tokenizer *t, const int32_t *a, size_t na,
+                                const int32_t *b, size_t nb, size_t limit) {
+    size_t ia = 0, ib = 0, at_a = 0, at_b = 0;
+    for (;;) {
+        size_t oa, ob;
+        int32_t ka, kb;
+        const bool ha = next_control(t, a, na, limit, &ia, &at_a, &oa, &ka);
+        const bool hb = next_control(t, b, nb, limit, &ib, &at_b, &ob, &kb);
+        if (ha != hb) return false;
+        if (!ha) return true;
+        if (oa != ob || ka != kb) return false;
+    }
+}
+
 int ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, size_t n, bool special,
                         char **out, size_t *len, ms_err *err) {
     size_t total = 0;

@@ -97,6 +97,19 @@ int ms_tokenizer_encode_flags(const struct ms_tokenizer *t, const char *text, si
 void ms_tokenizer_piece(const struct ms_tokenizer *t, int32_t id, bool special,
                         const char **piece, size_t *len);
 
+/*
+ * Whether token sequences a[0..na) and b[0..nb), read as text from byte 0,
+ * hold the same CONTROL and UNKNOWN tokens at the same byte offsets below
+ * limit (tokens starting at or past it are not compared). Those are the
+ * tokens that text typed by a user never becomes (parse_special false),
+ * so a prefix reused by text (the server's live session, a snapshot, a
+ * disk checkpoint) is safe only when this holds against the new prompt's
+ * own tokens: "<｜Assistant｜>" typed in a message has the same bytes as the
+ * marker an earlier prompt's template put there, and must not become it.
+ */
+bool ms_tokenizer_same_controls(const struct ms_tokenizer *t, const int32_t *a, size_t na,
+                                const int32_t *b, size_t nb, size_t limit);
+
 /* Concatenated pieces of ids[0..n): a malloc'd, NUL-terminated buffer of
  * *len bytes in *out. -1 with err on OOM. */
 int ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, size_t n, bool special,

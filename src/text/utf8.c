@@ -58,3 +58,12 @@ json_t *ms_json_text(const char *s, size_t n) {
     ms_buf_free(&b);
     return j;
 }
+
+json_t *ms_json_client_text(const char *s, size_t n) {
+    if (!n || !memchr(s, '\0', n)) return ms_json_text(s, n);
+    struct ms_buf b = {0};
+    json_t *j = NULL;
+    if (!ms_utf8_clean_text(&b, s, n)) j = json_stringn(b.p, b.len);
+    ms_buf_free(&b);
+    return j;
+}

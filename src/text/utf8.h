@@ -44,4 +44,8 @@ int ms_utf8_clean_text(struct ms_buf *out, const char *s, size_t n);
  * OOM. */
 json_t *ms_json_text(const char *s, size_t n);
 
+/* As ms_json_text, with each NUL as U+FFFD too (ms_utf8_clean_text): text
+ * for API clients, which they may send back. NULL on OOM. */
+json_t *ms_json_client_text(const char *s, size_t n);
+
 #endif
