@@ -387,8 +387,8 @@ bool ms_tokenizer_same_controls(const struct ms_tokenizer *t, const int32_t *a, 
                                 const int32_t *b, size_t nb, size_t limit) {
     size_t ia = 0, ib = 0, at_a = 0, at_b = 0;
     for (;;) {
-        size_t oa, ob;
-        int32_t ka, kb;
+        size_t oa = 0, ob = 0;
+        int32_t ka = 0, kb = 0;
         const bool ha = next_control(t, a, na, limit, &ia, &at_a, &oa, &ka);
         const bool hb = next_control(t, b, nb, limit, &ib, &at_b, &ob, &kb);
         if (ha != hb) return false;
