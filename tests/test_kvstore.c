@@ -336,6 +336,15 @@ static void test_snapshot_marks(void **state) {
     ms_snapshot_free(m2);
 }
 
+/* Whether the text of ids[0..n) ends where a character ends. */
+static bool ends_char(struct ms_engine *eng, const int32_t *ids, int64_t n) {
+    size_t len;
+    char *t = text_of(eng, ids, n, &len);
+    const bool ok = ms_utf8_partial_tail(t, len) == 0;
+    free(t);
+    return ok;
+}
+
 /* Byte-level BPE splits rare characters over byte tokens ("à" here is
  * two), so a checkpoint stop can fall inside one. The store cuts each
  * checkpoint where a character ends instead: a stop inside one moves back
@@ -367,21 +376,8 @@ static void test_utf8_cuts(void **state) {
     assert_true(p > 8); /* the vocabulary splits "à": else the test means nothing */
     /* the clean cut before p, and the first after it */
     int64_t before = p - 1, after = p + 1;
-    while (before > 0) {
-        size_t tl;
-        char *t = text_of(eng, ids, before, &tl);
-        const bool ok = ms_utf8_partial_tail(t, tl) == 0;
-        free(t);
-        if (ok) break;
-        before--;
-    }
-    for (;; after++) {
-        size_t tl;
-        char *t = text_of(eng, ids, after, &tl);
-        const bool ok = ms_utf8_partial_tail(t, tl) == 0;
-        free(t);
-        if (ok) break;
-    }
+    while (before > 0 && !ends_char(eng, ids, before)) before--;
+    while (!ends_char(eng, ids, after)) after++;
     struct ms_kv_params kp = ms_kv_params_default(NULL);
     kp.min_tokens = 1;
     kp.align_tokens = 1;

@@ -219,8 +219,8 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     size_t from = 0; /* bytes of r already in the session */
     if (reusable(c->done.p, c->done_kind.p, c->done.len, r, rlen, segs, n_segs)) {
         from = c->done.len;
-    } else if (c->snap && ms_snapshot_valid(c->s, c->snap) && reusable(c->snap_text.p, c->snap_kind.p, c->snap_text.len, r, rlen,
-                                   segs, n_segs)) {
+    } else if (c->snap && ms_snapshot_valid(c->s, c->snap) &&
+               reusable(c->snap_text.p, c->snap_kind.p, c->snap_text.len, r, rlen, segs, n_segs)) {
         if (ms_session_restore(c->s, c->snap, err)) goto undo;
         c->done.len = 0;
         c->done_kind.len = 0;

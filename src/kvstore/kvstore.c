@@ -954,9 +954,11 @@ static int due_stops(const struct ms_kvstore *kv, const struct pos_ids *ids, int
         for (int64_t f = I > 0 ? (p / I + 1) * I : next; f < next; f += I)
             if (f >= kv->p.min_tokens) next = f;
         if (next > end) break;
-        int64_t q = next; /* the stop, or the last cut before it that ends a character */
-        while (q > p && tok && !cut_ok(tok, ids, q)) q = q > next - CHAR_TOKENS_MAX ? q - 1 : p;
-        if (q > p && q >= kv->p.min_tokens) {
+        /* the stop, or the last of the CHAR_TOKENS_MAX cuts before it that
+         * ends a character; none found: no checkpoint here */
+        int64_t q = next;
+        while (q > p && next - q <= CHAR_TOKENS_MAX && tok && !cut_ok(tok, ids, q)) q--;
+        if (q > p && next - q <= CHAR_TOKENS_MAX && q >= kv->p.min_tokens) {
             at[k] = q;
             why[k++] = next == cold ? MS_KV_COLD : MS_KV_CONTINUED;
         }
