@@ -69,17 +69,17 @@ static void observe_route(void *ctx, uint32_t il, const int32_t *sel, const floa
     }
 }
 
-#define DEFAULT_N_CTX 4096
 #define GiB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
 
 struct ms_engine_params ms_engine_params_default(const char *model_path) {
     return (struct ms_engine_params){.model_path = model_path, .stream = MS_STREAM_AUTO};
 }
 
-static int64_t default_n_ctx(const struct dsv4_model *m, int64_t n_ctx) {
-    if (n_ctx > 0) return n_ctx;
-    n_ctx = m->hp.n_ctx_train;
-    return n_ctx <= 0 || n_ctx > DEFAULT_N_CTX ? DEFAULT_N_CTX : n_ctx;
+/* The context of n_ctx = 0 (and the least of MS_CTX_AUTO): MS_CTX_DEFAULT,
+ * or the training context when it is shorter. */
+static int64_t default_n_ctx(const struct dsv4_model *m) {
+    const int64_t train = m->hp.n_ctx_train;
+    return train <= 0 || train > MS_CTX_DEFAULT ? MS_CTX_DEFAULT : train;
 }
 
 /* ---- the memory plan ----------------------------------------------------- */
@@ -203,6 +203,35 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
     ms_err_set(err, "%s (at -c %lld: %s)", base, (long long)n_ctx, advice);
 }
 
+/* The context of MS_CTX_AUTO (moestream.h) under the memory limit: the
+ * training context capped at MS_CTX_AUTO_MAX, halved down to the default
+ * context until its plan fits and keeps what the default context's plan
+ * has: residency (and the weights' private copy), or when streaming the
+ * two layer buffers of whole-layer prefill reads. A longer context is
+ * worth a smaller expert cache, not a slower kind of prefill. When even
+ * the default does not fit, the default (whose error the caller then
+ * reports). */
+static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_params *p,
+                          uint64_t limit) {
+    const int64_t least = default_n_ctx(m);
+    const int64_t train = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : least;
+    struct ms_mem_plan_in in;
+    struct dsv4_session_mem mem;
+    struct ms_mem_plan base, plan;
+    int64_t span;
+    ms_err e2;
+    if (plan_at(m, p, least, limit, &in, &mem, &base, &span, &e2)) return least;
+    const bool base_copy = base.resident_need <= base.usable_bytes;
+    for (int64_t n = train < MS_CTX_AUTO_MAX ? train : MS_CTX_AUTO_MAX; n > least; n /= 2) {
+        if (plan_at(m, p, n, limit, &in, &mem, &plan, &span, &e2)) continue;
+        if (plan.stream != base.stream || (plan.headroom_bytes > 0) != (base.headroom_bytes > 0))
+            continue;
+        if (!plan.stream && (plan.resident_need <= plan.usable_bytes) != base_copy) continue;
+        return n;
+    }
+    return least;
+}
+
 /* Decides residency from the memory plan (e->plan, e->plan_line) and, when
  * streaming and open_source, swaps the model's expert source for the SSD
  * expert store. */
@@ -217,6 +246,9 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     } else if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) {
         return -1;
     }
+    e->n_ctx = p->n_ctx > 0 ? p->n_ctx
+             : p->n_ctx == MS_CTX_AUTO ? auto_n_ctx(m, p, limit)
+                                       : default_n_ctx(m);
     struct ms_mem_plan_in in;
     struct dsv4_session_mem mem;
     struct ms_mem_plan plan;
@@ -289,10 +321,7 @@ int ms_engine_plan(const struct ms_engine_params *p, struct ms_plan *out, char *
     if (!e) return ms_err_set(err, "out of memory");
     e->map_guard = -1;
     int rc = dsv4_model_load(&e->model, p->model_path, err);
-    if (!rc) {
-        e->n_ctx = default_n_ctx(e->model, p->n_ctx);
-        rc = setup_plan(e, p, false, err);
-    }
+    if (!rc) rc = setup_plan(e, p, false, err);
     if (!rc) {
         *out = e->plan;
         if (line) snprintf(line, line_len, "%s", e->plan_line);
@@ -363,7 +392,6 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
         ms_engine_free(e);
         return -1;
     }
-    e->n_ctx = default_n_ctx(e->model, p->n_ctx);
     if (setup_plan(e, p, true, err)) {
         ms_engine_free(e);
         return -1;
@@ -450,6 +478,21 @@ uint64_t ms_engine_kv_bytes(const struct ms_engine *e, int64_t n_pos) {
 
 int ms_engine_n_threads(const struct ms_engine *e) { return ms_pool_n_threads(e->pool); }
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e) { return e->tok; }
+
+int ms_model_tokenizer_load(struct ms_tokenizer **out, const char *path, ms_err *err) {
+    struct gguf_file *f;
+    *out = NULL;
+    if (gguf_open(&f, path, err)) return -1;
+    int rc = 0;
+    if (!gguf_find_kv(f, "tokenizer.ggml.model")) {
+        rc = ms_err_set(err, "%s has no tokenizer (tokenizer.ggml.* metadata)", path);
+    } else if (ms_tokenizer_load(out, f, err)) {
+        ms_err_prefix(err, "%s: tokenizer", path);
+        rc = -1;
+    }
+    gguf_close(f);
+    return rc;
+}
 const char *ms_engine_plan_line(const struct ms_engine *e) { return e->plan_line; }
 const struct ms_plan *ms_engine_plan_info(const struct ms_engine *e) { return &e->plan; }
 

@@ -47,8 +47,10 @@ struct ms_engine_params {
     /* Streaming (zero values are the defaults: resident, see ms_engine_params_default). */
     int stream;             /* enum ms_stream_mode */
     int64_t n_ctx;          /* context the sessions will use, for the memory plan
-                               and the default of ms_session_new; 0 = 4096 or the
-                               training context if smaller */
+                               and the default of ms_session_new; 0 =
+                               MS_CTX_DEFAULT or the training context if
+                               smaller; MS_CTX_AUTO = the longest context up
+                               to MS_CTX_AUTO_MAX that memory allows (see there) */
     uint64_t cache_bytes;   /* expert cache target in bytes (fitted), 0 = auto */
     uint32_t cache_experts; /* or: this many expert slots (of the largest layer) */
     double cache_pct;       /* share of available memory the plan may use; 0 = 80 */
@@ -103,6 +105,24 @@ struct ms_engine_params {
  * at 2 GiB instead of 8 GiB for a 128 K-token context, memory the decode
  * cache gets. Measured in bench/RESULTS.md ("Prefill passes"). */
 #define MS_PREFILL_STREAM_DEFAULT 32768
+
+/* Context (positions) of ms_engine_params.n_ctx = 0: enough for a prompt
+ * and its answer, and the least memory. */
+#define MS_CTX_DEFAULT 4096
+/* ms_engine_params.n_ctx = MS_CTX_AUTO, for sessions that hold a
+ * conversation (serve, chat): the model's training context capped at
+ * MS_CTX_AUTO_MAX, halved (down to the MS_CTX_DEFAULT context) while the
+ * memory plan does not fit, or would stream a model that the
+ * MS_CTX_DEFAULT context keeps resident, keep its weights off their
+ * private copy, or drop the layer buffers of whole-layer streamed
+ * prefill. Agents send tens of thousands of tokens a turn (a
+ * coding agent's system prompt and tools alone are 15-25 K), and at
+ * DeepSeek V4 Flash's shape 128 K positions cost 1.7 GiB of KV state
+ * plus the 2 GiB residual of a 32 K-token prefill pass: the plan takes
+ * them from the decode expert cache. ms_engine_plan_info().n_ctx is the
+ * context chosen. */
+#define MS_CTX_AUTO (-1)
+#define MS_CTX_AUTO_MAX 131072
 
 /* The defaults: all cores, fast mode, automatic streaming. */
 struct ms_engine_params ms_engine_params_default(const char *model_path);
@@ -200,12 +220,18 @@ const struct ms_plan *ms_engine_plan_info(const struct ms_engine *e);
  * values that would fit). */
 int ms_engine_plan(const struct ms_engine_params *p, struct ms_plan *out, char *line,
                    size_t line_len, ms_err *err);
+/* The tokenizer of the model file at path, without loading the model (the
+ * file's metadata only): for a caller that sizes the engine to a prompt
+ * before loading it. *out is the caller's (ms_tokenizer_free). Errors: the
+ * file does not open or parse as GGUF, has no tokenizer.ggml.* vocabulary,
+ * or a malformed one (ms_tokenizer_load). */
+int ms_model_tokenizer_load(struct ms_tokenizer **out, const char *path, ms_err *err);
 /* The model's tokenizer (text/tokenizer.h), or NULL when the file carries no
  * tokenizer.ggml.* vocabulary. Owned by the engine. */
 const struct ms_tokenizer *ms_engine_tokenizer(const struct ms_engine *e);
 
 /* A new empty session holding up to n_ctx positions (n_ctx <= 0: the
- * model's training context, capped at 4096). */
+ * engine's context, ms_engine_plan_info().n_ctx). */
 int ms_session_new(struct ms_session **out, struct ms_engine *e, int64_t n_ctx, ms_err *err);
 void ms_session_free(struct ms_session *s);
 int64_t ms_session_n_ctx(const struct ms_session *s);

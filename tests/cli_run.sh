@@ -39,6 +39,20 @@ python3 -c "import sys; sys.stdout.write('fox ' * 40000)" >"$TMP/big.txt"
 "$BIN" run -m "$M" -f "$TMP/big.txt" -t 1 -n 1 -c 64 >/dev/null 2>"$TMP/big.err"
 grep -q 'moestream run: the prompt is [0-9]* tokens, longer than the context (64)' "$TMP/big.err" \
     || fail "a 160 KB -f prompt: $(cat "$TMP/big.err")"
+# without -c the context is what the prompt and -n need: a prompt past the
+# default 4096 runs (with a warning past the model's training context,
+# 4096 for the tiny preset) and -n counts in the context
+python3 -c "import sys; sys.stdout.write('fox ' * 1500)" >"$TMP/long.txt"
+"$BIN" run -m "$M" -f "$TMP/long.txt" -t 1 -n 3 --temp 0 >/dev/null 2>"$TMP/long.err" \
+    || fail "a prompt past 4096 tokens without -c: $(cat "$TMP/long.err")"
+n_long=$(sed -n 's/^run: prefill \([0-9]*\) tokens.*/\1/p' "$TMP/long.err")
+[ "${n_long:-0}" -gt 4096 ] || fail "the long prompt is not past 4096 tokens: $(cat "$TMP/long.err")"
+grep -q "the prompt and -n need $((n_long + 3)) positions, above the model's training context (4096)" \
+    "$TMP/long.err" || fail "no training-context warning: $(cat "$TMP/long.err")"
+grep -Eq 'decode 3 tokens' "$TMP/long.err" || fail "-n 3 after a long prompt: $(cat "$TMP/long.err")"
+"$BIN" run -m "$M" -f "$TMP/long.txt" -t 1 -n 3 -c 4096 >/dev/null 2>"$TMP/long.err"
+[ $? -eq 1 ] && grep -q 'longer than the context (4096)' "$TMP/long.err" \
+    || fail "-c 4096 still bounds the prompt: $(cat "$TMP/long.err")"
 run -n 16 --top-k 1 --seed 3 >"$TMP/k1" 2>/dev/null || fail "top-k 1 exit $?"
 cmp -s "$TMP/g1" "$TMP/k1" || fail "--top-k 1 differs from greedy"
 

@@ -305,4 +305,18 @@ S=$(post /v1/responses "{\"model\":\"x\",\"input\":\"Weather?\",\"tools\":$RT,\"
 check "tools responses stream: function_call item and arguments events" \
     'grep -q "event: response.function_call_arguments.done" <<<"$S" && grep -q "\"type\":\"function_call\"" <<<"$S" && grep -q "event: response.completed" <<<"$S" && ! grep -q "DSML" <<<"$S"'
 stop_server tools
+
+# ---- the context without -c: the model's, at most 131072 (said on stderr
+# when less than the model's); -c still rules
+tiny_model "$TMP/long.gguf" --seed 3 --n-ctx-train 262144
+start_server long -m "$TMP/long.gguf"
+U=$(url long)
+check "no -c: context 131072 of the model's 262144" \
+    '[ "$(curl -s -m 5 $U/v1/models | jq -r ".data[0].context_length")" = 131072 ] && grep -q "^serve: context 131072 positions, of the model.s 262144" "$TMP/long.log"'
+R=$(post /v1/completions "{\"prompt\":\"$(python3 -c "print('sea ' * 5000, end='')")\",\"max_tokens\":2}")
+check "no -c: a prompt past 4096 tokens is answered" 'jq -e ".usage.prompt_tokens > 4096" <<<"$R" >/dev/null'
+stop_server long
+start_server short -m "$TMP/long.gguf" -c 2048
+check "-c 2048 rules" '[ "$(curl -s -m 5 $(url short)/v1/models | jq -r ".data[0].context_length")" = 2048 ]'
+stop_server short
 finish cli_serve

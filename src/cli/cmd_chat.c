@@ -538,6 +538,7 @@ int cmd_chat(int argc, char **argv) {
         GEN_SAMPLING_OPTIONS, KV_OPTIONS,         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
+    eng.ep.n_ctx = MS_CTX_AUTO; /* a conversation grows: as long as memory allows */
     const char *system = NULL;
     bool seeded = false;
     struct chat c = {.think = true, .n_predict = 1024, .kp = {.p = ms_kv_params_default(NULL)}};

@@ -482,6 +482,7 @@ struct inspect_opts {
     bool json, tensors;
     bool plan;                 /* --plan: the memory plan instead of the file report */
     struct ms_engine_params ep; /* the plan's options (--ctx, --mem, ...) */
+    bool conversation;          /* --for chat|serve: their context by default */
 };
 
 #define INSPECT_USAGE                                                                      \
@@ -489,7 +490,8 @@ struct inspect_opts {
     "       moestream inspect [-m] M.gguf --plan [--ctx N] [--mem SIZE] [--stream|--no-stream]\n" \
     "                 [--prefill-chunk N] [--cache-pct P] [--for run|chat|serve|bench] [--kv]\n" \
     "                 [--json]\n"                                                              \
-    "  --for CMD  plan as CMD does (chat, serve and bench keep a snapshot of the session)\n"   \
+    "  --for CMD  plan as CMD does (chat, serve and bench keep a snapshot of the session;\n"  \
+    "             chat and serve take the longest context memory allows, up to 131072)\n"   \
     "  --kv       with a disk KV cache (its prefill's checkpoint captures)\n"
 
 /* Parses the value of a --plan option a at argv[*i + 1] into o->ep; 2 on a
@@ -519,6 +521,7 @@ static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
             return 2;
         }
         o->ep.n_snapshots = strcmp(v, "run") ? 1 : 0; /* as those commands set it */
+        o->conversation = !strcmp(v, "chat") || !strcmp(v, "serve");
     } else if (!strcmp(a, "--prefill-chunk")) {
         if (ms_parse_long(v, 0, 1L << 40, &n)) {
             fprintf(stderr, "moestream inspect: --prefill-chunk takes an integer >= 0, got "
@@ -585,6 +588,7 @@ static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
         fprintf(stderr, "moestream inspect: a model file is required\n" INSPECT_USAGE);
         return 2;
     }
+    if (o->conversation && o->ep.n_ctx == 0) o->ep.n_ctx = MS_CTX_AUTO;
     return CLI_CONTINUE;
 }
 

@@ -243,16 +243,34 @@ static int run_run(const struct run_opts *o) {
     size_t rlen = 0, n_segs = 0;
     struct ms_chat_seg *segs = NULL;
     struct gen_out out = {0};
+    struct ms_tokenizer *early = NULL;
     int rc = 1;
-    if (ms_engine_load(&e, &o->eng.ep, &err)) goto fail;
+    /* Without -c the context is what the prompt and -n need (-n counted up
+     * to MS_CTX_AUTO_MAX), at least the default: the prompt is tokenized
+     * before the load sizes the memory plan, since a long context takes
+     * memory from the expert cache. */
+    struct ms_engine_params ep = o->eng.ep;
+    if (ep.n_ctx == 0) {
+        if (ms_model_tokenizer_load(&early, model, &err) || prompt_tokens(early, o, &ids, &n_ids, &err))
+            goto fail;
+        const int64_t need = (int64_t)n_ids + (o->n_predict < MS_CTX_AUTO_MAX ? o->n_predict
+                                                                              : MS_CTX_AUTO_MAX);
+        if (need > MS_CTX_DEFAULT) ep.n_ctx = need;
+    }
+    if (ms_engine_load(&e, &ep, &err)) goto fail;
     if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     engine_cli_after_load("run", &o->eng, e);
+    const struct ms_model_info info = ms_engine_info(e);
+    if (ep.n_ctx != o->eng.ep.n_ctx && info.n_ctx_train > 0 && ep.n_ctx > (int64_t)info.n_ctx_train)
+        fprintf(stderr, "moestream run: warning: the prompt and -n need %lld positions, above the "
+                        "model's training context (%u); quality past it is not what the model "
+                        "was trained for\n", (long long)ep.n_ctx, info.n_ctx_train);
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
     if (!tok) {
         ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);
         goto fail;
     }
-    if (prompt_tokens(tok, o, &ids, &n_ids, &err)) goto fail;
+    if (!early && prompt_tokens(tok, o, &ids, &n_ids, &err)) goto fail;
     if (n_ids == 0) {
         ms_err_set(&err, "the prompt has no tokens");
         goto fail;
@@ -356,6 +374,7 @@ done:
     ms_sampler_free(smp);
     ms_session_free(s);
     ms_engine_free(e);
+    ms_tokenizer_free(early);
     return rc;
 }
 

@@ -75,6 +75,7 @@ int cmd_serve(int argc, char **argv) {
         KV_SERVE_OPTIONS,
         {0, 0, 0, 0}};
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
+    eng.ep.n_ctx = MS_CTX_AUTO; /* a conversation grows: as long as memory allows */
     struct kv_cli kp = {.p = ms_kv_params_default(NULL)};
     struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp.p};
     long v;
