@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "engine_internal.h"
@@ -105,7 +106,7 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     int64_t n_cap = p->kv_captures ? (p->kv_interval > 0 ? n_ctx / p->kv_interval : 0) + 1 : 0;
     if (n_cap > DSV4_CAPTURE_MAX) n_cap = DSV4_CAPTURE_MAX;
     const uint64_t kept = (uint64_t)p->n_snapshots * dsv4_snapshot_bytes(m) +
-                          (uint64_t)n_cap * dsv4_capture_bytes(m);
+                          (uint64_t)n_cap * dsv4_capture_bytes(m) + p->kept_state_bytes;
     mem->kv += kept;
     mem->total += kept;
     *in = (struct ms_mem_plan_in){
@@ -203,33 +204,55 @@ static void plan_advice(const struct dsv4_model *m, const struct ms_engine_param
     ms_err_set(err, "%s (at -c %lld: %s)", base, (long long)n_ctx, advice);
 }
 
-/* The context of MS_CTX_AUTO (moestream.h) under the memory limit: the
- * training context capped at MS_CTX_AUTO_MAX, halved down to the default
- * context until its plan fits and keeps what the default context's plan
- * has: residency (and the weights' private copy), or when streaming the
- * two layer buffers of whole-layer prefill reads. A longer context is
- * worth a smaller expert cache, not a slower kind of prefill. When even
- * the default does not fit, the default (whose error the caller then
- * reports). */
+/* The range MS_CTX_AUTO (moestream.h) searches: [*lo, *hi]. lo: the
+ * default context, or the prompt and one generated token (p->n_prompt);
+ * hi: the training context capped at MS_CTX_AUTO_MAX, or the prompt and
+ * p->n_gen tokens, those counted up to that cap. */
+static void auto_range(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t *lo,
+                       int64_t *hi) {
+    const int64_t least = default_n_ctx(m);
+    int64_t cap = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : least;
+    if (cap > MS_CTX_AUTO_MAX) cap = MS_CTX_AUTO_MAX;
+    *lo = least;
+    *hi = cap;
+    if (p->n_prompt > 0) {
+        if (p->n_prompt + 1 > *lo) *lo = p->n_prompt + 1;
+        *hi = p->n_prompt + (p->n_gen > 0 && p->n_gen < cap ? p->n_gen : cap);
+    }
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* The context of MS_CTX_AUTO under the memory limit: the top of
+ * auto_range, halved down to its bottom until the plan fits and keeps
+ * what the bottom's plan has: residency (and the weights' private copy),
+ * or when streaming the two layer buffers of whole-layer prefill reads,
+ * MoE spans, and at least half its expert cache (all of a --cache-experts
+ * target). A longer context is worth some of the expert cache, not a
+ * slower kind of prefill or a cache at its minimum. When even the bottom
+ * does not fit, the bottom (whose error the caller then reports). */
 static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_params *p,
                           uint64_t limit) {
-    const int64_t least = default_n_ctx(m);
-    const int64_t train = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : least;
+    int64_t lo, hi;
+    auto_range(m, p, &lo, &hi);
     struct ms_mem_plan_in in;
     struct dsv4_session_mem mem;
     struct ms_mem_plan base, plan;
-    int64_t span;
+    int64_t base_span, span;
     ms_err e2;
-    if (plan_at(m, p, least, limit, &in, &mem, &base, &span, &e2)) return least;
+    if (plan_at(m, p, lo, limit, &in, &mem, &base, &base_span, &e2)) return lo;
     const bool base_copy = base.resident_need <= base.usable_bytes;
-    for (int64_t n = train < MS_CTX_AUTO_MAX ? train : MS_CTX_AUTO_MAX; n > least; n /= 2) {
+    const uint64_t min_cache =
+        p->cache_bytes || p->cache_experts ? base.cache_bytes : base.cache_bytes / 2;
+    for (int64_t n = hi; n > lo; n /= 2) {
         if (plan_at(m, p, n, limit, &in, &mem, &plan, &span, &e2)) continue;
-        if (plan.stream != base.stream || (plan.headroom_bytes > 0) != (base.headroom_bytes > 0))
-            continue;
+        if (plan.stream != base.stream) continue;
         if (!plan.stream && (plan.resident_need <= plan.usable_bytes) != base_copy) continue;
+        if (plan.stream && ((plan.headroom_bytes > 0) != (base.headroom_bytes > 0) ||
+                            (span > 0) != (base_span > 0) || plan.cache_bytes < min_cache))
+            continue;
         return n;
     }
-    return least;
+    return lo;
 }
 
 /* Decides residency from the memory plan (e->plan, e->plan_line) and, when
@@ -269,7 +292,12 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
                                .moe_span = mem.span,
                                .layer_buffer_bytes = plan.headroom_bytes,
                                .cache_bytes = plan.cache_bytes,
-                               .n_ctx = e->n_ctx};
+                               .n_ctx = e->n_ctx,
+                               .n_ctx_auto = e->n_ctx};
+    if (p->n_ctx == MS_CTX_AUTO) {
+        int64_t lo;
+        auto_range(m, p, &lo, &e->plan.n_ctx_auto);
+    }
     snprintf(e->plan.limit_source, sizeof e->plan.limit_source, "%s", source);
     if (!plan.stream) {
         /* the private huge-page copy only when it fits beside the sessions
@@ -596,6 +624,48 @@ int ms_session_restore(struct ms_session *s, struct ms_snapshot *snap, ms_err *e
     return dsv4_session_restore(s->s, (struct dsv4_snapshot *)snap, err);
 }
 void ms_snapshot_free(struct ms_snapshot *snap) { dsv4_snapshot_free((struct dsv4_snapshot *)snap); }
+
+/* A dsv4_io over a caller's buffer: p advances, left counts down. */
+struct mem_io {
+    uint8_t *p;
+    uint64_t left;
+};
+
+static int mem_put(void *ctx, void *buf, size_t n, ms_err *err) {
+    struct mem_io *m = ctx;
+    if (n > m->left) return ms_err_set(err, "session state: the buffer is too short");
+    memcpy(m->p, buf, n);
+    m->p += n;
+    m->left -= n;
+    return 0;
+}
+
+static int mem_get(void *ctx, void *buf, size_t n, ms_err *err) {
+    struct mem_io *m = ctx;
+    if (n > m->left) return ms_err_set(err, "session state: truncated");
+    memcpy(buf, m->p, n);
+    m->p += n;
+    m->left -= n;
+    return 0;
+}
+
+uint64_t ms_session_state_bytes(const struct ms_session *s) {
+    const struct dsv4_state_view v = dsv4_session_view(s->s);
+    return v.n_past > 0 ? dsv4_payload_bytes(&v) : 0;
+}
+
+int ms_session_state_save(const struct ms_session *s, void *buf, uint64_t len, ms_err *err) {
+    const struct dsv4_state_view v = dsv4_session_view(s->s);
+    if (v.n_past <= 0) return ms_err_set(err, "session state: the session is empty");
+    if (len < dsv4_payload_bytes(&v)) return ms_err_set(err, "session state: the buffer is too short");
+    struct mem_io m = {.p = buf, .left = len};
+    return dsv4_save_payload(&v, &(struct dsv4_io){.fn = mem_put, .ctx = &m}, err);
+}
+
+int ms_session_state_load(struct ms_session *s, const void *buf, uint64_t len, ms_err *err) {
+    struct mem_io m = {.p = (uint8_t *)(uintptr_t)buf, .left = len};
+    return dsv4_session_load_payload(s->s, &(struct dsv4_io){.fn = mem_get, .ctx = &m}, len, err);
+}
 
 const char *ms_kernels_isa(void) {
     if (ms_quant_avx512_split()) return "avx512-split";

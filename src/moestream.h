@@ -91,6 +91,15 @@ struct ms_engine_params {
     uint32_t n_snapshots;
     bool kv_captures;
     int64_t kv_interval;
+    /* Bytes of whole session states the caller keeps in memory
+     * (ms_session_state_save; serve's --kv-ram-mb), counted in the KV
+     * figure too. */
+    uint64_t kept_state_bytes;
+    /* n_ctx = MS_CTX_AUTO for a caller that knows its prompt (run): at least
+     * n_prompt + 1 positions, at most n_prompt + n_gen (n_gen counted up to
+     * MS_CTX_AUTO_MAX or the training context); 0 = a conversation's range
+     * (chat, serve: see MS_CTX_AUTO). */
+    int64_t n_prompt, n_gen;
 };
 
 #define MS_PREFILL_WHOLE (-1)
@@ -114,8 +123,10 @@ struct ms_engine_params {
  * MS_CTX_AUTO_MAX, halved (down to the MS_CTX_DEFAULT context) while the
  * memory plan does not fit, or would stream a model that the
  * MS_CTX_DEFAULT context keeps resident, keep its weights off their
- * private copy, or drop the layer buffers of whole-layer streamed
- * prefill. Agents send tens of thousands of tokens a turn (a
+ * private copy, drop the layer buffers of whole-layer streamed prefill or
+ * MoE spans, or leave less than half the expert cache (all of an
+ * explicit cache target). With n_prompt (run) the range is the prompt's
+ * instead. Agents send tens of thousands of tokens a turn (a
  * coding agent's system prompt and tools alone are 15-25 K), and at
  * DeepSeek V4 Flash's shape 128 K positions cost 1.7 GiB of KV state
  * plus the 2 GiB residual of a 32 K-token prefill pass: the plan takes
@@ -208,6 +219,9 @@ struct ms_plan {
     uint64_t layer_buffer_bytes;/* two whole-layer read buffers (streaming prefill) */
     uint64_t cache_bytes;       /* decode expert cache budget (streaming) */
     int64_t n_ctx;
+    int64_t n_ctx_auto;         /* MS_CTX_AUTO: the context it would take with
+                                   the memory (n_ctx is less when it was halved
+                                   to fit); else n_ctx */
 };
 
 /* One line describing the memory plan (resident or streaming, budgets). */
@@ -274,6 +288,19 @@ struct ms_snapshot *ms_session_snapshot(const struct ms_session *s);
 bool ms_snapshot_valid(const struct ms_session *s, const struct ms_snapshot *snap);
 int ms_session_restore(struct ms_session *s, struct ms_snapshot *snap, ms_err *err);
 void ms_snapshot_free(struct ms_snapshot *snap);
+
+/* A session's whole state as bytes (the disk KV cache's session payload,
+ * docs/kv-cache.md), for keeping states in memory beside the live one.
+ * ms_session_state_bytes: what ms_session_state_save writes (0 for an
+ * empty session). ms_session_state_save: writes the state into buf[len],
+ * len >= that size; errors: an empty session, a short buffer.
+ * ms_session_state_load: replaces s's state by buf[len], a state saved
+ * from a session of the same model and runtime mode (F32 activations or
+ * not); on any error (foreign or damaged bytes, more tokens than s's
+ * context) s is left empty. A load makes s's snapshots stale. */
+uint64_t ms_session_state_bytes(const struct ms_session *s);
+int ms_session_state_save(const struct ms_session *s, void *buf, uint64_t len, ms_err *err);
+int ms_session_state_load(struct ms_session *s, const void *buf, uint64_t len, ms_err *err);
 
 /* ---- disk KV cache (src/kvstore/, format in docs/kv-cache.md) -------------
  *
@@ -360,6 +387,14 @@ struct ms_kv_restored {
 int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char *text,
                          size_t len, const int32_t *canon, int64_t n_canon,
                          struct ms_kv_restored *res, ms_err *err);
+
+/* The text bytes of the checkpoint ms_kv_restore_prefix would try first
+ * for text[0..len) in a session of n_ctx positions, into *out (0: none),
+ * reading the files' headers and texts, not their states: for a caller
+ * that holds states elsewhere too and takes the longest. Returns 0, or -1
+ * with err on OOM only. */
+int ms_kv_longest_prefix(struct ms_kvstore *kv, const char *text, size_t len, int64_t n_ctx,
+                         size_t *out, ms_err *err);
 
 /* Saves s (n_past >= 1) as a checkpoint keyed by the text of its tokens
  * (detokenized, special tokens as text), then applies the budget. Errors

@@ -47,12 +47,24 @@ python3 -c "import sys; sys.stdout.write('fox ' * 1500)" >"$TMP/long.txt"
     || fail "a prompt past 4096 tokens without -c: $(cat "$TMP/long.err")"
 n_long=$(sed -n 's/^run: prefill \([0-9]*\) tokens.*/\1/p' "$TMP/long.err")
 [ "${n_long:-0}" -gt 4096 ] || fail "the long prompt is not past 4096 tokens: $(cat "$TMP/long.err")"
-grep -q "the prompt and -n need $((n_long + 3)) positions, above the model's training context (4096)" \
+grep -q "the context of $((n_long + 3)) positions (the prompt's $n_long tokens and up to -n more) is above the model's training context (4096)" \
     "$TMP/long.err" || fail "no training-context warning: $(cat "$TMP/long.err")"
 grep -Eq 'decode 3 tokens' "$TMP/long.err" || fail "-n 3 after a long prompt: $(cat "$TMP/long.err")"
 "$BIN" run -m "$M" -f "$TMP/long.txt" -t 1 -n 3 -c 4096 >/dev/null 2>"$TMP/long.err"
 [ $? -eq 1 ] && grep -q 'longer than the context (4096)' "$TMP/long.err" \
     || fail "-c 4096 still bounds the prompt: $(cat "$TMP/long.err")"
+# -n is a bound, not a need: a huge one takes the prompt and at most the
+# training context's worth more (4096 here), and a model whose training
+# context is short still gets a context past it for a longer prompt
+"$BIN" run -m "$M" -p "$P" -t 1 -n 2147483647 --stats-json "$TMP/huge.json" >/dev/null 2>"$TMP/huge.err" \
+    || fail "-n 2147483647: $(cat "$TMP/huge.err")"
+python3 -c "import json,sys; n=json.load(open(sys.argv[1]))['plan']['n_ctx']; sys.exit(not 4096 < n <= 4096 + 16)" \
+    "$TMP/huge.json" || fail "-n 2147483647: context $(grep -o '"n_ctx": [0-9]*' "$TMP/huge.json")"
+tiny_model "$TMP/t512.gguf" --seed 1 --n-ctx-train 512
+python3 -c "import sys; sys.stdout.write('fox ' * 200)" >"$TMP/p600.txt"
+"$BIN" run -m "$TMP/t512.gguf" -f "$TMP/p600.txt" -t 1 -n 2 >/dev/null 2>"$TMP/t512.err" \
+    || fail "a 600-token prompt, training context 512: $(cat "$TMP/t512.err")"
+grep -q 'above the model.s training context (512)' "$TMP/t512.err" || fail "t512: no warning: $(cat "$TMP/t512.err")"
 run -n 16 --top-k 1 --seed 3 >"$TMP/k1" 2>/dev/null || fail "top-k 1 exit $?"
 cmp -s "$TMP/g1" "$TMP/k1" || fail "--top-k 1 differs from greedy"
 

@@ -64,19 +64,42 @@ R2=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"
 # serves; the exact-replay check below covers a whole-session extension)
 check "prefix reuse: cached tokens >= first prompt - 1 ($P1)" '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R2")" -ge $((P1 - 1)) ]'
 
-# a snapshot shares the session's compressed rows: once an unrelated prompt
-# (a completion, no generation prompt to snapshot before) has replaced the
-# session, the first conversation's next turn is prefilled whole, correctly,
-# and the metrics say so
+# an unrelated prompt (a completion: an agent's side request) replaces the
+# session; the states it held are kept in memory (--kv-ram-mb, on by
+# default), so the first conversation's turn comes back from there with
+# the greedy text of a whole prefill. Without them (--kv-ram-mb 0) the
+# snapshot, which shares the session's compressed rows, is stale: the turn
+# is prefilled whole, correctly, and the metrics say so.
 metric() { curl -s -m 5 "$U/metrics" | awk -v k="moestream_$1" '$1 == k {print $2}'; }
+T3='[{"role":"user","content":"First question about the sea."},{"role":"assistant","content":'"$ANS"'},{"role":"user","content":"And the sky?"}]'
+T3="{\"messages\":$T3,\"max_tokens\":4,\"temperature\":0,\"reasoning_effort\":\"none\"}"
+ZEBRA='{"prompt":"Zebras graze while the river runs","max_tokens":3,"ignore_eos":true}'
 SR0=$(metric snapshot_restores_total)
 FP0=$(metric full_prefills_total)
-post /v1/completions '{"prompt":"Zebras graze while the river runs","max_tokens":3,"ignore_eos":true}' >/dev/null
-R3=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"First question about the sea.\"},{\"role\":\"assistant\",\"content\":$ANS},{\"role\":\"user\",\"content\":\"And the sky?\"}],\"max_tokens\":4,\"reasoning_effort\":\"none\"}")
-check "stale snapshot: the turn is answered, prefilled whole" \
-    '[ "$(jq -r .choices[0].finish_reason <<<"$R3")" != null ] && [ "$(jq .usage.prompt_tokens <<<"$R3")" = "$(jq .usage.prompt_tokens <<<"$R2")" ] && [ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R3")" = 0 ]'
-check "stale snapshot: not restored, two full prefills" \
-    '[ "$(metric snapshot_restores_total)" = "$SR0" ] && [ "$(metric full_prefills_total)" = $((FP0 + 2)) ]'
+RR0=$(metric ram_restores_total)
+post /v1/completions "$ZEBRA" >/dev/null
+R3=$(post /v1/chat/completions "$T3")
+check "kept in memory: the turn after a side request reuses its prompt ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R3") of $(jq .usage.prompt_tokens <<<"$R3"))" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R3")" -ge $(( $(jq .usage.prompt_tokens <<<"$R3") - 1 )) ]'
+check "kept in memory: one restore, one full prefill (the side request's), states counted" \
+    '[ "$(metric ram_restores_total)" = $((RR0 + 1)) ] && [ "$(metric full_prefills_total)" = $((FP0 + 1)) ] && [ "$(metric snapshot_restores_total)" = "$SR0" ] && [ "$(metric ram_states)" -ge 2 ] && [ "$(metric ram_bytes)" -gt 0 ] && [ "$(metric ram_bytes)" -le "$(metric ram_budget_bytes)" ]'
+check "kept in memory: logged" 'grep -q "restored [0-9]* tokens kept in memory" "$TMP/main.log"'
+start_server noram -m "$TMP/m.gguf" -c 1024 --kv-ram-mb 0
+U=$(url noram)
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"First question about the sea.\"}],\"max_tokens\":2,\"reasoning_effort\":\"none\"}" >/dev/null
+post /v1/chat/completions "$T3" >/dev/null
+SR0=$(metric snapshot_restores_total)
+FP0=$(metric full_prefills_total)
+post /v1/completions "$ZEBRA" >/dev/null
+R3N=$(post /v1/chat/completions "$T3")
+check "--kv-ram-mb 0: stale snapshot, the turn is answered, prefilled whole" \
+    '[ "$(jq -r .choices[0].finish_reason <<<"$R3N")" != null ] && [ "$(jq .usage.prompt_tokens <<<"$R3N")" = "$(jq .usage.prompt_tokens <<<"$R3")" ] && [ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R3N")" = 0 ]'
+check "--kv-ram-mb 0: not restored, two full prefills, no states" \
+    '[ "$(metric snapshot_restores_total)" = "$SR0" ] && [ "$(metric full_prefills_total)" = $((FP0 + 2)) ] && [ "$(metric ram_states)" = 0 ] && [ "$(metric ram_restores_total)" = 0 ]'
+check "kept in memory: the same greedy text as the whole prefill" \
+    '[ "$(jq -c .choices[0].message <<<"$R3")" = "$(jq -c .choices[0].message <<<"$R3N")" ]'
+stop_server noram
+U=$(url main)
 
 # a marker typed in a message has the bytes of the snapshot's real marker
 # (the session before the generation prompt's "<｜Assistant｜>"): it must stay

@@ -25,7 +25,8 @@ tiny_model "$M" --seed 3
 CT='Content-Type: application/json'
 KV="$TMP/kv"
 rm -rf "$KV"
-KVF=(--kv-disk-dir "$KV" --kv-min-tokens 64 --kv-align 128 --kv-trim 16)
+# (no states kept in memory: they would serve what these tests restore from disk)
+KVF=(--kv-disk-dir "$KV" --kv-min-tokens 64 --kv-align 128 --kv-trim 16 --kv-ram-mb 0)
 words() { for i in $(seq "$2" "$3"); do printf '%s%d ' "$1" "$i"; done; }
 P=$(words word 1 150)
 Q="Something else entirely: $(words other 1 40)"
@@ -136,6 +137,20 @@ check "streamed with checkpoints: continued and cold saves" \
 check "streamed with checkpoints: no second pass ($B_skv against $B_sref bytes)" \
     '[ "$B_sref" -gt 0 ] && [ "$B_skv" -le $(( B_sref + B_sref / 4 )) ]'
 
+# ---- with states kept in memory too, coming back after an unrelated
+# request is served from memory, not from the disk
+KV="$TMP/kvboth"; rm -rf "$KV"
+start_server both -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-align 128 --kv-trim 16
+U=$(url both)
+post "$(body "$P")" >/dev/null
+post "$(body "$Q")" >/dev/null
+R6=$(post "$(body "$P")")
+check "memory before disk: cached $(usage "$R6" prompt_tokens_details.cached_tokens) of $N, same text" \
+    '[ "$(usage "$R6" prompt_tokens_details.cached_tokens)" -ge $((N - 1)) ] && [ "$(text "$R6")" = "$T0" ] && [ "$(metric moestream_ram_restores_total)" = 1 ] && [ "$(metric moestream_kv_restores_total)" = 0 ]'
+check "memory before disk: the evicted session is on disk as well" \
+    '[ "$(metric "moestream_kv_saves_total{reason=\"evict\"}")" -ge 1 ]'
+stop_server both
+
 # ---- bad flags are usage errors
 "$BIN" serve -m "$M" --kv-disk-space-mb 0 >/dev/null 2>"$TMP/e1"
 rc=$?
@@ -143,4 +158,7 @@ check "bad --kv-disk-space-mb exits 2 naming the flag" '[ $rc -eq 2 ] && grep -q
 "$BIN" serve -m "$M" --kv-disk-dir "" >/dev/null 2>"$TMP/e2"
 rc=$?
 check "empty --kv-disk-dir exits 2" '[ $rc -eq 2 ] && grep -q "kv-disk-dir" "$TMP/e2"'
+"$BIN" serve -m "$M" --kv-ram-mb -1 >/dev/null 2>"$TMP/e3"
+rc=$?
+check "bad --kv-ram-mb exits 2 naming the flag" '[ $rc -eq 2 ] && grep -q "kv-ram-mb" "$TMP/e3"'
 finish cli_serve_kv

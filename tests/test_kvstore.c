@@ -336,6 +336,67 @@ static void test_snapshot_marks(void **state) {
     ms_snapshot_free(m2);
 }
 
+/* A session's whole state as bytes (ms_session_state_save / _load, what
+ * serve keeps in memory beside its live session): a load brings back the
+ * saved session exactly (the same logits, the same continuation as one
+ * uninterrupted eval), in another session too, and makes snapshots
+ * stale; damaged, truncated or too long states are refused and leave the
+ * session empty; an empty session has no state. */
+static void test_state_bytes(void **state) {
+    (void)state;
+    struct ms_engine *eng = load(g_tiny, MS_STREAM_OFF);
+    const uint32_t V = ms_engine_info(eng).n_vocab;
+    int32_t tok[300];
+    text_tokens(eng, tok, 300, 5);
+    struct ms_session *a = new_session(eng), *b = new_session(eng), *ref = new_session(eng);
+    ms_err e = {{0}};
+    assert_int_equal(ms_session_state_bytes(a), 0);
+    assert_int_equal(ms_session_state_save(a, &e, sizeof e, &e), -1);
+    eval(a, tok, 170); /* past a ratio-128 row */
+    const uint64_t n = ms_session_state_bytes(a);
+    /* at least the KV state of 170 positions and the logits */
+    assert_true(n >= ms_engine_kv_bytes(eng, 170) / 2 + (uint64_t)V * 4);
+    uint8_t *buf = malloc(n + 1);
+    assert_int_equal(ms_session_state_save(a, buf, n - 1, &e), -1);
+    if (ms_session_state_save(a, buf, n, &e)) fail_msg("%s", e.msg);
+    float *l170 = malloc((size_t)V * 4);
+    memcpy(l170, ms_session_logits(a), V * 4);
+    eval(ref, tok, 300);
+    eval(a, tok + 170, 40);
+    struct ms_snapshot *m = ms_session_snapshot(a);
+    if (ms_session_state_load(a, buf, n, &e)) fail_msg("%s", e.msg);
+    assert_false(ms_snapshot_valid(a, m));
+    assert_int_equal(ms_session_n_past(a), 170);
+    assert_memory_equal(ms_session_tokens(a), tok, 170 * sizeof *tok);
+    assert_memory_equal(ms_session_logits(a), l170, V * 4);
+    eval(a, tok + 170, 130);
+    assert_memory_equal(ms_session_logits(a), ms_session_logits(ref), V * 4);
+    if (ms_session_state_load(b, buf, n, &e)) fail_msg("%s", e.msg);
+    eval(b, tok + 170, 130);
+    assert_memory_equal(ms_session_logits(b), ms_session_logits(ref), V * 4);
+    /* truncated, a damaged header, one byte too many, a short context */
+    assert_int_equal(ms_session_state_load(b, buf, n - 1, &e), -1);
+    assert_int_equal(ms_session_n_past(b), 0);
+    eval(b, tok, 10);
+    buf[0] ^= 0x40;
+    assert_int_equal(ms_session_state_load(b, buf, n, &e), -1);
+    assert_int_equal(ms_session_n_past(b), 0);
+    buf[0] ^= 0x40;
+    assert_int_equal(ms_session_state_load(b, buf, n + 1, &e), -1);
+    struct ms_session *small = NULL;
+    if (ms_session_new(&small, eng, 100, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(ms_session_state_load(small, buf, n, &e), -1);
+    assert_int_equal(ms_session_n_past(small), 0);
+    ms_snapshot_free(m);
+    free(buf);
+    free(l170);
+    ms_session_free(a);
+    ms_session_free(b);
+    ms_session_free(ref);
+    ms_session_free(small);
+    ms_engine_free(eng);
+}
+
 /* Whether the text of ids[0..n) ends where a character ends. */
 static bool ends_char(struct ms_engine *eng, const int32_t *ids, int64_t n) {
     size_t len;
@@ -1151,6 +1212,7 @@ static void test_named(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_marks),
+        cmocka_unit_test(test_state_bytes),
         cmocka_unit_test(test_utf8_cuts),
         cmocka_unit_test(test_controls_by_text),
         cmocka_unit_test(test_longest_prefix),

@@ -19,6 +19,7 @@
 #include "model/hparams.h"
 #include "model/layout.h"
 #include "moestream.h"
+#include "server/server.h"
 #include "text/utf8.h"
 #include "util/parse.h"
 
@@ -491,7 +492,8 @@ struct inspect_opts {
     "                 [--prefill-chunk N] [--cache-pct P] [--for run|chat|serve|bench] [--kv]\n" \
     "                 [--json]\n"                                                              \
     "  --for CMD  plan as CMD does (chat, serve and bench keep a snapshot of the session;\n"  \
-    "             chat and serve take the longest context memory allows, up to 131072)\n"   \
+    "             chat and serve take the longest context memory allows, up to 131072;\n"   \
+    "             serve keeps --kv-ram-mb 2048 of session states)\n"                       \
     "  --kv       with a disk KV cache (its prefill's checkpoint captures)\n"
 
 /* Parses the value of a --plan option a at argv[*i + 1] into o->ep; 2 on a
@@ -522,6 +524,7 @@ static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
         }
         o->ep.n_snapshots = strcmp(v, "run") ? 1 : 0; /* as those commands set it */
         o->conversation = !strcmp(v, "chat") || !strcmp(v, "serve");
+        o->ep.kept_state_bytes = strcmp(v, "serve") ? 0 : (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20;
     } else if (!strcmp(a, "--prefill-chunk")) {
         if (ms_parse_long(v, 0, 1L << 40, &n)) {
             fprintf(stderr, "moestream inspect: --prefill-chunk takes an integer >= 0, got "

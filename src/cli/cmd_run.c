@@ -245,26 +245,37 @@ static int run_run(const struct run_opts *o) {
     struct gen_out out = {0};
     struct ms_tokenizer *early = NULL;
     int rc = 1;
-    /* Without -c the context is what the prompt and -n need (-n counted up
-     * to MS_CTX_AUTO_MAX), at least the default: the prompt is tokenized
-     * before the load sizes the memory plan, since a long context takes
-     * memory from the expert cache. */
-    struct ms_engine_params ep = o->eng.ep;
-    if (ep.n_ctx == 0) {
+    /* Without -c the context holds the prompt and -n tokens (at least the
+     * prompt and one, less -n when memory is short; MS_CTX_AUTO with
+     * n_prompt): the prompt is tokenized before the load sizes the memory
+     * plan, since a long context takes memory from the expert cache. */
+    struct engine_cli eng = o->eng;
+    if (eng.ep.n_ctx == 0) {
         if (ms_model_tokenizer_load(&early, model, &err) || prompt_tokens(early, o, &ids, &n_ids, &err))
             goto fail;
-        const int64_t need = (int64_t)n_ids + (o->n_predict < MS_CTX_AUTO_MAX ? o->n_predict
-                                                                              : MS_CTX_AUTO_MAX);
-        if (need > MS_CTX_DEFAULT) ep.n_ctx = need;
+        if (n_ids == 0) {
+            ms_err_set(&err, "the prompt has no tokens");
+            goto fail;
+        }
+        eng.ep.n_ctx = MS_CTX_AUTO;
+        eng.ep.n_prompt = (int64_t)n_ids;
+        eng.ep.n_gen = o->n_predict;
     }
-    if (ms_engine_load(&e, &ep, &err)) goto fail;
+    if (ms_engine_load(&e, &eng.ep, &err)) {
+        if (eng.ep.n_prompt)
+            ms_err_prefix(&err, "the prompt's %zu tokens and one generated need %zu positions",
+                          n_ids, n_ids + 1);
+        goto fail;
+    }
     if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
-    engine_cli_after_load("run", &o->eng, e);
+    engine_cli_after_load("run", &eng, e);
     const struct ms_model_info info = ms_engine_info(e);
-    if (ep.n_ctx != o->eng.ep.n_ctx && info.n_ctx_train > 0 && ep.n_ctx > (int64_t)info.n_ctx_train)
-        fprintf(stderr, "moestream run: warning: the prompt and -n need %lld positions, above the "
-                        "model's training context (%u); quality past it is not what the model "
-                        "was trained for\n", (long long)ep.n_ctx, info.n_ctx_train);
+    const int64_t n_ctx = ms_engine_plan_info(e)->n_ctx;
+    if (eng.ep.n_prompt && info.n_ctx_train > 0 && n_ctx > (int64_t)info.n_ctx_train)
+        fprintf(stderr, "moestream run: warning: the context of %lld positions (the prompt's %zu "
+                        "tokens and up to -n more) is above the model's training context (%u); "
+                        "quality past it is not what the model was trained for\n",
+                (long long)n_ctx, n_ids, info.n_ctx_train);
     const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
     if (!tok) {
         ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", model);

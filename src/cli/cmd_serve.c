@@ -20,6 +20,7 @@
 
 static volatile sig_atomic_t g_stop;
 
+
 static void on_signal(int sig) {
     (void)sig;
     g_stop = 1;
@@ -40,7 +41,11 @@ static void usage(FILE *f) {
             "      --timeout S      idle connection timeout in seconds (default 600)\n"
             "      --keepalive S    SSE keepalive comment period in seconds, (0, 5] (default 2)\n"
             "      --max-tokens N   generation limit when a request sets none (default 4096)\n"
-            "      --port-file FILE write the bound port to FILE once listening\n" KV_SERVE_HELP
+            "      --port-file FILE write the bound port to FILE once listening\n"
+            "      --kv-ram-mb N    memory for session states kept beside the live one, so a\n"
+            "                       request from another conversation does not cost this one a\n"
+            "                       whole prefill on its next turn (default 2048; 0 = off; the\n"
+            "                       memory plan counts it)\n" KV_SERVE_HELP
                 ENGINE_HELP);
 }
 
@@ -57,6 +62,7 @@ int cmd_serve(int argc, char **argv) {
         OPT_KEEPALIVE,
         OPT_MAX_TOKENS,
         OPT_PORT_FILE,
+        OPT_KV_RAM_MB,
     };
     static const struct option opts[] = {
         {"host", required_argument, 0, OPT_HOST},
@@ -70,6 +76,7 @@ int cmd_serve(int argc, char **argv) {
         {"keepalive", required_argument, 0, OPT_KEEPALIVE},
         {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
         {"port-file", required_argument, 0, OPT_PORT_FILE},
+        {"kv-ram-mb", required_argument, 0, OPT_KV_RAM_MB},
         {"help", no_argument, 0, 'h'},
         ENGINE_OPTIONS,
         KV_SERVE_OPTIONS,
@@ -77,7 +84,8 @@ int cmd_serve(int argc, char **argv) {
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
     eng.ep.n_ctx = MS_CTX_AUTO; /* a conversation grows: as long as memory allows */
     struct kv_cli kp = {.p = ms_kv_params_default(NULL)};
-    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp.p};
+    struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp.p,
+                                .ram_bytes = (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20};
     long v;
     int c;
     optind = 1;
@@ -150,6 +158,13 @@ int cmd_serve(int argc, char **argv) {
             so.default_max_tokens = v;
             break;
         case OPT_PORT_FILE: so.port_file = optarg; break;
+        case OPT_KV_RAM_MB:
+            if (ms_parse_long(optarg, 0, 1L << 30, &v)) {
+                fprintf(stderr, "moestream serve: --kv-ram-mb must be an integer >= 0 (MiB)\n");
+                return 2;
+            }
+            so.ram_bytes = (uint64_t)v << 20;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream serve: unknown option or missing value '%s'\n",
@@ -172,6 +187,7 @@ int cmd_serve(int argc, char **argv) {
     if (kv_cli_check("serve", &kp)) return 2;
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     eng.ep.n_snapshots = 1; /* the live session before its prompt's last token */
+    eng.ep.kept_state_bytes = so.ram_bytes;
     eng.ep.kv_captures = kp.p.dir != NULL;
     eng.ep.kv_interval = kp.p.interval_tokens;
     const struct ms_engine_params ep = eng.ep;

@@ -159,16 +159,15 @@ void engine_cli_after_load(const char *cmd, const struct engine_cli *e,
                            const struct ms_engine *eng) {
     const struct ms_model_info info = ms_engine_info(eng);
     if (e->ep.n_ctx == MS_CTX_AUTO) {
-        const int64_t n = ms_engine_plan_info(eng)->n_ctx;
-        const int64_t want = info.n_ctx_train > 0 && info.n_ctx_train < MS_CTX_AUTO_MAX
-                                 ? (int64_t)info.n_ctx_train : MS_CTX_AUTO_MAX;
-        /* said only where the context is not simply the model's */
-        if (n < want)
-            fprintf(stderr, "%s: context %lld positions, the longest up to %lld that the memory "
-                            "plan fits (-c sets it)\n", cmd, (long long)n, (long long)want);
-        else if (n < (int64_t)info.n_ctx_train)
+        const struct ms_plan *pl = ms_engine_plan_info(eng);
+        /* said only where the context is not simply what was asked for */
+        if (pl->n_ctx < pl->n_ctx_auto)
+            fprintf(stderr, "%s: context %lld positions, halved from %lld for the memory plan "
+                            "(to keep its residency, layer buffers and half its expert cache; "
+                            "-c sets it)\n", cmd, (long long)pl->n_ctx, (long long)pl->n_ctx_auto);
+        else if (e->ep.n_prompt == 0 && pl->n_ctx < (int64_t)info.n_ctx_train)
             fprintf(stderr, "%s: context %lld positions, of the model's %u (-c sets it)\n", cmd,
-                    (long long)n, info.n_ctx_train);
+                    (long long)pl->n_ctx, info.n_ctx_train);
     }
     if (e->ep.n_ctx > 0 && info.n_ctx_train > 0 && e->ep.n_ctx > (int64_t)info.n_ctx_train)
         fprintf(stderr, "moestream %s: warning: -c %lld is above the model's training context "

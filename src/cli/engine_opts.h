@@ -54,9 +54,9 @@ enum {
     "  -t, --threads N      worker threads; 0 (default) = the CPUs this process may use:\n"       \
     "                       its affinity mask (taskset) bounded by its cgroup CPU quota\n"        \
     "      --pin-threads    pin the threads one per CPU of the affinity mask\n"                  \
-    "  -c, --ctx-size N     context size in positions (default: run: 4096, or what the prompt\n" \
-    "                       and -n need; logits: the prompt's; chat, serve: the model's, at\n"   \
-    "                       most 131072, less when the memory plan does not fit it; bench:\n"    \
+    "  -c, --ctx-size N     context size in positions (default: run: the prompt and -n, at\n"  \
+    "                       least 4096; logits: the prompt's; chat, serve: the model's, at\n"    \
+    "                       most 131072; run, chat, serve: less when memory is short; bench:\n" \
     "                       its --ctx-max)\n"                                                    \
     "      --quality        F32 activations (exact math on the stored weights)\n"                 \
     "      --stream         stream routed experts from disk even if the model fits in memory\n"   \

@@ -675,6 +675,17 @@ static int find_candidates(struct ms_kvstore *kv, const char *text, size_t len, 
     return 0;
 }
 
+int ms_kv_longest_prefix(struct ms_kvstore *kv, const char *text, size_t len, int64_t n_ctx,
+                         size_t *out, ms_err *err) {
+    struct cand *v;
+    size_t n;
+    *out = 0;
+    if (find_candidates(kv, text, len, n_ctx, &v, &n, err)) return -1;
+    if (n) *out = (size_t)v[0].text_len;
+    free(v);
+    return 0;
+}
+
 int ms_kv_restore_prefix(struct ms_kvstore *kv, struct ms_session *s, const char *text,
                          size_t len, const int32_t *canon, int64_t n_canon,
                          struct ms_kv_restored *res, ms_err *err) {

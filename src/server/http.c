@@ -226,6 +226,12 @@ static char *metrics_body(struct server *sv) {
     COUNTER("prefix_cache_hits_total", "Requests that extended the live session.", m.prefix_hits);
     COUNTER("snapshot_restores_total", "Requests that restored the in-memory snapshot (the live session before its prompt's last token).", m.snapshot_restores);
     COUNTER("full_prefills_total", "Requests prefilled from an empty session.", m.full_prefills);
+    COUNTER("ram_restores_total", "Requests that restored a session state kept in memory (--kv-ram-mb).", m.ram_hits);
+    COUNTER("ram_kept_total", "Session states kept in memory when another prompt replaced them.", m.ram_parked);
+    COUNTER("ram_evicted_total", "Session states dropped from memory for the --kv-ram-mb budget.", m.ram_evicted);
+    GAUGE("ram_bytes", "Bytes of the session states kept in memory.", "%llu", (unsigned long long)m.ram_bytes);
+    GAUGE("ram_budget_bytes", "The --kv-ram-mb budget in bytes.", "%llu", (unsigned long long)m.ram_budget);
+    GAUGE("ram_states", "Session states kept in memory.", "%llu", (unsigned long long)m.ram_entries);
     if (m.kv_on) {
         static const char *reasons[] = {NULL, "cold", "continued", "evict", "shutdown", "named"};
         COUNTER("kv_restores_total", "Requests that restored a disk KV checkpoint.", m.kv_hits);
@@ -539,6 +545,8 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     if (ms_session_new(&sv->s, e, sv->o.n_ctx, err)) goto out;
     sv->n_ctx = ms_session_n_ctx(sv->s);
     sv->live_disk_n = -1;
+    sv->pk.budget = sv->o.ram_bytes;
+    sv->m.ram_budget = sv->o.ram_bytes;
     if (sv->o.kv && sv->o.kv->dir) {
         /* opened here, then used by the worker only (a store is not thread-safe) */
         if (ms_kv_open(&sv->kv, e, sv->o.kv, err)) goto out;
@@ -599,6 +607,7 @@ out:
     for (int i = 0; d && i < 100 && atomic_load(&sv->active) > 0; i++) usleep(30 * 1000);
     if (d) MHD_stop_daemon(d);
     ms_kv_close(sv->kv);
+    parked_free(&sv->pk);
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);

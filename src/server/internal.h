@@ -22,6 +22,7 @@
 
 #include "moestream.h"
 #include "sample/sampler.h"
+#include "server/parked.h"
 #include "server/server.h"
 #include "text/chat_template.h"
 #include "text/utf8.h"
@@ -118,6 +119,9 @@ struct metrics {
     bool kv_on;
     struct ms_kv_stats kv;
     uint64_t kv_hits;       /* requests that restored a disk checkpoint */
+    /* states kept in memory (--kv-ram-mb): restores, and the store's
+     * figures as the worker publishes them */
+    uint64_t ram_hits, ram_parked, ram_evicted, ram_bytes, ram_entries, ram_budget;
 };
 
 struct server {
@@ -156,6 +160,8 @@ struct server {
     int64_t kv_min_tokens;
     int64_t live_disk_n;    /* n_past when the live session was saved or restored whole; -1 */
     bool snap_on_disk;
+    /* worker-only: states kept in memory beside the live one (--kv-ram-mb) */
+    struct parked pk;
 };
 
 /* ---- api.c: request parsing and response formatting ---- */

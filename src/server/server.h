@@ -14,6 +14,13 @@
 #include "moestream.h"
 #include "util/err.h"
 
+/* serve --kv-ram-mb by default: at DeepSeek V4 Flash's shape a session
+ * state is about 14 KiB a token, so 2 GiB keeps a 100 K-token conversation
+ * or a few shorter ones while side requests run (a re-prefill of one
+ * costs minutes of CPU there), at 2 GiB of the expert cache's 30+ on a
+ * 64 GiB machine. */
+#define MS_SERVE_RAM_MB_DEFAULT 2048
+
 struct ms_server_opts {
     const char *host;       /* bind address (default "127.0.0.1") */
     int port;               /* default 8000; 0 = any free port */
@@ -31,6 +38,10 @@ struct ms_server_opts {
      * The store is opened by ms_server_run and used by the worker thread
      * only (it is not thread-safe). */
     const struct ms_kv_params *kv;
+    /* Session states kept in memory beside the live one (server/parked.h),
+     * at most this many bytes; 0 = none. The caller counts them in the
+     * engine's memory plan (ms_engine_params.kept_state_bytes). */
+    uint64_t ram_bytes;
     volatile sig_atomic_t *stop; /* set by the caller's SIGTERM/SIGINT handler */
     /* Test hook: when set, generation k emits scripted_outputs[k % n] (its
      * tokens, special-token text parsed, then end of sentence) instead of

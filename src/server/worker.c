@@ -213,6 +213,112 @@ static void kv_keep(struct server *sv, enum ms_kv_reason why) {
     kv_publish(sv);
 }
 
+/* ---- states kept in memory (worker-only) ---------------------------------- */
+
+/* Copies the store's figures into the metrics. */
+static void ram_publish(struct server *sv) {
+    pthread_mutex_lock(&sv->mu);
+    sv->m.ram_parked = sv->pk.parked;
+    sv->m.ram_evicted = sv->pk.evicted;
+    sv->m.ram_bytes = sv->pk.bytes;
+    sv->m.ram_entries = sv->pk.n;
+    sv->m.ram_budget = sv->pk.budget;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+static void ram_park(struct server *sv, const char *text, size_t len) {
+    ms_err e = {0};
+    if (parked_put(&sv->pk, sv->s, text, len, &e) < 0)
+        fprintf(stderr, "serve: session state not kept in memory: %s\n", e.msg);
+}
+
+/*
+ * Before the live session is replaced by a prompt it does not serve: keeps
+ * in memory, and with a disk KV cache on disk (kv_keep), what a later
+ * request could extend: the live session, and the snapshot before the last
+ * prompt token (the live session is skipped when it is that snapshot plus
+ * one token). Leaves the session holding something else; the caller
+ * replaces it next.
+ */
+static void keep_states(struct server *sv) {
+    snap_check(sv);
+    const int64_t n = ms_session_n_past(sv->s);
+    const bool snap_in_live = sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
+                              !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
+    const bool keep_live = n > 0 && sv->live.len > 0 &&
+                           !(sv->snap && snap_in_live && n - sv->snap_n <= 1);
+    if (sv->pk.budget && keep_live) ram_park(sv, sv->live.p, sv->live.len);
+    kv_keep(sv, MS_KV_EVICT); /* may leave the session holding the snapshot */
+    snap_check(sv);
+    if (sv->pk.budget && sv->snap) {
+        ms_err e = {0};
+        if (ms_session_restore(sv->s, sv->snap, &e)) {
+            fprintf(stderr, "serve: snapshot not kept in memory: %s\n", e.msg);
+        } else {
+            ram_park(sv, sv->snap_text, sv->snap_len);
+            if (live_set(sv, sv->snap_text, sv->snap_len)) sv->live.len = 0;
+        }
+    }
+    ram_publish(sv);
+}
+
+/* Brings the session to the longest state kept in memory, of at least
+ * min_len bytes of text, that j's prompt extends (as the live session
+ * would serve it: a clean cut of the prompt's tokens, the same control
+ * tokens). Returns the prompt's token index where the state ends, or -1
+ * when none serves (the session is then unchanged, or empty after a state
+ * that failed to load). */
+static int64_t ram_restore(struct server *sv, const struct job *j, size_t min_len) {
+    size_t best = SIZE_MAX;
+    int64_t from = -1;
+    for (size_t i = 0; i < sv->pk.n; i++) {
+        const struct parked_entry *e = &sv->pk.v[i];
+        if (e->len < min_len || (best != SIZE_MAX && e->len <= sv->pk.v[best].len)) continue;
+        if (e->n >= sv->n_ctx || !extends(j, e->text, e->len)) continue;
+        const int64_t cut = cut_at(j, e->len);
+        if (cut < 0 ||
+            !ms_tokenizer_same_controls(sv->tok, e->ids, (size_t)e->n, j->ids, j->n_ids, e->len))
+            continue;
+        best = i;
+        from = cut;
+    }
+    if (best == SIZE_MAX) return -1;
+    const struct parked_entry *e = &sv->pk.v[best];
+    ms_err err = {0};
+    if (ms_session_state_load(sv->s, e->state, e->state_bytes, &err) ||
+        live_set(sv, e->text, e->len)) {
+        fprintf(stderr, "serve: %s: a state kept in memory did not load: %s\n", j->id,
+                err.msg[0] ? err.msg : "out of memory");
+        parked_drop(&sv->pk, best);
+        ms_session_reset(sv->s);
+        sv->live.len = 0;
+        ram_publish(sv);
+        return -1;
+    }
+    parked_touch(&sv->pk, best);
+    sv->live_disk_n = -1;
+    fprintf(stderr, "serve: %s: restored %lld tokens kept in memory\n", j->id, (long long)e->n);
+    pthread_mutex_lock(&sv->mu);
+    sv->m.ram_hits++;
+    pthread_mutex_unlock(&sv->mu);
+    return from;
+}
+
+/* A prompt the live session and the snapshot do not serve: keeps them
+ * (keep_states), then restores the longest state kept in memory that
+ * serves j, unless the disk KV cache holds a longer prefix of it (a tie
+ * goes to memory: no read) (ram_restore's result; -1: the disk KV cache
+ * or an empty session next). */
+static int64_t switch_states(struct server *sv, const struct job *j) {
+    keep_states(sv);
+    if (!sv->pk.n) return -1;
+    size_t on_disk = 0;
+    ms_err e = {0};
+    if (sv->kv && ms_kv_longest_prefix(sv->kv, j->prompt, j->prompt_len, sv->n_ctx, &on_disk, &e))
+        fprintf(stderr, "serve: %s: disk KV cache lookup: %s\n", j->id, e.msg);
+    return ram_restore(sv, j, on_disk);
+}
+
 /* Prefills of at least this many tokens log each quarter they pass: a long
  * prompt streamed from disk takes minutes at the real model's size, and
  * the operator sees it move instead of a silent server. */
@@ -291,10 +397,11 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
         pthread_mutex_lock(&sv->mu);
         sv->m.snapshot_restores++;
         pthread_mutex_unlock(&sv->mu);
+    } else if ((from = switch_states(sv, j)) >= 0) {
+        text_from = sv->live.len;
     } else {
         struct ms_kv_restored kr = {0};
         if (sv->kv) {
-            kv_keep(sv, MS_KV_EVICT);
             if (ms_kv_restore_prefix(sv->kv, sv->s, j->prompt, j->prompt_len, j->ids,
                                      (int64_t)j->n_ids, &kr, err))
                 goto broken;
