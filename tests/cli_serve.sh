@@ -189,6 +189,13 @@ bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"stream_options
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"extreme"}'
 bad_req 400 POST $C '{"model":5,"messages":[{"role":"user","content":"x"}]}'
 bad_req 400 POST $C "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG\"}]}" "prompt longer than the context"
+# the shapes agents act on: OpenAI's code, Anthropic's "prompt is too long" message
+R=$(post $C "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG\"}]}")
+check "too long (OpenAI): invalid_request_error, code context_length_exceeded" \
+    'jq -e ".error.type == \"invalid_request_error\" and .error.code == \"context_length_exceeded\"" <<<"$R" >/dev/null'
+R=$(post /v1/messages "{\"model\":\"x\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"$LONG\"}]}")
+check "too long (Anthropic): invalid_request_error, prompt is too long: N tokens > 1023 maximum" \
+    'jq -e ".error.type == \"invalid_request_error\"" <<<"$R" >/dev/null && jq -r .error.message <<<"$R" | grep -Eiq "prompt is too long[^0-9]*[0-9]+ tokens? > 1023"'
 bad_req 400 POST /v1/messages '{"model":"x","messages":[{"role":"user","content":"x"}]}' "messages without max_tokens"
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}'
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}'

@@ -75,8 +75,8 @@ char *api_error_body(enum api_kind k, const struct http_err *e) {
                          : e->status >= 500 ? (e->status == 503 ? "server_overloaded" : "server_error")
                          : e->status == 404 ? "not_found_error"
                          : e->type ? e->type : "invalid_request_error";
-        o = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", ms_json_text(e->msg, strlen(e->msg)),
-                      "type", ot, "param", "code");
+        o = json_pack("{s:{s:o, s:s, s:n, s:o}}", "error", "message", ms_json_text(e->msg, strlen(e->msg)),
+                      "type", ot, "param", "code", e->code ? json_string(e->code) : json_null());
     }
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -458,9 +458,13 @@ fail:
 
 static int check_ctx(struct server *sv, struct job *j, int64_t max_tokens, struct http_err *e) {
     if ((int64_t)j->n_ids >= sv->n_ctx) {
-        e->type = "context_length_exceeded";
-        return http_fail(e, 400, "the prompt is %zu tokens; the context holds %lld", j->n_ids,
-                         (long long)sv->n_ctx);
+        /* the shapes the agents act on (they compact the conversation):
+         * OpenAI's code context_length_exceeded, and for Anthropic clients
+         * its message "prompt is too long: N tokens > M maximum" */
+        e->code = "context_length_exceeded";
+        return http_fail(e, 400, "prompt is too long: %zu tokens > %lld maximum (the server's "
+                         "context is %lld positions, one kept for the answer)", j->n_ids,
+                         (long long)sv->n_ctx - 1, (long long)sv->n_ctx);
     }
     const int64_t room = sv->n_ctx - (int64_t)j->n_ids;
     if (max_tokens <= 0) max_tokens = sv->o.default_max_tokens;

@@ -34,6 +34,7 @@ enum api_kind { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };
 struct http_err {
     int status;
     const char *type; /* OpenAI "type" / Anthropic error.type; NULL = by status */
+    const char *code; /* OpenAI "code" (null when NULL) */
     char msg[512];
 };
 int http_fail(struct http_err *e, int status, const char *fmt, ...)
