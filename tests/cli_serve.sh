@@ -336,6 +336,33 @@ check "tools responses stream: function_call item and arguments events" \
     'grep -q "event: response.function_call_arguments.done" <<<"$S" && grep -q "\"type\":\"function_call\"" <<<"$S" && grep -q "event: response.completed" <<<"$S" && ! grep -q "DSML" <<<"$S"'
 stop_server tools
 
+# a tool call the model opens inside its reasoning (no </think> sampled):
+# the tool-result turn is rendered as the live session holds it, so it
+# reuses the whole session too
+cat >"$TMP/script2.txt" <<'SCRIPT'
+I should check the weather.
+
+<｜DSML｜tool_calls>
+<｜DSML｜invoke name="get_weather">
+<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
+Done.</think>Sunny.
+SCRIPT
+MOESTREAM_SERVE_SCRIPT="$TMP/script2.txt" start_server tools2 -m "$TMP/m.gguf"
+U=$(url tools2)
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":$TOOLS}")
+check "call inside the reasoning: reasoning, no content, one call" \
+    'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"I should check the weather.\" and (.choices[0].message.content // \"\") == \"\"" <<<"$R" >/dev/null'
+MSG=$(jq -c .choices[0].message <<<"$R")
+ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
+LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+check "call inside the reasoning: the tool result turn reuses the whole live session ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
+stop_server tools2
+
 # ---- the context without -c: the model's, at most 131072 (said on stderr
 # when less than the model's); -c still rules
 tiny_model "$TMP/long.gguf" --seed 3 --n-ctx-train 262144

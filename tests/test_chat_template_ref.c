@@ -122,9 +122,12 @@ static void test_plain_spans(void **state) {
     ms_chat_out_free(&out);
 }
 
-static const char *replay_fn(void *ctx, const json_t *calls, size_t *len) {
+static bool g_in_reasoning;
+
+static const char *replay_fn(void *ctx, const json_t *calls, size_t *len, bool *in_reasoning) {
     (void)calls;
     *len = strlen(ctx);
+    *in_reasoning = g_in_reasoning;
     return ctx;
 }
 
@@ -146,6 +149,29 @@ static void test_replay(void **state) {
     assert_int_equal(ms_chat_render_ex(m, 2, &o, &out, &err), 0);
     assert_non_null(strstr(out.text, "x\n<｜DSML｜tool_calls>RAW</｜DSML｜tool_calls><｜end▁of▁sentence｜>"));
     ms_chat_out_free(&out);
+    /* a block the model opened inside its reasoning: with the reasoning
+     * rendered and no answer text, no "</think>" (the model wrote none);
+     * with answer text, or without the reasoning, the template's */
+    const struct ms_chat_message r[] = {{"user", "u", NULL, NULL}, {"assistant", "", "plan", calls}};
+    o.thinking = true;
+    g_in_reasoning = true;
+    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>plan\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    g_in_reasoning = false;
+    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>plan</think>\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    g_in_reasoning = true;
+    const struct ms_chat_message r2[] = {{"user", "u", NULL, NULL}, {"assistant", "x", "plan", calls}};
+    assert_int_equal(ms_chat_render_ex(r2, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>plan</think>x\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    o.thinking = false;
+    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "</think>\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    g_in_reasoning = false;
     /* arguments that are not an object are an error */
     json_t *bad = json_loads("[{\"id\":\"c1\",\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]", 0, NULL);
     const struct ms_chat_message m2[] = {{"assistant", "x", NULL, bad}};

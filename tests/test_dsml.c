@@ -76,6 +76,7 @@ static void run(const char *in, bool reasoning, const size_t *cuts, size_t n_cut
         at = to;
     }
     ms_dsml_finish(&p);
+    if (p.block_in_reasoning) add(l, "[IR]", 4); /* the block opened before </think> */
     ms_dsml_free(&p);
 }
 
@@ -138,7 +139,7 @@ static void test_call_inside_reasoning(void **state) {
                       "parameter name=\"x\" string=\"false\">not json</" D "parameter></" D
                       "invoke></" D "tool_calls>";
     char want[256];
-    snprintf(want, sizeof want, "[R]I will call it.[T0]f {\"x\":\"not json\"}[END %zu]",
+    snprintf(want, sizeof want, "[R]I will call it.[T0]f {\"x\":\"not json\"}[END %zu][IR]",
              strlen(in) - strlen("I will call it."));
     check_all_splits(in, true, want);
 }

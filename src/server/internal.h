@@ -106,6 +106,7 @@ struct replay_entry {
     char *ids;  /* tool-call ids joined by '\n' */
     char *raw;  /* the sampled DSML block */
     size_t raw_len;
+    bool in_reasoning; /* opened before "</think>" (ms_dsml.block_in_reasoning) */
 };
 #define REPLAY_MAX 256
 
@@ -196,8 +197,9 @@ void job_emit(struct job *j, const char *s, size_t n);
 /* ---- worker.c ---- */
 void *worker_main(void *arg);
 /* Replay lookup for the chat template (sv->mu taken inside). */
-const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len);
-void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len);
+const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len, bool *in_reasoning);
+void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
+                   bool in_reasoning);
 void job_release(struct job *j);
 double now_s(void);
 

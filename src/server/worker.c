@@ -53,7 +53,8 @@ static char *join_ids(const json_t *calls) {
     return b.p;
 }
 
-void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len) {
+void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
+                   bool in_reasoning) {
     char *ids = join_ids(calls);
     char *copy = malloc(raw_len + 1);
     if (!ids || !copy) {
@@ -71,6 +72,7 @@ void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw
     r->ids = ids;
     r->raw = copy;
     r->raw_len = raw_len;
+    r->in_reasoning = in_reasoning;
     pthread_mutex_unlock(&sv->mu);
 }
 
@@ -81,7 +83,7 @@ struct replay_ctx {
     int n;
 };
 
-const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len) {
+const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len, bool *in_reasoning) {
     struct replay_ctx *rc = ctx;
     if (rc->n == (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
     char *ids = join_ids(tool_calls);
@@ -95,6 +97,7 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len) {
             if (hit) {
                 memcpy(hit, r->raw, r->raw_len + 1);
                 *len = r->raw_len;
+                *in_reasoning = r->in_reasoning;
             }
             break;
         }
@@ -580,7 +583,7 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     case MS_DSML_EV_TOOLS_END:
         g->tools_done = true;
         if (g->j->calls && json_array_size(g->j->calls) > 0)
-            replay_record(g->sv, g->j->calls, ev->text, ev->len);
+            replay_record(g->sv, g->j->calls, ev->text, ev->len, g->parser.block_in_reasoning);
         break;
     case MS_DSML_EV_ERROR:
         g->tool_error = true;

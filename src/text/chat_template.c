@@ -347,15 +347,22 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
             in_user = false;
             put(&b, MS_CHAT_ASSISTANT);
             const bool after_last_user = last_user == (size_t)-1 || i > last_user;
-            if (o->thinking && (has_tools || after_last_user || has_tool_results)) {
+            const bool think = o->thinking && (has_tools || after_last_user || has_tool_results);
+            const bool calls = m->tool_calls && json_array_size(m->tool_calls) > 0;
+            size_t rlen = 0;
+            bool in_reasoning = false;
+            const char *raw =
+                calls && o->replay ? o->replay(o->replay_ctx, m->tool_calls, &rlen, &in_reasoning) : NULL;
+            if (think) {
                 put(&b, MS_CHAT_THINK);
                 put_plain_s(&b, m->reasoning);
             }
-            put(&b, MS_CHAT_END_THINK);
+            /* a replayed block opened inside the reasoning closed it there,
+             * as the live session holds it */
+            if (!(raw && in_reasoning && think && (!m->content || !*m->content)))
+                put(&b, MS_CHAT_END_THINK);
             put_plain_s(&b, m->content);
-            if (m->tool_calls && json_array_size(m->tool_calls) > 0) {
-                size_t rlen = 0;
-                const char *raw = o->replay ? o->replay(o->replay_ctx, m->tool_calls, &rlen) : NULL;
+            if (calls) {
                 if (raw) {
                     putn(&b, raw, rlen);
                 } else if (put_tool_calls(&b, m->tool_calls, i, err)) {

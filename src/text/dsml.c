@@ -249,6 +249,7 @@ static void step(struct ms_dsml *p) {
                 while (ws > 0 && is_ws(p->buf[ws - 1])) ws--;
                 emit_text(p, MS_DSML_EV_REASONING, p->buf, ws);
                 open_block(p, ws);
+                p->block_in_reasoning = true;
                 continue;
             }
             size_t h = partial_suffix(p->buf, p->len, S_END_THINK);

@@ -68,6 +68,8 @@ struct ms_dsml {
     size_t block_ws; /* TOOLS: leading whitespace bytes at buf's start */
     size_t scan;     /* TOOLS: bytes of buf already parsed into calls */
     int n_calls;
+    bool block_in_reasoning; /* TOOLS, DONE: the block opened before "</think>"
+                                (which the model then never wrote) */
     bool oom;
     ms_dsml_cb cb;
     void *ctx;
