@@ -126,6 +126,9 @@ check "messages stream: event order" \
     '[ "$(grep "^event:" <<<"$S" | head -n 1)" = "event: message_start" ] && [ "$(grep "^event:" <<<"$S" | tail -n 1)" = "event: message_stop" ] && grep -q "event: message_delta" <<<"$S" && grep -q "content_block_start" <<<"$S"'
 R=$(post /v1/messages/count_tokens '{"model":"x","messages":[{"role":"user","content":"Hi there"}]}')
 check "count_tokens" '[ "$(jq .input_tokens <<<"$R")" -gt 2 ]'
+# output_config.format is rendered as OpenAI's response_format (the schema in the prompt)
+RF=$(post /v1/messages/count_tokens '{"model":"x","output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"title":{"type":"string"}}}},"effort":"high"},"messages":[{"role":"user","content":"Hi there"}]}')
+check "output_config.format: the schema is in the prompt" '[ "$(jq .input_tokens <<<"$RF")" -gt $(( $(jq .input_tokens <<<"$R") + 10 )) ]'
 
 # ---- Responses
 R=$(post /v1/responses '{"model":"x","instructions":"Be brief.","input":"Hi","max_output_tokens":6,"ignore_eos":true}')
@@ -202,6 +205,8 @@ bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"thinking":{"type":"m
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"messages":[{"role":"user","content":[{"type":"video"}]}]}'
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":-3,"messages":[{"role":"user","content":"x"}]}'
 bad_req 400 POST /v1/messages/count_tokens '{"model":"x"}' "count_tokens without messages"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":3,"messages":[{"role":"user","content":"x"}]}' "output_config not an object"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"format":"json"},"messages":[{"role":"user","content":"x"}]}' "output_config.format not an object"
 bad_req 400 POST /v1/responses '{"model":"x"}' "responses without input"
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"teleport"}]}'
 bad_req 400 POST /v1/responses '{"model":"x","input":"hi","previous_response_id":"resp_1"}'

@@ -739,6 +739,26 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
     } else if (th && !json_is_null(th)) {
         return http_fail(e, 400, "thinking: must be an object");
     }
+    /* output_config: effort "max" adds the template's maximum-effort
+     * preamble (as reasoning_effort "max" does), and a format (Claude Code's
+     * title request sends a json_schema one) is rendered as OpenAI's
+     * response_format is */
+    const json_t *oc = json_object_get(req, "output_config");
+    if (json_is_object(oc)) {
+        const json_t *ef = json_object_get(oc, "effort");
+        if (ef && !json_is_null(ef) && !json_is_string(ef))
+            return http_fail(e, 400, "output_config.effort: must be a string");
+        if (json_is_string(ef) && !strcmp(json_string_value(ef), "max")) cm->effort_max = true;
+        const json_t *fmt = json_object_get(oc, "format");
+        if (json_is_object(fmt)) {
+            const char *t = json_string_value(json_object_get(fmt, "type"));
+            if (t && strcmp(t, "text")) cm->response_format = (json_t *)fmt;
+        } else if (fmt && !json_is_null(fmt)) {
+            return http_fail(e, 400, "output_config.format: must be an object");
+        }
+    } else if (oc && !json_is_null(oc)) {
+        return http_fail(e, 400, "output_config: must be an object");
+    }
     const json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return http_fail(e, 400, "messages: must be a non-empty array");
