@@ -231,8 +231,13 @@ static void ram_publish(struct server *sv) {
 
 static void ram_park(struct server *sv, const char *text, size_t len) {
     ms_err e = {0};
-    if (parked_put(&sv->pk, sv->s, text, len, &e) < 0)
+    const int rc = parked_put(&sv->pk, sv->s, text, len, &e);
+    if (rc < 0)
         fprintf(stderr, "serve: session state not kept in memory: %s\n", e.msg);
+    else if (rc == 0)
+        fprintf(stderr, "serve: a session state of %lld tokens (%.1f MiB) is larger than "
+                        "--kv-ram-mb: not kept in memory\n", (long long)ms_session_n_past(sv->s),
+                (double)ms_session_state_bytes(sv->s) / (1024.0 * 1024.0));
 }
 
 /*
