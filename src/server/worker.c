@@ -11,12 +11,14 @@
  * where they are not the canonical tokenization of their text. Failing
  * that, a snapshot taken just before the last prompt token (the generation
  * prompt's "<think>" / "</think>") is tried the same way: it serves the next
- * turn when the template drops the answered turn's reasoning. Otherwise,
- * with a disk KV cache, the live session (and the snapshot) are saved
- * first when worth it (reason evict), then the longest checkpoint whose
- * text starts the prompt is restored and only the rest of the text is
- * tokenized and prefilled; failing all that the session is reset and the
- * whole prompt is prefilled. Prefill and generation write the store's cold
+ * turn when the template drops the answered turn's reasoning. Otherwise
+ * the live session and the snapshot are kept in memory (server/parked.h,
+ * --kv-ram-mb) and, with a disk KV cache, saved when worth it (reason
+ * evict); then the longest kept state the prompt extends, by the same
+ * rules, is restored, unless the disk holds a longer prefix: its
+ * checkpoint is restored and only the rest of the text is tokenized and
+ * prefilled; failing all that the session is reset and the whole prompt
+ * is prefilled. Prefill and generation write the store's cold
  * and continued checkpoints; the worker saves the live session once more
  * when it stops (reason shutdown). Only this thread touches the store.
  */
