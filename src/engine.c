@@ -255,6 +255,31 @@ static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_par
     return lo;
 }
 
+/* p->kept_state_bytes as kept_state_fit asks (moestream.h): at most a
+ * tenth of the usable memory, halved while the plan at the least context
+ * does not fit (0 below 64 MiB). Kept states save prefills; they must not
+ * stop a model from loading that fits without them. */
+static uint64_t fit_kept_states(const struct dsv4_model *m, const struct ms_engine_params *p,
+                                uint64_t limit) {
+    if (!p->kept_state_fit || !p->kept_state_bytes) return p->kept_state_bytes;
+    const double pct = p->cache_pct > 0 && p->cache_pct <= 100 ? p->cache_pct : 80;
+    struct ms_engine_params q = *p;
+    const uint64_t tenth = (uint64_t)((double)limit * pct / 100.0 / 10.0);
+    if (q.kept_state_bytes > tenth) q.kept_state_bytes = tenth;
+    int64_t lo, hi;
+    auto_range(m, p, &lo, &hi);
+    if (p->n_ctx > 0) lo = p->n_ctx;
+    struct ms_mem_plan_in in;
+    struct dsv4_session_mem mem;
+    struct ms_mem_plan plan;
+    int64_t span;
+    ms_err e2;
+    while (q.kept_state_bytes >= (64u << 20) &&
+           plan_at(m, &q, lo, limit, &in, &mem, &plan, &span, &e2))
+        q.kept_state_bytes /= 2;
+    return q.kept_state_bytes >= (64u << 20) ? q.kept_state_bytes : 0;
+}
+
 /* Decides residency from the memory plan (e->plan, e->plan_line) and, when
  * streaming and open_source, swaps the model's expert source for the SSD
  * expert store. */
@@ -269,6 +294,9 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
     } else if (ms_mem_limit(&limit, &source, "/proc", "/sys/fs/cgroup", err)) {
         return -1;
     }
+    struct ms_engine_params fitted = *p;
+    fitted.kept_state_bytes = fit_kept_states(m, p, limit);
+    p = &fitted;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx
              : p->n_ctx == MS_CTX_AUTO ? auto_n_ctx(m, p, limit)
                                        : default_n_ctx(m);
@@ -293,6 +321,7 @@ static int setup_plan(struct ms_engine *e, const struct ms_engine_params *p, boo
                                .layer_buffer_bytes = plan.headroom_bytes,
                                .cache_bytes = plan.cache_bytes,
                                .n_ctx = e->n_ctx,
+                               .kept_state_bytes = p->kept_state_bytes,
                                .n_ctx_auto = e->n_ctx};
     if (p->n_ctx == MS_CTX_AUTO) {
         int64_t lo;

@@ -93,8 +93,12 @@ struct ms_engine_params {
     int64_t kv_interval;
     /* Bytes of whole session states the caller keeps in memory
      * (ms_session_state_save; serve's --kv-ram-mb), counted in the KV
-     * figure too. */
+     * figure too. With kept_state_fit it is a most: the plan gives them
+     * at most a tenth of the usable memory, halved (to 0 below 64 MiB)
+     * while the plan at the least context does not fit; the amount
+     * planned is ms_plan.kept_state_bytes. */
     uint64_t kept_state_bytes;
+    bool kept_state_fit;
     /* n_ctx = MS_CTX_AUTO for a caller that knows its prompt (run): at least
      * n_prompt + 1 positions, at most n_prompt + n_gen (n_gen counted up to
      * MS_CTX_AUTO_MAX or the training context); 0 = a conversation's range
@@ -219,6 +223,8 @@ struct ms_plan {
     uint64_t layer_buffer_bytes;/* two whole-layer read buffers (streaming prefill) */
     uint64_t cache_bytes;       /* decode expert cache budget (streaming) */
     int64_t n_ctx;
+    uint64_t kept_state_bytes;  /* memory planned for states the caller keeps
+                                   (ms_engine_params.kept_state_bytes, fitted) */
     int64_t n_ctx_auto;         /* MS_CTX_AUTO: the context it would take with
                                    the memory (n_ctx is less when it was halved
                                    to fit); else n_ctx */

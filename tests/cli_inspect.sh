@@ -119,8 +119,9 @@ plan_json --ctx 32768 --mem 24GiB --for serve --kv >"$TMP/pk.json" || fail "plan
 python3 - "$TMP/p24.json" "$TMP/ps.json" "$TMP/pk.json" <<'PY' || fail "plans with kept states"
 import json, sys
 a, s, k = (json.load(open(f)) for f in sys.argv[1:4])
-# (serve also keeps --kv-ram-mb's 2048 MiB of session states)
-snap, cap = s['kv_bytes'] - a['kv_bytes'] - (2048 << 20), (k['kv_bytes'] - s['kv_bytes']) / 5
+# (serve also keeps session states, --kv-ram-mb: here a tenth of 19.2 GiB usable)
+assert s['kept_state_bytes'] == k['kept_state_bytes'] and 0 < s['kept_state_bytes'] <= s['usable_bytes'] / 10, s
+snap, cap = s['kv_bytes'] - a['kv_bytes'] - s['kept_state_bytes'], (k['kv_bytes'] - s['kv_bytes']) / 5
 assert snap == cap and 22 << 20 < cap < 24 << 20, (snap, cap)
 assert snap < a['kv_bytes'] / 15, (a['kv_bytes'], snap)
 PY
@@ -159,6 +160,17 @@ assert a16x2 is None or a16x2['layer_buffer_bytes'] == 0 or a16x2['cache_bytes']
 assert not a104['stream'] and 4096 < a104['n_ctx'] < 131072, a104
 assert a104x2['stream'], a104x2
 assert not c104['stream'] and c104['n_ctx'] >= a104['n_ctx'], (c104, a104)
+PY
+# serve's kept session states give way: at most a tenth of the usable
+# memory, less when the plan needs it; a small machine still serves
+"$BIN" mkmodel --preset small --seed 1 -o "$TMP/small.gguf" >/dev/null 2>&1 || fail "mkmodel small"
+"$BIN" inspect "$TMP/small.gguf" --plan --json --mem 2GiB --for serve >"$TMP/k2.json" 2>"$TMP/k2.err" \
+    || fail "serve plan at 2 GiB: $(cat "$TMP/k2.err")"
+python3 - "$TMP/k2.json" "$TMP/a64.json" <<'PY' || fail "kept states fitted"
+import json, sys
+k, a = (json.load(open(f)) for f in sys.argv[1:3])
+assert 0 < k['kept_state_bytes'] <= k['usable_bytes'] / 10, k
+assert a['kept_state_bytes'] == 2048 << 20, a
 PY
 # --ctx still rules
 plan_json --mem 64GiB --for serve --ctx 8192 | grep -q '"n_ctx": 8192' || fail "--for serve --ctx 8192"

@@ -1097,6 +1097,21 @@ static void test_plan_kept_states(void **state) {
     struct ms_plan many;
     if (ms_engine_plan(&p, &many, line, sizeof line, &e)) fail_msg("%s", e.msg);
     assert_int_equal(many.kv_bytes - snap.kv_bytes, DSV4_CAPTURE_MAX * one);
+    /* kept session states: planned as given, or fitted (a tenth of the
+     * usable memory at most, halved while the plan does not fit) */
+    struct ms_engine_params k = ms_engine_params_default(g_tiny);
+    k.n_ctx = 4096;
+    k.mem_bytes = 8ull << 30;
+    k.kept_state_bytes = 1ull << 30;
+    struct ms_plan kp;
+    if (ms_engine_plan(&k, &kp, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(kp.kept_state_bytes, 1ull << 30);
+    assert_int_equal(kp.kv_bytes - base.kv_bytes, 1ull << 30);
+    k.mem_bytes = 1ull << 30; /* usable 0.8 GiB: 1 GiB cannot fit */
+    assert_int_equal(ms_engine_plan(&k, &kp, line, sizeof line, &e), -1);
+    k.kept_state_fit = true;
+    if (ms_engine_plan(&k, &kp, line, sizeof line, &e)) fail_msg("%s", e.msg);
+    assert_true(kp.kept_state_bytes > 0 && kp.kept_state_bytes <= kp.usable_bytes / 10);
     /* a capture: every layer's ring (window 32 x head 128 here) at least */
     assert_true(dsv4_capture_bytes(ms_engine_model(eng)) >=
                 (uint64_t)ms_engine_info(eng).n_layer * 32 * 128 * 4);

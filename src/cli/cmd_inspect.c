@@ -525,6 +525,7 @@ static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
         o->ep.n_snapshots = strcmp(v, "run") ? 1 : 0; /* as those commands set it */
         o->conversation = !strcmp(v, "chat") || !strcmp(v, "serve");
         o->ep.kept_state_bytes = strcmp(v, "serve") ? 0 : (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20;
+        o->ep.kept_state_fit = true;
     } else if (!strcmp(a, "--prefill-chunk")) {
         if (ms_parse_long(v, 0, 1L << 40, &n)) {
             fprintf(stderr, "moestream inspect: --prefill-chunk takes an integer >= 0, got "
@@ -611,11 +612,12 @@ static int print_plan(const struct inspect_opts *o) {
     }
     if (o->json) {
         json_t *j = json_pack(
-            "{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream",
+            "{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "stream",
             pl.stream, "limit_source", pl.limit_source, "limit_bytes", (json_int_t)pl.limit_bytes,
             "usable_bytes", (json_int_t)pl.usable_bytes, "n_ctx", (json_int_t)pl.n_ctx,
             "dense_bytes", (json_int_t)pl.dense_bytes, "full_layer_bytes",
-            (json_int_t)pl.full_layer_bytes, "kv_bytes", (json_int_t)pl.kv_bytes, "resid_bytes",
+            (json_int_t)pl.full_layer_bytes, "kv_bytes", (json_int_t)pl.kv_bytes,
+            "kept_state_bytes", (json_int_t)pl.kept_state_bytes, "resid_bytes",
             (json_int_t)pl.resid_bytes, "scratch_bytes", (json_int_t)pl.scratch_bytes,
             "moe_span", (json_int_t)pl.moe_span,
             "layer_buffer_bytes", (json_int_t)pl.layer_buffer_bytes, "cache_bytes",
@@ -636,7 +638,9 @@ static int print_plan(const struct inspect_opts *o) {
            pl.limit_source, gib(pl.usable_bytes));
     printf("  dense weights    %.2f GiB%s\n", gib(pl.dense_bytes + pl.full_layer_bytes),
            pl.stream ? "" : " (+ routed experts: the whole file is resident)");
-    printf("  KV state         %.2f GiB\n", gib(pl.kv_bytes));
+    printf("  KV state         %.2f GiB", gib(pl.kv_bytes));
+    if (pl.kept_state_bytes) printf(" (%.2f GiB of it for kept session states)", gib(pl.kept_state_bytes));
+    printf("\n");
     printf("  residual stream  %.2f GiB (longest prefill pass)\n", gib(pl.resid_bytes));
     if (pl.moe_span)
         printf("  scratch          %.2f GiB (per ubatch; MoE rows of %" PRId64

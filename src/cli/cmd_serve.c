@@ -44,8 +44,9 @@ static void usage(FILE *f) {
             "      --port-file FILE write the bound port to FILE once listening\n"
             "      --kv-ram-mb N    memory for session states kept beside the live one, so a\n"
             "                       request from another conversation does not cost this one a\n"
-            "                       whole prefill on its next turn (default 2048; 0 = off; the\n"
-            "                       memory plan counts it)\n" KV_SERVE_HELP
+            "                       whole prefill on its next turn (default 2048, at most a\n"
+            "                       tenth of the memory and less when the plan needs it; 0 =\n"
+            "                       off; the memory plan counts it)\n" KV_SERVE_HELP
                 ENGINE_HELP);
 }
 
@@ -88,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
                                 .ram_bytes = (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20};
     long v;
     int c;
+    bool ram_given = false;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
@@ -164,6 +166,7 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             so.ram_bytes = (uint64_t)v << 20;
+            ram_given = true;
             break;
         case 'h': usage(stdout); return 0;
         default:
@@ -188,6 +191,7 @@ int cmd_serve(int argc, char **argv) {
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     eng.ep.n_snapshots = 1; /* the live session before its prompt's last token */
     eng.ep.kept_state_bytes = so.ram_bytes;
+    eng.ep.kept_state_fit = !ram_given; /* the default gives way; a given size is planned */
     eng.ep.kv_captures = kp.p.dir != NULL;
     eng.ep.kv_interval = kp.p.interval_tokens;
     const struct ms_engine_params ep = eng.ep;
@@ -237,6 +241,12 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     engine_cli_after_load("serve", &eng, e);
+    const uint64_t kept = ms_engine_plan_info(e)->kept_state_bytes;
+    if (kept < so.ram_bytes)
+        fprintf(stderr, "serve: %llu MiB for session states kept in memory (--kv-ram-mb's default "
+                        "takes at most a tenth of the memory, and gives way to the rest of the "
+                        "plan)\n", (unsigned long long)(kept >> 20));
+    so.ram_bytes = kept;
     if (ms_engine_stream_stats(e).streaming) fprintf(stderr, "moestream: %s\n", ms_engine_plan_line(e));
     const int rc = ms_server_run(e, ep.model_path, &so, &err);
     if (rc) fprintf(stderr, "moestream serve: %s\n", err.msg);
