@@ -295,6 +295,7 @@ static int64_t ram_restore(struct server *sv, const struct job *j, size_t min_le
     if (best == SIZE_MAX) return -1;
     const struct parked_entry *e = &sv->pk.v[best];
     ms_err err = {0};
+    const double t0 = now_s();
     if (ms_session_state_load(sv->s, e->state, e->state_bytes, &err) ||
         live_set(sv, e->text, e->len)) {
         fprintf(stderr, "serve: %s: a state kept in memory did not load: %s\n", j->id,
@@ -307,7 +308,8 @@ static int64_t ram_restore(struct server *sv, const struct job *j, size_t min_le
     }
     parked_touch(&sv->pk, best);
     sv->live_disk_n = -1;
-    fprintf(stderr, "serve: %s: restored %lld tokens kept in memory\n", j->id, (long long)e->n);
+    fprintf(stderr, "serve: %s: restored %lld tokens kept in memory (%.1f MiB in %.3f s)\n", j->id,
+            (long long)e->n, (double)e->state_bytes / (1024.0 * 1024.0), now_s() - t0);
     pthread_mutex_lock(&sv->mu);
     sv->m.ram_hits++;
     pthread_mutex_unlock(&sv->mu);
