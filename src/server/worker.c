@@ -137,6 +137,14 @@ static bool extends(const struct job *j, const char *text, size_t len) {
     return len <= j->prompt_len && !memcmp(j->prompt, text, len);
 }
 
+/* Whether a state of n tokens whose text ends at j's token index cut
+ * leaves room in the context for the rest of j's prompt and one token
+ * more: sampled tokens may spell their text in more tokens than the
+ * prompt's own tokenization, so a state can hold more than cut. */
+static bool fits_rest(const struct server *sv, const struct job *j, int64_t n, int64_t cut) {
+    return cut >= 0 && n + ((int64_t)j->n_ids - cut) < sv->n_ctx;
+}
+
 /* Whether the session's first n tokens (which spell j's prompt up to byte
  * len) hold the prompt's own control tokens there: the same bytes may be
  * a marker in one and text a user typed in the other, which must not turn
@@ -286,7 +294,7 @@ static int64_t ram_restore(struct server *sv, const struct job *j, size_t min_le
         if (e->len < min_len || (best != SIZE_MAX && e->len <= sv->pk.v[best].len)) continue;
         if (e->n >= sv->n_ctx || !extends(j, e->text, e->len)) continue;
         const int64_t cut = cut_at(j, e->len);
-        if (cut < 0 ||
+        if (!fits_rest(sv, j, e->n, cut) ||
             !ms_tokenizer_same_controls(sv->tok, e->ids, (size_t)e->n, j->ids, j->n_ids, e->len))
             continue;
         best = i;
@@ -378,6 +386,17 @@ struct prepared {
     int64_t n_prompt, reused;
 };
 
+/* j's token index where the snapshot's text ends, when the snapshot
+ * serves j as the live session would (its text starts the prompt at a
+ * clean cut, the same control tokens, room for the rest); else -1. */
+static int64_t snap_cut(const struct server *sv, const struct job *j) {
+    if (!sv->snap || !extends(j, sv->snap_text, sv->snap_len) ||
+        !same_controls(sv, j, sv->snap_n, sv->snap_len))
+        return -1;
+    const int64_t cut = cut_at(j, sv->snap_len);
+    return fits_rest(sv, j, sv->snap_n, cut) ? cut : -1;
+}
+
 /* Brings the session to j's prompt (see the file comment): the live
  * session, the snapshot, the disk KV cache (the longest checkpoint whose
  * text starts the prompt; only the rest of the text is tokenized), or an
@@ -390,15 +409,16 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
     size_t text_from = 0;          /* prompt bytes the session holds before ids[from] */
     snap_check(sv);
     if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len) &&
-        same_controls(sv, j, ms_session_n_past(sv->s), sv->live.len))
+        same_controls(sv, j, ms_session_n_past(sv->s), sv->live.len)) {
         from = cut_at(j, sv->live.len);
+        if (!fits_rest(sv, j, ms_session_n_past(sv->s), from)) from = -1;
+    }
     if (from >= 0) {
         text_from = sv->live.len;
         pthread_mutex_lock(&sv->mu);
         sv->m.prefix_hits++;
         pthread_mutex_unlock(&sv->mu);
-    } else if (sv->snap && extends(j, sv->snap_text, sv->snap_len) &&
-               same_controls(sv, j, sv->snap_n, sv->snap_len) && (from = cut_at(j, sv->snap_len)) >= 0) {
+    } else if ((from = snap_cut(sv, j)) >= 0) {
         if (ms_session_restore(sv->s, sv->snap, err)) goto broken;
         if (live_set(sv, sv->snap_text, sv->snap_len)) {
             ms_err_set(err, "out of memory");
