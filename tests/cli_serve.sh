@@ -207,6 +207,9 @@ bad_req 400 POST /v1/messages '{"model":"x","max_tokens":-3,"messages":[{"role":
 bad_req 400 POST /v1/messages/count_tokens '{"model":"x"}' "count_tokens without messages"
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":3,"messages":[{"role":"user","content":"x"}]}' "output_config not an object"
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"format":"json"},"messages":[{"role":"user","content":"x"}]}' "output_config.format not an object"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"x"}]}' "output_config.format without a schema"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"format":{}},"messages":[{"role":"user","content":"x"}]}' "output_config.format without a type"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"effort":"bogus"},"messages":[{"role":"user","content":"x"}]}' "output_config.effort unknown"
 bad_req 400 POST /v1/responses '{"model":"x"}' "responses without input"
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"teleport"}]}'
 bad_req 400 POST /v1/responses '{"model":"x","input":"hi","previous_response_id":"resp_1"}'

@@ -124,10 +124,12 @@ static void test_plain_spans(void **state) {
 
 static bool g_in_reasoning;
 
-static const char *replay_fn(void *ctx, const json_t *calls, size_t *len, bool *in_reasoning) {
+static const char *replay_fn(void *ctx, const json_t *calls, const char *reasoning, size_t *len,
+                             bool *in_reasoning) {
     (void)calls;
     *len = strlen(ctx);
-    *in_reasoning = g_in_reasoning;
+    /* as the server's lookup: only for the reasoning the block was opened in */
+    *in_reasoning = g_in_reasoning && reasoning && !strcmp(reasoning, "plan");
     return ctx;
 }
 
@@ -166,6 +168,15 @@ static void test_replay(void **state) {
     const struct ms_chat_message r2[] = {{"user", "u", NULL, NULL}, {"assistant", "x", "plan", calls}};
     assert_int_equal(ms_chat_render_ex(r2, 2, &o, &out, &err), 0);
     assert_non_null(strstr(out.text, "<think>plan</think>x\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    /* other reasoning, or none sent back: the template's */
+    const struct ms_chat_message r3[] = {{"user", "u", NULL, NULL}, {"assistant", "", "other", calls}};
+    assert_int_equal(ms_chat_render_ex(r3, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>other</think>\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    const struct ms_chat_message r4[] = {{"user", "u", NULL, NULL}, {"assistant", "", NULL, calls}};
+    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think></think>\n<｜DSML｜tool_calls>RAW"));
     ms_chat_out_free(&out);
     o.thinking = false;
     assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);

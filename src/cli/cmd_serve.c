@@ -236,13 +236,21 @@ int cmd_serve(int argc, char **argv) {
     ms_err err = {0};
     struct ms_engine *e = NULL;
     if (ms_engine_load(&e, &ep, &err)) {
-        fprintf(stderr, "moestream serve: %s\n", err.msg);
+        if (ram_given && so.ram_bytes)
+            fprintf(stderr, "moestream serve: %s (the plan counts --kv-ram-mb %llu of kept session "
+                            "states; a smaller one may fit)\n", err.msg,
+                    (unsigned long long)(so.ram_bytes >> 20));
+        else
+            fprintf(stderr, "moestream serve: %s\n", err.msg);
         free(script);
         return 1;
     }
     engine_cli_after_load("serve", &eng, e);
     const uint64_t kept = ms_engine_plan_info(e)->kept_state_bytes;
-    if (kept < so.ram_bytes)
+    if (kept < so.ram_bytes && kept == 0)
+        fprintf(stderr, "serve: no session states kept in memory (--kv-ram-mb's default gives way "
+                        "to the rest of the memory plan, and less than 64 MiB was left)\n");
+    else if (kept < so.ram_bytes)
         fprintf(stderr, "serve: %llu MiB for session states kept in memory (--kv-ram-mb's default "
                         "takes at most a tenth of the memory, and gives way to the rest of the "
                         "plan)\n", (unsigned long long)(kept >> 20));

@@ -746,13 +746,20 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
     const json_t *oc = json_object_get(req, "output_config");
     if (json_is_object(oc)) {
         const json_t *ef = json_object_get(oc, "effort");
-        if (ef && !json_is_null(ef) && !json_is_string(ef))
-            return http_fail(e, 400, "output_config.effort: must be a string");
-        if (json_is_string(ef) && !strcmp(json_string_value(ef), "max")) cm->effort_max = true;
+        const char *es = json_string_value(ef);
+        if (ef && !json_is_null(ef) &&
+            (!es || (strcmp(es, "low") && strcmp(es, "medium") && strcmp(es, "high") &&
+                     strcmp(es, "xhigh") && strcmp(es, "max"))))
+            return http_fail(e, 400, "output_config.effort: must be low, medium, high, xhigh or max");
+        if (es && !strcmp(es, "max")) cm->effort_max = true;
         const json_t *fmt = json_object_get(oc, "format");
         if (json_is_object(fmt)) {
             const char *t = json_string_value(json_object_get(fmt, "type"));
-            if (t && strcmp(t, "text")) cm->response_format = (json_t *)fmt;
+            if (!t || (strcmp(t, "text") && strcmp(t, "json_schema")))
+                return http_fail(e, 400, "output_config.format.type: must be \"json_schema\" or \"text\"");
+            if (!strcmp(t, "json_schema") && !json_is_object(json_object_get(fmt, "schema")))
+                return http_fail(e, 400, "output_config.format.schema: must be an object");
+            if (strcmp(t, "text")) cm->response_format = (json_t *)fmt;
         } else if (fmt && !json_is_null(fmt)) {
             return http_fail(e, 400, "output_config.format: must be an object");
         }

@@ -616,6 +616,7 @@ out:
     for (size_t i = 0; i < REPLAY_MAX; i++) {
         free(sv->replay[i].ids);
         free(sv->replay[i].raw);
+        free(sv->replay[i].reasoning);
     }
     free(sv);
     return rc;

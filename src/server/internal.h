@@ -106,7 +106,8 @@ struct replay_entry {
     char *ids;  /* tool-call ids joined by '\n' */
     char *raw;  /* the sampled DSML block */
     size_t raw_len;
-    bool in_reasoning; /* opened before "</think>" (ms_dsml.block_in_reasoning) */
+    char *reasoning;   /* NULL, or the reasoning the block was opened inside
+                          (before any "</think>": ms_dsml.block_in_reasoning) */
 };
 #define REPLAY_MAX 256
 
@@ -197,9 +198,12 @@ void job_emit(struct job *j, const char *s, size_t n);
 /* ---- worker.c ---- */
 void *worker_main(void *arg);
 /* Replay lookup for the chat template (sv->mu taken inside). */
-const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len, bool *in_reasoning);
+const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
+                          bool *in_reasoning);
+/* Records the sampled block raw[raw_len] of calls; reasoning: NULL, or the
+ * reasoning the block was opened inside (no "</think>" sampled). */
 void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
-                   bool in_reasoning);
+                   const struct ms_buf *reasoning);
 void job_release(struct job *j);
 double now_s(void);
 

@@ -56,25 +56,32 @@ static char *join_ids(const json_t *calls) {
 }
 
 void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
-                   bool in_reasoning) {
+                   const struct ms_buf *reasoning) {
     char *ids = join_ids(calls);
     char *copy = malloc(raw_len + 1);
-    if (!ids || !copy) {
+    char *rcopy = reasoning ? malloc(reasoning->len + 1) : NULL;
+    if (!ids || !copy || (reasoning && !rcopy)) {
         free(ids);
         free(copy);
+        free(rcopy);
         return;
     }
     memcpy(copy, raw, raw_len);
     copy[raw_len] = '\0';
+    if (rcopy) {
+        if (reasoning->len) memcpy(rcopy, reasoning->p, reasoning->len);
+        rcopy[reasoning->len] = '\0';
+    }
     pthread_mutex_lock(&sv->mu);
     struct replay_entry *r = &sv->replay[sv->replay_next];
     sv->replay_next = (sv->replay_next + 1) % REPLAY_MAX;
     free(r->ids);
     free(r->raw);
+    free(r->reasoning);
     r->ids = ids;
     r->raw = copy;
     r->raw_len = raw_len;
-    r->in_reasoning = in_reasoning;
+    r->reasoning = rcopy;
     pthread_mutex_unlock(&sv->mu);
 }
 
@@ -85,7 +92,8 @@ struct replay_ctx {
     int n;
 };
 
-const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len, bool *in_reasoning) {
+const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
+                          bool *in_reasoning) {
     struct replay_ctx *rc = ctx;
     if (rc->n == (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
     char *ids = join_ids(tool_calls);
@@ -99,7 +107,9 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, size_t *len, bool
             if (hit) {
                 memcpy(hit, r->raw, r->raw_len + 1);
                 *len = r->raw_len;
-                *in_reasoning = r->in_reasoning;
+                /* the block closed the reasoning only where the message
+                 * carries that same reasoning back */
+                *in_reasoning = r->reasoning && reasoning && !strcmp(r->reasoning, reasoning);
             }
             break;
         }
@@ -612,7 +622,8 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     case MS_DSML_EV_TOOLS_END:
         g->tools_done = true;
         if (g->j->calls && json_array_size(g->j->calls) > 0)
-            replay_record(g->sv, g->j->calls, ev->text, ev->len, g->parser.block_in_reasoning);
+            replay_record(g->sv, g->j->calls, ev->text, ev->len,
+                          g->parser.block_in_reasoning ? &g->j->reasoning : NULL);
         break;
     case MS_DSML_EV_ERROR:
         g->tool_error = true;

@@ -352,7 +352,9 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
             size_t rlen = 0;
             bool in_reasoning = false;
             const char *raw =
-                calls && o->replay ? o->replay(o->replay_ctx, m->tool_calls, &rlen, &in_reasoning) : NULL;
+                calls && o->replay ? o->replay(o->replay_ctx, m->tool_calls, m->reasoning, &rlen,
+                                               &in_reasoning)
+                                   : NULL;
             if (think) {
                 put(&b, MS_CHAT_THINK);
                 put_plain_s(&b, m->reasoning);

@@ -76,15 +76,16 @@ struct ms_chat_message {
 
 /*
  * Exact replay of sampled tool calls: called for each assistant message with
- * tool calls; returns the bytes the model sampled for that block ("\n\n<｜DSML｜
- * tool_calls>...</｜DSML｜tool_calls>") and their length, or NULL to render the
- * calls from their JSON as the template does. *in_reasoning: the model opened
- * the block inside its reasoning (no "</think>" was sampled), so a message
- * rendered with its reasoning and no answer text gets none either. The
- * bytes stay owned by the callee and must live until the render returns.
+ * tool calls and its reasoning (NULL: none); returns the bytes the model
+ * sampled for that block ("\n\n<｜DSML｜tool_calls>...</｜DSML｜tool_calls>")
+ * and their length, or NULL to render the calls from their JSON as the
+ * template does. *in_reasoning: the model opened the block inside that
+ * very reasoning (no "</think>" was sampled), so a message rendered with it
+ * and no answer text gets none either. The bytes stay owned by the callee
+ * and must live until the render returns.
  */
-typedef const char *(*ms_chat_replay_fn)(void *ctx, const json_t *tool_calls, size_t *len,
-                                         bool *in_reasoning);
+typedef const char *(*ms_chat_replay_fn)(void *ctx, const json_t *tool_calls, const char *reasoning,
+                                         size_t *len, bool *in_reasoning);
 
 struct ms_chat_opts {
     bool add_generation_prompt;
