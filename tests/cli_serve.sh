@@ -371,6 +371,25 @@ check "call inside the reasoning: the tool result turn reuses the whole live ses
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 stop_server tools2
 
+# kept states under a tight budget: after a turn that ended in a tool call,
+# a side request's state pushes one of the turn's two kept states out; it
+# is the snapshot (it serves only a retry), so the tool-result turn still
+# extends the whole live session. (The 480-word message makes the pair
+# just fit 2 MiB on this model; the eviction count checks that it does.)
+printf '%s\n---8<---\nSide answer.\n---8<---\nDone.</think>Sunny.\n' "$(sed -n 1,7p "$TMP/script2.txt")" >"$TMP/script3.txt"
+MOESTREAM_SERVE_SCRIPT="$TMP/script3.txt" start_server tight -m "$TMP/m.gguf" --kv-ram-mb 2
+U=$(url tight)
+LONGQ="Weather in Paris? $(python3 -c "print(' '.join(['sea sky'] * 240))")"
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONGQ\"}],\"tools\":$TOOLS}")
+MSG=$(jq -c .choices[0].message <<<"$R")
+ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
+LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+post /v1/completions '{"prompt":"Zebras graze","max_tokens":3}' >/dev/null
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONGQ\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+check "tight budget: the snapshot goes first, the tool-result turn extends the live state ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(metric ram_evicted_total)" = 1 ] && [ "$(metric ram_restores_total)" = 1 ]'
+stop_server tight
+
 # ---- the context without -c: the model's, at most 131072 (said on stderr
 # when less than the model's); -c still rules
 tiny_model "$TMP/long.gguf" --seed 3 --n-ctx-train 262144

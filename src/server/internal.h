@@ -165,6 +165,7 @@ struct server {
     bool snap_on_disk;
     /* worker-only: states kept in memory beside the live one (--kv-ram-mb) */
     struct parked pk;
+    bool live_called;       /* the live session's last turn ended in a tool call */
 };
 
 /* ---- api.c: request parsing and response formatting ---- */

@@ -249,7 +249,8 @@ static void ram_publish(struct server *sv) {
     pthread_mutex_unlock(&sv->mu);
 }
 
-static void ram_park(struct server *sv, const char *text, size_t len) {
+/* Keeps the session's state under text[0..len); whether it is kept. */
+static bool ram_park(struct server *sv, const char *text, size_t len) {
     ms_err e = {0};
     const int rc = parked_put(&sv->pk, sv->s, text, len, &e);
     if (rc < 0)
@@ -258,6 +259,7 @@ static void ram_park(struct server *sv, const char *text, size_t len) {
         fprintf(stderr, "serve: a session state of %lld tokens (%.1f MiB) is larger than "
                         "--kv-ram-mb: not kept in memory\n", (long long)ms_session_n_past(sv->s),
                 (double)ms_session_state_bytes(sv->s) / (1024.0 * 1024.0));
+    return rc > 0;
 }
 
 /*
@@ -275,7 +277,9 @@ static void keep_states(struct server *sv) {
                               !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
     const bool keep_live = n > 0 && sv->live.len > 0 &&
                            !(sv->snap && snap_in_live && n - sv->snap_n <= 1);
-    if (sv->pk.budget && keep_live) ram_park(sv, sv->live.p, sv->live.len);
+    /* the parked live state's LRU stamp (0: not kept) */
+    const uint64_t live_used =
+        sv->pk.budget && keep_live && ram_park(sv, sv->live.p, sv->live.len) ? sv->pk.clock : 0;
     kv_keep(sv, MS_KV_EVICT); /* may leave the session holding the snapshot */
     snap_check(sv);
     if (sv->pk.budget && sv->snap) {
@@ -287,6 +291,16 @@ static void keep_states(struct server *sv) {
             if (live_set(sv, sv->snap_text, sv->snap_len)) sv->live.len = 0;
         }
     }
+    /* A turn that ended in a tool call is extended next, with the tool's
+     * result, from the live state; its snapshot serves only a retry. So
+     * that state is the more recently used of the two: when the budget
+     * runs short, the snapshot goes first. */
+    if (live_used && sv->live_called)
+        for (size_t i = 0; i < sv->pk.n; i++)
+            if (sv->pk.v[i].used == live_used) {
+                parked_touch(&sv->pk, i);
+                break;
+            }
     ram_publish(sv);
 }
 
@@ -753,6 +767,7 @@ static void run_job(struct server *sv, struct job *j) {
     else if (g.tool_error && strcmp(j->finish, "length") && strcmp(j->finish, "cancelled"))
         j->finish = "stop";
     if (g.stopped && !g.tools_done && !j->stop_seq) j->finish = "stop";
+    sv->live_called = !strcmp(j->finish, "tool_calls");
     j->n_completion = n_gen;
     j->t_end = now_s();
     const double t_decode = j->t_end - t1;
