@@ -316,13 +316,23 @@ SCRIPT
 MOESTREAM_SERVE_SCRIPT="$TMP/script.txt" start_server tools -m "$TMP/m.gguf"
 U=$(url tools)
 TOOLS='[{"type":"function","function":{"name":"get_weather","description":"Weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]'
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":$TOOLS}")
+# first_turn Q: a chat request asking Q with the tools; sets R (the reply),
+# MSG (its message), ID (its first call's id) and LIVE (the tokens the live
+# session then holds). result_turn Q: the same conversation with that
+# call's result; sets R.
+first_turn() {
+    R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"tools\":$TOOLS}")
+    MSG=$(jq -c .choices[0].message <<<"$R")
+    ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
+    LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+}
+result_turn() {
+    R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+}
+first_turn "Weather in Paris?"
 check "tools chat: reasoning, content, one call, finish tool_calls" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"Need the weather.\" and .choices[0].message.content == \"Checking.\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {\"city\":\"Paris\",\"days\":3}" <<<"$R" >/dev/null'
-MSG=$(jq -c .choices[0].message <<<"$R")
-ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
-LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+result_turn "Weather in Paris?"
 check "exact replay: the tool result turn reuses the whole live session (>= $LIVE tokens)" \
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 S=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"stream\":true}")
@@ -360,13 +370,10 @@ Done.</think>Sunny.
 SCRIPT
 MOESTREAM_SERVE_SCRIPT="$TMP/script2.txt" start_server tools2 -m "$TMP/m.gguf"
 U=$(url tools2)
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":$TOOLS}")
+first_turn "Weather in Paris?"
 check "call inside the reasoning: reasoning, no content, one call" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"I should check the weather.\" and (.choices[0].message.content // \"\") == \"\"" <<<"$R" >/dev/null'
-MSG=$(jq -c .choices[0].message <<<"$R")
-ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
-LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+result_turn "Weather in Paris?"
 check "call inside the reasoning: the tool result turn reuses the whole live session ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 stop_server tools2
@@ -380,12 +387,9 @@ printf '%s\n---8<---\nSide answer.\n---8<---\nDone.</think>Sunny.\n' "$(sed -n 1
 MOESTREAM_SERVE_SCRIPT="$TMP/script3.txt" start_server tight -m "$TMP/m.gguf" --kv-ram-mb 2
 U=$(url tight)
 LONGQ="Weather in Paris? $(python3 -c "print(' '.join(['sea sky'] * 240))")"
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONGQ\"}],\"tools\":$TOOLS}")
-MSG=$(jq -c .choices[0].message <<<"$R")
-ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
-LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+first_turn "$LONGQ"
 post /v1/completions '{"prompt":"Zebras graze","max_tokens":3}' >/dev/null
-R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONGQ\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
+result_turn "$LONGQ"
 check "tight budget: the snapshot goes first, the tool-result turn extends the live state ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(metric ram_evicted_total)" = 1 ] && [ "$(metric ram_restores_total)" = 1 ]'
 stop_server tight

@@ -196,6 +196,15 @@ static void snap_check(struct server *sv) {
     if (sv->snap && !ms_snapshot_valid(sv->s, sv->snap)) snap_drop(sv);
 }
 
+/* Whether the live session is its snapshot plus at most one token (nothing
+ * was generated: the snapshot serves a retry with a one-token prefill, so
+ * keeping the live session too would keep the same thing twice). */
+static bool live_is_snap_plus_one(const struct server *sv) {
+    return sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
+           !memcmp(sv->snap_text, sv->live.p, sv->snap_len) &&
+           ms_session_n_past(sv->s) - sv->snap_n <= 1;
+}
+
 /*
  * Before the live session is replaced by an unrelated prompt (why = evict)
  * or the process exits (shutdown): saves what a later request could extend
@@ -212,11 +221,9 @@ static void kv_keep(struct server *sv, enum ms_kv_reason why) {
     if (!sv->kv) return;
     snap_check(sv);
     const int64_t n = ms_session_n_past(sv->s);
-    const bool snap_in_live = sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
-                              !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
     const bool want_snap = sv->snap && !sv->snap_on_disk && sv->snap_n >= sv->kv_min_tokens;
     bool want_live = n >= sv->kv_min_tokens && sv->live_disk_n != n && sv->live.len > 0;
-    if (want_live && want_snap && snap_in_live && n - sv->snap_n <= 1) want_live = false;
+    if (want_live && want_snap && live_is_snap_plus_one(sv)) want_live = false;
     if (want_live) {
         kv_save_warn(sv, why, why == MS_KV_EVICT ? "evict" : "shutdown");
         sv->live_disk_n = n;
@@ -273,10 +280,7 @@ static bool ram_park(struct server *sv, const char *text, size_t len) {
 static void keep_states(struct server *sv) {
     snap_check(sv);
     const int64_t n = ms_session_n_past(sv->s);
-    const bool snap_in_live = sv->snap && sv->live.p && sv->snap_len <= sv->live.len &&
-                              !memcmp(sv->snap_text, sv->live.p, sv->snap_len);
-    const bool keep_live = n > 0 && sv->live.len > 0 &&
-                           !(sv->snap && snap_in_live && n - sv->snap_n <= 1);
+    const bool keep_live = n > 0 && sv->live.len > 0 && !live_is_snap_plus_one(sv);
     /* the parked live state's LRU stamp (0: not kept) */
     const uint64_t live_used =
         sv->pk.budget && keep_live && ram_park(sv, sv->live.p, sv->live.len) ? sv->pk.clock : 0;
@@ -304,63 +308,68 @@ static void keep_states(struct server *sv) {
     ram_publish(sv);
 }
 
-/* Brings the session to the longest state kept in memory, of at least
- * min_len bytes of text, that j's prompt extends (as the live session
- * would serve it: a clean cut of the prompt's tokens, the same control
- * tokens). Returns the prompt's token index where the state ends, or -1
- * when none serves (the session is then unchanged, or empty after a state
- * that failed to load). */
-static int64_t ram_restore(struct server *sv, const struct job *j, size_t min_len) {
+/* The kept state that serves j best: the longest whose text j's prompt
+ * extends as the live session would serve it (a clean cut of the
+ * prompt's tokens, the same control tokens, room for the rest). Its index
+ * and j's token index where it ends (*cut), or SIZE_MAX when none does. */
+static size_t ram_best(const struct server *sv, const struct job *j, int64_t *cut) {
     size_t best = SIZE_MAX;
-    int64_t from = -1;
     for (size_t i = 0; i < sv->pk.n; i++) {
         const struct parked_entry *e = &sv->pk.v[i];
-        if (e->len < min_len || (best != SIZE_MAX && e->len <= sv->pk.v[best].len)) continue;
+        if (best != SIZE_MAX && e->len <= sv->pk.v[best].len) continue;
         if (e->n >= sv->n_ctx || !extends(j, e->text, e->len)) continue;
-        const int64_t cut = cut_at(j, e->len);
-        if (!fits_rest(sv, j, e->n, cut) ||
+        const int64_t c = cut_at(j, e->len);
+        if (!fits_rest(sv, j, e->n, c) ||
             !ms_tokenizer_same_controls(sv->tok, e->ids, (size_t)e->n, j->ids, j->n_ids, e->len))
             continue;
         best = i;
-        from = cut;
+        *cut = c;
     }
-    if (best == SIZE_MAX) return -1;
-    const struct parked_entry *e = &sv->pk.v[best];
+    return best;
+}
+
+/* Loads kept state i into the session. 0, or -1 when it did not load (the
+ * state is dropped and the session left empty). */
+static int ram_load(struct server *sv, const struct job *j, size_t i) {
+    const struct parked_entry *e = &sv->pk.v[i];
     ms_err err = {0};
     const double t0 = now_s();
     if (ms_session_state_load(sv->s, e->state, e->state_bytes, &err) ||
         live_set(sv, e->text, e->len)) {
         fprintf(stderr, "serve: %s: a state kept in memory did not load: %s\n", j->id,
                 err.msg[0] ? err.msg : "out of memory");
-        parked_drop(&sv->pk, best);
+        parked_drop(&sv->pk, i);
         ms_session_reset(sv->s);
         sv->live.len = 0;
         ram_publish(sv);
         return -1;
     }
-    parked_touch(&sv->pk, best);
+    parked_touch(&sv->pk, i);
     sv->live_disk_n = -1;
     fprintf(stderr, "serve: %s: restored %lld tokens kept in memory (%.1f MiB in %.3f s)\n", j->id,
             (long long)e->n, (double)e->state_bytes / (1024.0 * 1024.0), now_s() - t0);
     pthread_mutex_lock(&sv->mu);
     sv->m.ram_hits++;
     pthread_mutex_unlock(&sv->mu);
-    return from;
+    return 0;
 }
 
 /* A prompt the live session and the snapshot do not serve: keeps them
- * (keep_states), then restores the longest state kept in memory that
- * serves j, unless the disk KV cache holds a longer prefix of it (a tie
- * goes to memory: no read) (ram_restore's result; -1: the disk KV cache
- * or an empty session next). */
+ * (keep_states), then restores the state kept in memory that serves j
+ * best (ram_best), unless the disk KV cache holds a longer prefix of it (a
+ * tie goes to memory: no read). Returns j's token index where the restored
+ * state ends, or -1: the disk KV cache or an empty session next. */
 static int64_t switch_states(struct server *sv, const struct job *j) {
     keep_states(sv);
-    if (!sv->pk.n) return -1;
+    int64_t cut = -1;
+    const size_t i = ram_best(sv, j, &cut);
+    if (i == SIZE_MAX) return -1;
     size_t on_disk = 0;
     ms_err e = {0};
     if (sv->kv && ms_kv_longest_prefix(sv->kv, j->prompt, j->prompt_len, sv->n_ctx, &on_disk, &e))
         fprintf(stderr, "serve: %s: disk KV cache lookup: %s\n", j->id, e.msg);
-    return ram_restore(sv, j, on_disk);
+    if (on_disk > sv->pk.v[i].len) return -1;
+    return ram_load(sv, j, i) ? -1 : cut;
 }
 
 /* Prefills of at least this many tokens log each quarter they pass: a long
