@@ -354,6 +354,55 @@ check "tools responses stream: function_call item and arguments events" \
     'grep -q "event: response.function_call_arguments.done" <<<"$S" && grep -q "\"type\":\"function_call\"" <<<"$S" && grep -q "event: response.completed" <<<"$S" && ! grep -q "DSML" <<<"$S"'
 stop_server tools
 
+# namespaced and custom (free-form) tools: a call of each goes back in the
+# client's shape (name + namespace; custom_tool_call with its text), and
+# the history that carries them back renders as the live session holds it
+cat >"$TMP/script_ns.txt" <<'SCRIPT'
+Two calls.</think>
+<｜DSML｜tool_calls>
+<｜DSML｜invoke name="agents.spawn_agent">
+<｜DSML｜parameter name="message" string="true">say hi</｜DSML｜parameter>
+</｜DSML｜invoke>
+<｜DSML｜invoke name="apply_patch">
+<｜DSML｜parameter name="input" string="true">*** Begin Patch
++hello "x"
+*** End Patch</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
+Done.</think>Patched.
+SCRIPT
+MOESTREAM_SERVE_SCRIPT="$TMP/script_ns.txt" start_server ns -m "$TMP/m.gguf"
+U=$(url ns)
+NT='[{"type":"function","name":"exec_command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}},{"type":"namespace","name":"agents","description":"Sub-agents.","tools":[{"type":"function","name":"spawn_agent","parameters":{"type":"object","properties":{"message":{"type":"string"}}}}]},{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: line+"}},{"type":"web_search"}]'
+R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT}")
+LIVE=$(( $(jq .usage.input_tokens <<<"$R") + $(jq .usage.output_tokens <<<"$R") ))
+check "responses: a namespaced call (name + namespace) and a custom_tool_call with its text" \
+    'jq -e "[.output[1].type, .output[1].name, .output[1].namespace, (.output[1].arguments | fromjson | .message)] == [\"function_call\", \"spawn_agent\", \"agents\", \"say hi\"] and [.output[2].type, .output[2].name, .output[2].input] == [\"custom_tool_call\", \"apply_patch\", \"*** Begin Patch\n+hello \\\"x\\\"\n*** End Patch\"]" <<<"$R" >/dev/null'
+IN=$(jq -c '.output as $o | [{"role":"user","content":"go"}] + $o + [{"type":"function_call_output","call_id":$o[1].call_id,"output":"spawned"},{"type":"custom_tool_call_output","call_id":$o[2].call_id,"output":"ok"}]' <<<"$R")
+R=$(post /v1/responses "{\"model\":\"x\",\"input\":$IN,\"tools\":$NT}")
+check "responses: the results turn reuses the whole live session ($(jq .usage.input_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
+    '[ "$(jq .usage.input_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .output[-1].content[0].text <<<"$R")" = Patched. ]'
+S=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT,\"stream\":true}")
+check "responses stream: custom_tool_call_input events, the namespace in the items" \
+    'grep -q "event: response.custom_tool_call_input.done" <<<"$S" && grep -q "\"type\":\"custom_tool_call\"" <<<"$S" && grep -q "\"namespace\":\"agents\"" <<<"$S" && ! grep -q "DSML" <<<"$S"'
+post /v1/completions '{"prompt":"x","max_tokens":2}' >/dev/null # script step 2
+CT='[{"type":"custom","custom":{"name":"apply_patch","format":{"type":"text"}}},{"type":"function","function":{"name":"agents.spawn_agent","parameters":{"type":"object"}}}]'
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],\"tools\":$CT}")
+LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+check "chat: a custom tool's call as {type: custom, custom: {name, input}}" \
+    'jq -e ".choices[0].message.tool_calls[1] | .type == \"custom\" and .custom.name == \"apply_patch\" and (.custom.input | startswith(\"*** Begin Patch\"))" <<<"$R" >/dev/null'
+MSG=$(jq -c .choices[0].message <<<"$R")
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"spawned\"},{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"ok\"}],\"tools\":$CT}")
+check "chat: the custom call's history reuses the whole live session" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"namespace","tools":[]}]}' "a namespace without a name"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"custom","name":"p","format":{"type":"regexp"}}]}' "a custom tool's unknown format"
+bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":3}]}' "a custom_tool_call without its text"
+bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"function_call","call_id":"c","name":"p","arguments":"{}","namespace":1}]}' "a non-string namespace"
+bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"description":"no name"}}]}' "a custom chat tool without a name"
+stop_server ns
+
 # a tool call the model opens inside its reasoning (no </think> sampled):
 # the tool-result turn is rendered as the live session holds it, so it
 # reuses the whole session too

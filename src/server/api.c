@@ -163,6 +163,7 @@ struct conv {
     json_t **calls;    /* owned tool_calls arrays */
     size_t n, cap;
     json_t *tools;     /* owned, OpenAI chat shape */
+    json_t *tool_map;  /* owned: the job's tool_map (NULL: none yet) */
 };
 
 static void conv_free(struct conv *c) {
@@ -176,6 +177,7 @@ static void conv_free(struct conv *c) {
     free(c->reasons);
     free(c->calls);
     json_decref(c->tools);
+    json_decref(c->tool_map);
     memset(c, 0, sizeof *c);
 }
 
@@ -235,6 +237,113 @@ static json_t *args_object(const json_t *a, const char *field, struct http_err *
     return NULL;
 }
 
+/* ---- tools the model sees under another name or shape ----
+ *
+ * The chat template knows one kind of tool, a function with a JSON schema,
+ * called by name. OpenAI's APIs have two more that clients send (Codex
+ * among them): a namespace, which groups functions (a call names the
+ * function and its namespace), and a custom tool, which takes free-form
+ * text (a patch, a query) instead of JSON arguments, optionally constrained
+ * by a grammar. Both are rendered as functions: a namespaced one as
+ * "namespace.name", a custom one with one string parameter "input" that
+ * carries its format. The job's tool_map takes each call back to the shape
+ * the client declared. */
+
+/* The name the model sees for tool `name` in namespace ns (NULL: none);
+ * malloc'd, NULL when out of memory. */
+static char *tool_rendered_name(const char *ns, const char *name) {
+    struct ms_buf b = {0};
+    if (ns) ms_buf_printf(&b, "%s.", ns);
+    ms_buf_puts(&b, name);
+    return b.p;
+}
+
+/* Records that the model's `rendered` is the client's `name` (in ns,
+ * NULL: none), a free-form tool when `custom`. */
+static int tool_map_add(struct conv *c, const char *rendered, const char *name, const char *ns, bool custom,
+                        struct http_err *e) {
+    if (!c->tool_map && !(c->tool_map = json_object())) return http_fail(e, 500, "out of memory");
+    json_t *m = json_pack("{s:s, s:b}", "name", name, "custom", custom);
+    if (m && ns) json_object_set_new(m, "namespace", json_string(ns));
+    if (!m || json_object_set_new(c->tool_map, rendered, m)) return http_fail(e, 500, "out of memory");
+    return 0;
+}
+
+/* Adds a function or custom tool t (Responses' flat shape, or chat's
+ * "custom" object when t is its inner object) to c->tools in the chat
+ * shape, in namespace ns (NULL: none; ns_desc its description or NULL).
+ * custom: t is a custom tool ({name, description?, format?}, format
+ * {"type": "text"} or {"type": "grammar", "syntax", "definition"}).
+ * Errors: 400 naming `field` for a missing name or a bad format. */
+static int add_tool(struct conv *c, const json_t *t, bool custom, const char *ns, const char *ns_desc,
+                    const char *field, struct http_err *e) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (!name) return http_fail(e, 400, "'%s.name' must be a string", field);
+    const json_t *d = json_object_get(t, "description");
+    if (d && !json_is_null(d) && !json_is_string(d))
+        return http_fail(e, 400, "'%s.description' must be a string", field);
+    struct ms_buf desc = {0};
+    if (ns_desc && *ns_desc) ms_buf_printf(&desc, "(%s: %s)", ns, ns_desc);
+    if (json_is_string(d) && json_string_length(d)) {
+        if (desc.len) ms_buf_puts(&desc, "\n\n");
+        ms_buf_put(&desc, json_string_value(d), json_string_length(d));
+    }
+    json_t *params = NULL;
+    if (custom) {
+        /* the format goes where the model reads the argument it fills */
+        const json_t *f = json_object_get(t, "format");
+        const char *ft = json_is_object(f) ? json_string_value(json_object_get(f, "type")) : NULL;
+        struct ms_buf in = {0};
+        ms_buf_puts(&in, "The tool's input, as free-form text (not JSON)");
+        if (f && !json_is_null(f) && (!ft || (strcmp(ft, "text") && strcmp(ft, "grammar")))) {
+            ms_buf_free(&desc);
+            ms_buf_free(&in);
+            return http_fail(e, 400, "'%s.format.type' must be \"text\" or \"grammar\"", field);
+        }
+        if (ft && !strcmp(ft, "grammar")) {
+            const char *syn = json_string_value(json_object_get(f, "syntax"));
+            const char *def = json_string_value(json_object_get(f, "definition"));
+            if (!syn || !def) {
+                ms_buf_free(&desc);
+                ms_buf_free(&in);
+                return http_fail(e, 400, "'%s.format' needs a string 'syntax' and 'definition'", field);
+            }
+            ms_buf_printf(&in, ", matching this %s grammar:\n%s", syn, def);
+        } else {
+            ms_buf_puts(&in, ".");
+        }
+        params = json_pack("{s:s, s:{s:{s:s, s:s}}, s:[s]}", "type", "object", "properties", "input", "type",
+                           "string", "description", in.p ? in.p : "", "required", "input");
+        ms_buf_free(&in);
+    } else {
+        const json_t *p = json_object_get(t, "parameters");
+        params = p ? json_incref((json_t *)p) : NULL;
+    }
+    char *rendered = tool_rendered_name(ns, name);
+    json_t *fn = rendered ? json_pack("{s:s}", "name", rendered) : NULL;
+    if (fn && desc.len) json_object_set_new(fn, "description", json_stringn(desc.p, desc.len));
+    if (fn && params) json_object_set(fn, "parameters", params);
+    json_decref(params);
+    ms_buf_free(&desc);
+    int rc = !fn || json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn))
+                 ? http_fail(e, 500, "out of memory")
+                 : 0;
+    if (!rc && (custom || ns)) rc = tool_map_add(c, rendered, name, ns, custom, e);
+    free(rendered);
+    return rc;
+}
+
+/* A call of the client's tool `name` (in ns, NULL: none) from the history,
+ * added to message i under the name the model sees (a custom tool's args:
+ * {"input": its text}). */
+static int add_history_call(struct conv *c, size_t i, const char *id, const char *ns, const char *name,
+                            json_t *args, struct http_err *e) {
+    char *rendered = tool_rendered_name(ns, name);
+    const int rc = rendered ? add_call(c, i, id, rendered, args, e) : http_fail(e, 500, "out of memory");
+    free(rendered);
+    return rc;
+}
+
 /* ---- shared request pieces ---- */
 
 struct common {
@@ -283,7 +392,8 @@ static int parse_stop(const json_t *req, const char *key, struct job *j, struct 
     return 0;
 }
 
-/* OpenAI chat tools: [{"type":"function","function":{"name",...}}]. */
+/* OpenAI chat tools: [{"type":"function","function":{"name",...}}] and
+ * custom tools [{"type":"custom","custom":{"name", "format", ...}}]. */
 static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *e) {
     const json_t *tools = json_object_get(req, "tools");
     if (!tools || json_is_null(tools)) return 0;
@@ -291,13 +401,21 @@ static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *
     c->tools = json_array();
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i);
+        const json_t *type = json_object_get(t, "type");
+        if (json_is_string(type) && !strcmp(json_string_value(type), "custom")) {
+            char field[64];
+            snprintf(field, sizeof field, "tools[%zu].custom", i);
+            const json_t *ct = json_object_get(t, "custom");
+            if (!json_is_object(ct)) return http_fail(e, 400, "'%s' must be an object", field);
+            if (add_tool(c, ct, true, NULL, NULL, field, e)) return -1;
+            continue;
+        }
         const json_t *fn = json_object_get(t, "function");
         if (!json_is_object(t) || !json_is_object(fn) ||
             !json_is_string(json_object_get(fn, "name")))
             return http_fail(e, 400, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
-        const json_t *type = json_object_get(t, "type");
         if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
-            return http_fail(e, 400, "'tools[%zu].type' must be \"function\"", i);
+            return http_fail(e, 400, "'tools[%zu].type' must be \"function\" or \"custom\"", i);
         json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
         json_array_append_new(c->tools, copy);
     }
@@ -406,6 +524,8 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
     if (rc) return http_fail(e, 400, "%s", err.msg);
     j->thinking = cm->thinking;
     j->has_tools = c->tools && json_array_size(c->tools) > 0;
+    j->tool_map = c->tool_map;
+    c->tool_map = NULL;
     j->parse_output = true;
     const int trc = tokenize_prompt(sv, j, &r, e);
     j->prompt = r.text;
@@ -531,6 +651,7 @@ void job_release(struct job *j) {
     json_decref(j->stop);
     json_decref(j->calls);
     json_decref(j->items);
+    json_decref(j->tool_map);
     free(j->prompt);
     free(j->ids);
     free(j->cut_off);
@@ -583,8 +704,20 @@ static int parse_chat_messages(const json_t *msgs, struct conv *c, struct http_e
                     return http_fail(e, 400, "'messages[%zu].tool_calls' must be an array", i);
                 for (size_t k = 0; k < json_array_size(tcs); k++) {
                     const json_t *tc = json_array_get(tcs, k);
-                    const json_t *fn = json_object_get(tc, "function");
                     const char *id = json_string_value(json_object_get(tc, "id"));
+                    const json_t *ct = json_object_get(tc, "custom");
+                    if (json_is_object(ct)) {
+                        const char *name = json_string_value(json_object_get(ct, "name"));
+                        const json_t *in = json_object_get(ct, "input");
+                        if (!name || !json_is_string(in))
+                            return http_fail(e, 400, "'messages[%zu].tool_calls[%zu].custom' needs a string name and input", i, k);
+                        json_t *args = json_pack("{s:O}", "input", in);
+                        const int rc2 = add_history_call(c, c->n - 1, id ? id : "", NULL, name, args, e);
+                        json_decref(args);
+                        if (rc2) return -1;
+                        continue;
+                    }
+                    const json_t *fn = json_object_get(tc, "function");
                     const char *name = json_string_value(json_object_get(fn, "name"));
                     if (!json_is_object(tc) || !json_is_object(fn) || !name)
                         return http_fail(e, 400, "'messages[%zu].tool_calls[%zu]' needs function.name", i, k);
@@ -939,12 +1072,22 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
                     pending_reasoning.len = 0;
                 }
             }
-        } else if (type && !strcmp(type, "function_call")) {
+        } else if (type && (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call"))) {
+            /* a call, with its namespace when the tool is in one */
+            const bool custom = !strcmp(type, "custom_tool_call");
             const char *id = json_string_value(json_object_get(it, "call_id"));
             const char *name = json_string_value(json_object_get(it, "name"));
+            const json_t *nsj = json_object_get(it, "namespace");
+            const json_t *text = json_object_get(it, "input");
             snprintf(field, sizeof field, "input[%zu].arguments", i);
-            json_t *args = id && name ? args_object(json_object_get(it, "arguments"), field, e) : NULL;
-            if (!id || !name) rc = http_fail(e, 400, "'input[%zu]': function_call needs call_id and name", i);
+            json_t *args = !id || !name                ? NULL
+                           : !custom                   ? args_object(json_object_get(it, "arguments"), field, e)
+                           : json_is_string(text)      ? json_pack("{s:O}", "input", text)
+                                                       : NULL;
+            if (!id || !name) rc = http_fail(e, 400, "'input[%zu]': %s needs call_id and name", i, type);
+            else if (nsj && !json_is_null(nsj) && !json_is_string(nsj))
+                rc = http_fail(e, 400, "'input[%zu].namespace' must be a string", i);
+            else if (!args && custom) rc = http_fail(e, 400, "'input[%zu].input' must be a string", i);
             else if (!args) rc = -1;
             else {
                 /* calls join the assistant message right before them */
@@ -955,10 +1098,10 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
                         pending_reasoning.len = 0;
                     }
                 }
-                if (!rc) rc = add_call(c, c->n - 1, id, name, args, e);
+                if (!rc) rc = add_history_call(c, c->n - 1, id, json_string_value(nsj), name, args, e);
             }
             json_decref(args);
-        } else if (type && !strcmp(type, "function_call_output")) {
+        } else if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output"))) {
             const json_t *out = json_object_get(it, "output");
             if (!json_is_string(json_object_get(it, "call_id")))
                 rc = http_fail(e, 400, "'input[%zu].call_id' must be a string", i);
@@ -984,6 +1127,10 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
     return 0;
 }
 
+/* Responses tools: functions and custom tools, flat or grouped in
+ * namespaces ({"type": "namespace", "name", "description", "tools"});
+ * hosted tools (web_search, file_search, ...) are not ours to run and are
+ * left out. */
 static int parse_responses_tools(const json_t *req, struct conv *c, struct http_err *e) {
     const json_t *tools = json_object_get(req, "tools");
     if (!tools || json_is_null(tools)) return 0;
@@ -993,15 +1140,27 @@ static int parse_responses_tools(const json_t *req, struct conv *c, struct http_
         const json_t *t = json_array_get(tools, i);
         const char *type = json_string_value(json_object_get(t, "type"));
         if (!json_is_object(t) || !type) return http_fail(e, 400, "'tools[%zu]' needs a type", i);
-        if (strcmp(type, "function")) continue; /* hosted tools are not ours to run */
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (!name) return http_fail(e, 400, "'tools[%zu].name' must be a string", i);
-        json_t *fn = json_pack("{s:s}", "name", name);
-        const json_t *d = json_object_get(t, "description");
-        if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
-        const json_t *p = json_object_get(t, "parameters");
-        if (p) json_object_set(fn, "parameters", (json_t *)p);
-        json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        char field[96];
+        snprintf(field, sizeof field, "tools[%zu]", i);
+        if (!strcmp(type, "function") || !strcmp(type, "custom")) {
+            if (add_tool(c, t, !strcmp(type, "custom"), NULL, NULL, field, e)) return -1;
+            continue;
+        }
+        if (strcmp(type, "namespace")) continue;
+        const char *ns = json_string_value(json_object_get(t, "name"));
+        const json_t *inner = json_object_get(t, "tools");
+        if (!ns || !*ns || !json_is_array(inner))
+            return http_fail(e, 400, "'tools[%zu]': a namespace needs a name and an array 'tools'", i);
+        const char *ns_desc = json_string_value(json_object_get(t, "description"));
+        for (size_t k = 0; k < json_array_size(inner); k++) {
+            const json_t *u = json_array_get(inner, k);
+            const char *ut = json_string_value(json_object_get(u, "type"));
+            snprintf(field, sizeof field, "tools[%zu].tools[%zu]", i, k);
+            if (!json_is_object(u) || !ut) return http_fail(e, 400, "'%s' needs a type", field);
+            if ((!strcmp(ut, "function") || !strcmp(ut, "custom")) &&
+                add_tool(c, u, !strcmp(ut, "custom"), ns, ns_desc, field, e))
+                return -1;
+        }
     }
     const json_t *tc = json_object_get(req, "tool_choice");
     if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {

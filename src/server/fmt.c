@@ -302,21 +302,52 @@ void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
     }
 }
 
+/* The text a custom tool's call carries: its arguments' "input" string, or
+ * the whole arguments text when the model filled something else. malloc'd;
+ * NULL when out of memory. */
+static char *custom_input(const char *args) {
+    json_t *o = json_loads(args, 0, NULL);
+    const json_t *in = json_object_get(o, "input");
+    char *s = json_is_string(in) ? strndup(json_string_value(in), json_string_length(in)) : strdup(args);
+    json_decref(o);
+    return s;
+}
+
+/* A Responses call item: function_call {arguments} or custom_tool_call
+ * {input}, with its namespace when the tool is in one. */
+static json_t *resp_call_item(const char *fc, const char *id, const char *name, const char *ns,
+                              const char *input, const char *args, const char *status) {
+    json_t *it = json_pack("{s:s, s:s, s:s, s:s}", "type", input ? "custom_tool_call" : "function_call", "id", fc,
+                           "call_id", id, "name", name);
+    if (!it) return NULL;
+    if (ns) json_object_set_new(it, "namespace", json_string(ns));
+    json_object_set_new(it, input ? "input" : "arguments", json_string(input ? input : args));
+    json_object_set_new(it, "status", json_string(status));
+    return it;
+}
+
 void fmt_tool_call(struct server *sv, struct job *j, const char *name, const char *args) {
     char id[64];
     rand_hex(id, sizeof id, j->kind == API_MESSAGES ? "toolu_" : "call_");
     const int index = j->n_calls++;
-    json_array_append_new(j->calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
-                                              "function", "name", name, "arguments", args));
+    /* the client's name, namespace and kind of tool (api.c's tool_map) */
+    const json_t *m = j->tool_map ? json_object_get(j->tool_map, name) : NULL;
+    const char *ns = m ? json_string_value(json_object_get(m, "namespace")) : NULL;
+    char *input = m && json_is_true(json_object_get(m, "custom")) ? custom_input(args) : NULL;
+    if (m) name = json_string_value(json_object_get(m, "name"));
+    /* the chat shape (Anthropic's bodies read name and arguments from it) */
+    json_t *call = input ? json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "custom", "custom", "name", name,
+                                     "input", input)
+                         : json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
+                                     name, "arguments", args);
+    json_array_append_new(j->calls, call);
     switch (j->kind) {
     case API_CHAT:
-        if (j->stream)
-            sse(j, NULL,
-                chat_chunk(sv, j,
-                           json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", index,
-                                     "id", id, "type", "function", "function", "name", name,
-                                     "arguments", args),
-                           NULL));
+        if (j->stream) {
+            json_t *d = json_pack("{s:i}", "index", index); /* index first, as OpenAI sends it */
+            json_object_update(d, call);
+            sse(j, NULL, chat_chunk(sv, j, json_pack("{s:[o]}", "tool_calls", d), NULL));
+        }
         break;
     case API_COMPLETIONS: break;
     case API_MESSAGES:
@@ -330,24 +361,26 @@ void fmt_tool_call(struct server *sv, struct job *j, const char *name, const cha
     case API_RESPONSES: {
         resp_close_item(j);
         char fc[64];
-        rand_hex(fc, sizeof fc, "fc_");
+        rand_hex(fc, sizeof fc, input ? "ctc_" : "fc_");
         const int idx = j->out_index++;
         if (j->stream) {
+            const char *ev = input ? "response.custom_tool_call_input" : "response.function_call_arguments";
+            char evd[64], evn[64];
+            snprintf(evd, sizeof evd, "%s.delta", ev);
+            snprintf(evn, sizeof evn, "%s.done", ev);
             sse(j, "response.output_item.added",
                 with_seq(j, "response.output_item.added",
-                         json_pack("{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:s}}", "output_index", idx, "item",
-                                   "type", "function_call", "id", fc, "call_id", id, "name", name,
-                                   "arguments", "", "status", "in_progress")));
-            sse(j, "response.function_call_arguments.delta",
-                with_seq(j, "response.function_call_arguments.delta",
-                         json_pack("{s:s, s:i, s:s}", "item_id", fc, "output_index", idx, "delta", args)));
-            sse(j, "response.function_call_arguments.done",
-                with_seq(j, "response.function_call_arguments.done",
-                         json_pack("{s:s, s:i, s:s, s:s}", "item_id", fc, "output_index", idx, "name",
-                                   name, "arguments", args)));
+                         json_pack("{s:i, s:o}", "output_index", idx, "item",
+                                   resp_call_item(fc, id, name, ns, input ? "" : NULL, "", "in_progress"))));
+            sse(j, evd,
+                with_seq(j, evd, json_pack("{s:s, s:i, s:s}", "item_id", fc, "output_index", idx, "delta",
+                                           input ? input : args)));
+            json_t *done = json_pack("{s:s, s:i, s:s}", "item_id", fc, "output_index", idx, input ? "input" : "arguments",
+                                     input ? input : args);
+            if (!input) json_object_set_new(done, "name", json_string(name));
+            sse(j, evn, with_seq(j, evn, done));
         }
-        json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call", "id", fc,
-                                 "call_id", id, "name", name, "arguments", args, "status", "completed");
+        json_t *item = resp_call_item(fc, id, name, ns, input, args, "completed");
         if (j->stream)
             sse(j, "response.output_item.done",
                 with_seq(j, "response.output_item.done",
@@ -356,6 +389,7 @@ void fmt_tool_call(struct server *sv, struct job *j, const char *name, const cha
         break;
     }
     }
+    free(input);
 }
 
 /* The non-streaming reply body (or error). */

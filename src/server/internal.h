@@ -66,6 +66,10 @@ struct job {
     bool thinking;      /* the prompt ended in "<think>" */
     bool parse_output;  /* reasoning/DSML parsing (not for /v1/completions) */
     bool has_tools;
+    /* the tools the model sees under another name or shape (NULL: none):
+     * rendered name -> {"name", "namespace" (absent: none), "custom"
+     * (true: a free-form tool, its one "input" string goes back as text)} */
+    json_t *tool_map;
     bool ignore_eos;    /* llama.cpp's extension: never sample end of sentence */
 
     /* results (worker) */
