@@ -403,6 +403,46 @@ bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"function_call","c
 bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"description":"no name"}}]}' "a custom chat tool without a name"
 stop_server ns
 
+# tool_choice that forces a call: the block's opening (and the named
+# tool's invoke) is written for the model where its answer starts, at once
+# or after "</think>"; the script then writes only the rest of the call
+cat >"$TMP/script_force.txt" <<'SCRIPT'
+<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
+Sunny.
+---8<---
+Pick one.</think><｜DSML｜invoke name="get_weather">
+<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
+Still thinking
+SCRIPT
+MOESTREAM_SERVE_SCRIPT="$TMP/script_force.txt" start_server force -m "$TMP/m.gguf"
+U=$(url force)
+FT='[{"type":"function","function":{"name":"get_time","parameters":{"type":"object"}}},{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"reasoning_effort\":\"none\",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}")
+LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+check "tool_choice names a tool: its call, the arguments the model wrote after the forced opening" \
+    'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {\"city\":\"Paris\"}" <<<"$R" >/dev/null'
+MSG=$(jq -c .choices[0].message <<<"$R")
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"sunny\"}],\"tools\":$FT,\"reasoning_effort\":\"none\"}")
+check "tool_choice: the forced call's history reuses the whole live session" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":\"required\"}")
+check "tool_choice required, thinking: the reasoning, then a call" \
+    'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"Pick one.\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\"" <<<"$R" >/dev/null'
+S=$(post /v1/messages "{\"model\":\"x\",\"max_tokens\":50,\"stream\":true,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":40},\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]}")
+check "tool_choice any, a turn that ends while thinking: </think> and the block's opening are written, no markup leaks" \
+    'grep -q "thinking_delta" <<<"$S" && ! grep -q "DSML" <<<"$S" && grep -q "\"stop_reason\":\"end_turn\"" <<<"$S" && grep -q "ended inside a tool-call block" "$TMP/force.log"'
+bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}" "tool_choice names a tool that is not there"
+bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"w"}],"tool_choice":"required"}' "tool_choice required without tools"
+bad_req 400 POST /v1/responses "{\"model\":\"x\",\"input\":\"w\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\"}}" "tool_choice function without a name"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":"any","messages":[{"role":"user","content":"w"}]}' "Anthropic tool_choice as a string"
+stop_server force
+
 # a tool call the model opens inside its reasoning (no </think> sampled):
 # the tool-result turn is rendered as the live session holds it, so it
 # reuses the whole session too

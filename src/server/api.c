@@ -164,6 +164,7 @@ struct conv {
     size_t n, cap;
     json_t *tools;     /* owned, OpenAI chat shape */
     json_t *tool_map;  /* owned: the job's tool_map (NULL: none yet) */
+    char *force;       /* owned: the job's force_call (NULL: the model chooses) */
 };
 
 static void conv_free(struct conv *c) {
@@ -178,6 +179,7 @@ static void conv_free(struct conv *c) {
     free(c->calls);
     json_decref(c->tools);
     json_decref(c->tool_map);
+    free(c->force);
     memset(c, 0, sizeof *c);
 }
 
@@ -344,6 +346,76 @@ static int add_history_call(struct conv *c, size_t i, const char *id, const char
     return rc;
 }
 
+/* tool_choice, in the three dialects. "none" drops the tools. "required"
+ * (OpenAI) or {"type": "any"} (Anthropic) forces a call of some tool; a
+ * named choice forces a call of that tool: OpenAI chat {"type":
+ * "function", "function": {"name"}} or {"type": "custom", "custom":
+ * {"name"}}, Responses {"type": "function" or "custom", "name",
+ * "namespace"?}, Anthropic {"type": "tool", "name"}. A forced call is the
+ * text that opens the tool-call block (and the named tool's invoke), in
+ * c->force: the worker writes it for the model where the answer starts
+ * (after "</think>" when it thinks), as the template renders a call.
+ * "auto", and choices the server cannot honour (allowed_tools, hosted
+ * tools), leave the choice to the model. Call after the tools are parsed.
+ * Errors: 400 for a malformed choice, a forced call without tools, or a
+ * name that is not among them. */
+static int parse_tool_choice(const json_t *req, enum api_kind k, struct conv *c, struct http_err *e) {
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (!tc || json_is_null(tc)) return 0;
+    const char *mode, *name = NULL, *ns = NULL;
+    if (json_is_string(tc) && k != API_MESSAGES) {
+        mode = json_string_value(tc);
+    } else if (json_is_object(tc)) {
+        mode = json_string_value(json_object_get(tc, "type"));
+        if (!mode) return http_fail(e, 400, "'tool_choice.type' must be a string");
+        /* chat nests the name in an object named by the type */
+        const json_t *named = k == API_CHAT ? json_object_get(tc, mode) : tc;
+        name = json_string_value(json_object_get(named, "name"));
+        if (k == API_RESPONSES) ns = json_string_value(json_object_get(tc, "namespace"));
+    } else {
+        return http_fail(e, 400, k == API_MESSAGES ? "'tool_choice' must be an object"
+                                                   : "'tool_choice' must be a string or an object");
+    }
+    if (!strcmp(mode, "none")) {
+        json_decref(c->tools);
+        c->tools = NULL;
+        return 0;
+    }
+    const bool any = !strcmp(mode, "required") || !strcmp(mode, "any");
+    const bool one = !strcmp(mode, "function") || !strcmp(mode, "custom") || !strcmp(mode, "tool");
+    if (!any && !one) return 0;
+    if (!c->tools || !json_array_size(c->tools))
+        return http_fail(e, 400, "'tool_choice' forces a tool call, but the request has no tools");
+    if (one && !name) return http_fail(e, 400, "'tool_choice' of type '%s' needs the tool's name", mode);
+    struct ms_buf f = {0};
+    ms_buf_puts(&f, "\n\n<" MS_DSML "tool_calls>\n");
+    if (one) {
+        char *r = tool_rendered_name(ns, name);
+        bool found = false;
+        for (size_t i = 0; r && i < json_array_size(c->tools) && !found; i++) {
+            const char *ti = json_string_value(
+                json_object_get(json_object_get(json_array_get(c->tools, i), "function"), "name"));
+            found = ti && !strcmp(ti, r);
+        }
+        /* the name goes into the forced text, read with special tokens: it
+         * must not carry markup */
+        const int rc = !r                                ? http_fail(e, 500, "out of memory")
+                       : !found                          ? http_fail(e, 400, "'tool_choice' names '%s', which is not among the tools", r)
+                       : strpbrk(r, "<>\"\n\r")          ? http_fail(e, 400, "'tool_choice': the tool name '%s' cannot be forced", r)
+                                                         : 0;
+        if (!rc) ms_buf_printf(&f, "<" MS_DSML "invoke name=\"%s\">\n", r);
+        free(r);
+        if (rc) {
+            ms_buf_free(&f);
+            return -1;
+        }
+    }
+    if (!f.p) return http_fail(e, 500, "out of memory");
+    free(c->force);
+    c->force = f.p;
+    return 0;
+}
+
 /* ---- shared request pieces ---- */
 
 struct common {
@@ -396,7 +468,7 @@ static int parse_stop(const json_t *req, const char *key, struct job *j, struct 
  * custom tools [{"type":"custom","custom":{"name", "format", ...}}]. */
 static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *e) {
     const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return 0;
+    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_CHAT, c, e);
     if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
     c->tools = json_array();
     for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -419,14 +491,7 @@ static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *
         json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
         json_array_append_new(c->tools, copy);
     }
-    const json_t *tc = json_object_get(req, "tool_choice");
-    if (tc && json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {
-        json_decref(c->tools);
-        c->tools = NULL;
-    } else if (tc && !json_is_null(tc) && !json_is_string(tc) && !json_is_object(tc)) {
-        return http_fail(e, 400, "'tool_choice' must be a string or an object");
-    }
-    return 0;
+    return parse_tool_choice(req, API_CHAT, c, e);
 }
 
 /* Tokenizes the rendering: template text with special tokens, request data
@@ -526,6 +591,10 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
     j->has_tools = c->tools && json_array_size(c->tools) > 0;
     j->tool_map = c->tool_map;
     c->tool_map = NULL;
+    if (j->has_tools) {
+        j->force_call = c->force;
+        c->force = NULL;
+    }
     j->parse_output = true;
     const int trc = tokenize_prompt(sv, j, &r, e);
     j->prompt = r.text;
@@ -658,6 +727,7 @@ void job_release(struct job *j) {
     free(j->cut_tok);
     free(j->plain);
     free(j->stop_seq);
+    free(j->force_call);
     free(j->error);
     free(j->body);
     ms_buf_free(&j->reasoning);
@@ -818,7 +888,7 @@ bad:
 
 static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_err *e) {
     const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return 0;
+    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_MESSAGES, c, e);
     if (!json_is_array(tools)) return http_fail(e, 400, "tools: must be an array");
     c->tools = json_array();
     for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -836,17 +906,7 @@ static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_
         json_object_set(fn, "parameters", (json_t *)schema);
         json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
-    const json_t *tc = json_object_get(req, "tool_choice");
-    if (json_is_object(tc)) {
-        const char *t = json_string_value(json_object_get(tc, "type"));
-        if (t && !strcmp(t, "none")) {
-            json_decref(c->tools);
-            c->tools = NULL;
-        }
-    } else if (tc && !json_is_null(tc)) {
-        return http_fail(e, 400, "tool_choice: must be an object");
-    }
-    return 0;
+    return parse_tool_choice(req, API_MESSAGES, c, e);
 }
 
 /* Anthropic tool_result content: a string or text blocks. */
@@ -1133,7 +1193,7 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
  * left out. */
 static int parse_responses_tools(const json_t *req, struct conv *c, struct http_err *e) {
     const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return 0;
+    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_RESPONSES, c, e);
     if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
     c->tools = json_array();
     for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -1162,12 +1222,7 @@ static int parse_responses_tools(const json_t *req, struct conv *c, struct http_
                 return -1;
         }
     }
-    const json_t *tc = json_object_get(req, "tool_choice");
-    if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {
-        json_decref(c->tools);
-        c->tools = NULL;
-    }
-    return 0;
+    return parse_tool_choice(req, API_RESPONSES, c, e);
 }
 
 static struct job *parse_responses(struct server *sv, json_t *req, struct http_err *e) {

@@ -70,6 +70,9 @@ struct job {
      * rendered name -> {"name", "namespace" (absent: none), "custom"
      * (true: a free-form tool, its one "input" string goes back as text)} */
     json_t *tool_map;
+    /* a forced tool call (tool_choice): the text that opens it, written
+     * for the model where its answer starts; NULL: the model chooses */
+    char *force_call;
     bool ignore_eos;    /* llama.cpp's extension: never sample end of sentence */
 
     /* results (worker) */

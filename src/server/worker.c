@@ -688,6 +688,26 @@ static void run_job(struct server *sv, struct job *j) {
             n_script = 0;
     }
     sv->n_generations++;
+    /* a forced tool call (tool_choice): its opening text, written where the
+     * answer starts: at once, or right after "</think>" when the model
+     * thinks. forced[0] is "</think>" itself, written first when the model
+     * ends its turn while still thinking; a block the model opens inside
+     * its reasoning stands instead (the parser ends the reasoning there). */
+    int32_t *forced = NULL;
+    size_t n_forced = 0, i_forced = 1, i_script = 0;
+    bool forcing = false;
+    if (j->force_call && (!j->thinking || sv->end_think_tok >= 0)) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (!ms_tokenizer_encode(sv->tok, j->force_call, strlen(j->force_call), false, true, &ids, &n, &err) &&
+            (forced = malloc((n + 1) * sizeof *forced))) {
+            forced[0] = sv->end_think_tok;
+            memcpy(forced + 1, ids, n * sizeof *ids);
+            n_forced = n + 1;
+            forcing = !j->thinking;
+        }
+        free(ids);
+    }
     const double t1 = now_s();
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
     float *masked = NULL;
@@ -718,9 +738,16 @@ static void run_job(struct server *sv, struct job *j) {
                 logits = masked;
             }
         }
-        const int32_t tok = sv->o.n_scripted > 0
-                                ? ((size_t)n_gen < n_script ? script[n_gen] : sv->eos)
-                                : ms_sampler_sample(smp, logits);
+        int32_t tok;
+        if (forcing && i_forced < n_forced) tok = forced[i_forced++];
+        else if (sv->o.n_scripted > 0) tok = i_script < n_script ? script[i_script++] : sv->eos;
+        else tok = ms_sampler_sample(smp, logits);
+        if (tok == sv->eos && !forcing && i_forced == 1 && n_forced > 1) {
+            /* the turn would end before the forced call: write it now */
+            forcing = true;
+            if (!j->parse_output || g.parser.state == MS_DSML_REASONING_STATE) i_forced = 0;
+            tok = forced[i_forced++];
+        }
         if (n_gen == 0) j->t_first = now_s();
         if (tok == sv->eos) {
             j->finish = "stop";
@@ -741,7 +768,14 @@ static void run_job(struct server *sv, struct job *j) {
         if (j->parse_output) {
             const enum ms_dsml_state st = ms_dsml_feed(&g.parser, shown, slen);
             if (st == MS_DSML_REASONING_STATE) j->n_reasoning++;
-            if (st == MS_DSML_ERROR_STATE) break;
+            if (st == MS_DSML_ERROR_STATE) {
+                j->finish = "stop"; /* a malformed block ends the turn, not the token limit */
+                break;
+            }
+            if (n_forced && !forcing && i_forced == 1) {
+                if (st == MS_DSML_TOOLS_STATE) n_forced = 0; /* the model opened a block itself */
+                else if (tok == sv->end_think_tok) forcing = true;
+            }
             /* a closed block ends the turn; its last token is evaluated so the
              * live session holds the whole block (the next request replays it) */
             last = st == MS_DSML_DONE_STATE;
@@ -782,6 +816,7 @@ static void run_job(struct server *sv, struct job *j) {
     const double t_decode = j->t_end - t1;
     kv_publish(sv);
     free(script);
+    free(forced);
     free(masked);
     ms_buf_free(&g.text);
     ms_buf_free(&g.rbuf);
