@@ -401,6 +401,12 @@ bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"cust
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":3}]}' "a custom_tool_call without its text"
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"function_call","call_id":"c","name":"p","arguments":"{}","namespace":1}]}' "a non-string namespace"
 bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"description":"no name"}}]}' "a custom chat tool without a name"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]},{"type":"function","name":"ns.f"}]}' "two tools the model would see as ns.f"
+bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"name":"x"}},{"type":"function","function":{"name":"x"}}]}' "a custom and a function tool of one name"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"function","name":""}]}' "an empty tool name"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"namespace","name":"a","tools":[{"type":"namespace","name":"b","tools":[]}]}]}' "a nested namespace"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"function","name":"f","parameters":"abc"}]}' "parameters that are not an object"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","previous_response_id":5}' "a non-string previous_response_id"
 stop_server ns
 
 # tool_choice that forces a call: the block's opening (and the named
@@ -419,6 +425,13 @@ Pick one.</think><｜DSML｜invoke name="get_weather">
 </｜DSML｜tool_calls>
 ---8<---
 Still thinking
+---8<---
+Bad call.</think>
+
+<｜DSML｜tool_calls>
+<｜DSML｜invoke name="">
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
 SCRIPT
 MOESTREAM_SERVE_SCRIPT="$TMP/script_force.txt" start_server force -m "$TMP/m.gguf"
 U=$(url force)
@@ -437,6 +450,9 @@ check "tool_choice required, thinking: the reasoning, then a call" \
 S=$(post /v1/messages "{\"model\":\"x\",\"max_tokens\":50,\"stream\":true,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":40},\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]}")
 check "tool_choice any, a turn that ends while thinking: </think> and the block's opening are written, no markup leaks" \
     'grep -q "thinking_delta" <<<"$S" && ! grep -q "DSML" <<<"$S" && grep -q "\"stop_reason\":\"end_turn\"" <<<"$S" && grep -q "ended inside a tool-call block" "$TMP/force.log"'
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT}")
+check "a malformed block ends the turn with finish stop (not length)" \
+    'jq -e ".choices[0].finish_reason == \"stop\" and .usage.completion_tokens < 100" <<<"$R" >/dev/null'
 bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}" "tool_choice names a tool that is not there"
 bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"w"}],"tool_choice":"required"}' "tool_choice required without tools"
 bad_req 400 POST /v1/responses "{\"model\":\"x\",\"input\":\"w\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\"}}" "tool_choice function without a name"

@@ -165,6 +165,7 @@ struct conv {
     json_t *tools;     /* owned, OpenAI chat shape */
     json_t *tool_map;  /* owned: the job's tool_map (NULL: none yet) */
     char *force;       /* owned: the job's force_call (NULL: the model chooses) */
+    json_t *names;     /* owned: the names the model sees so far (an object used as a set) */
 };
 
 static void conv_free(struct conv *c) {
@@ -180,6 +181,7 @@ static void conv_free(struct conv *c) {
     json_decref(c->tools);
     json_decref(c->tool_map);
     free(c->force);
+    json_decref(c->names);
     memset(c, 0, sizeof *c);
 }
 
@@ -271,6 +273,17 @@ static int tool_map_add(struct conv *c, const char *rendered, const char *name, 
     return 0;
 }
 
+/* Claims the name the model will see for the tool at `field`: not empty,
+ * and not another tool's (a call must map back to one tool). */
+static int tool_name_claim(struct conv *c, const char *rendered, const char *field, struct http_err *e) {
+    if (!*rendered) return http_fail(e, 400, "'%s.name' must not be empty", field);
+    if (!c->names && !(c->names = json_object())) return http_fail(e, 500, "out of memory");
+    if (json_object_get(c->names, rendered))
+        return http_fail(e, 400, "'%s.name': another tool is also called '%s'", field, rendered);
+    if (json_object_set_new(c->names, rendered, json_true())) return http_fail(e, 500, "out of memory");
+    return 0;
+}
+
 /* Adds a function or custom tool t (Responses' flat shape, or chat's
  * "custom" object when t is its inner object) to c->tools in the chat
  * shape, in namespace ns (NULL: none; ns_desc its description or NULL).
@@ -281,6 +294,10 @@ static int add_tool(struct conv *c, const json_t *t, bool custom, const char *ns
                     const char *field, struct http_err *e) {
     const char *name = json_string_value(json_object_get(t, "name"));
     if (!name) return http_fail(e, 400, "'%s.name' must be a string", field);
+    if (!*name) return http_fail(e, 400, "'%s.name' must not be empty", field);
+    const json_t *pj = json_object_get(t, "parameters");
+    if (!custom && pj && !json_is_null(pj) && !json_is_object(pj))
+        return http_fail(e, 400, "'%s.parameters' must be an object", field);
     const json_t *d = json_object_get(t, "description");
     if (d && !json_is_null(d) && !json_is_string(d))
         return http_fail(e, 400, "'%s.description' must be a string", field);
@@ -318,10 +335,15 @@ static int add_tool(struct conv *c, const json_t *t, bool custom, const char *ns
                            "string", "description", in.p ? in.p : "", "required", "input");
         ms_buf_free(&in);
     } else {
-        const json_t *p = json_object_get(t, "parameters");
-        params = p ? json_incref((json_t *)p) : NULL;
+        params = json_is_object(pj) ? json_incref((json_t *)pj) : NULL;
     }
     char *rendered = tool_rendered_name(ns, name);
+    if (rendered && tool_name_claim(c, rendered, field, e)) {
+        json_decref(params);
+        ms_buf_free(&desc);
+        free(rendered);
+        return -1;
+    }
     json_t *fn = rendered ? json_pack("{s:s}", "name", rendered) : NULL;
     if (fn && desc.len) json_object_set_new(fn, "description", json_stringn(desc.p, desc.len));
     if (fn && params) json_object_set(fn, "parameters", params);
@@ -488,6 +510,12 @@ static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *
             return http_fail(e, 400, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
         if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
             return http_fail(e, 400, "'tools[%zu].type' must be \"function\" or \"custom\"", i);
+        char field[64];
+        snprintf(field, sizeof field, "tools[%zu].function", i);
+        const json_t *pj = json_object_get(fn, "parameters");
+        if (pj && !json_is_null(pj) && !json_is_object(pj))
+            return http_fail(e, 400, "'%s.parameters' must be an object", field);
+        if (tool_name_claim(c, json_string_value(json_object_get(fn, "name")), field, e)) return -1;
         json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
         json_array_append_new(c->tools, copy);
     }
@@ -668,13 +696,14 @@ static int openai_thinking(const json_t *req, struct common *cm, struct http_err
     const json_t *rs = json_object_get(req, "reasoning");
     if (json_is_object(rs)) re = json_object_get(rs, "effort");
     else if (rs && !json_is_null(rs)) return http_fail(e, 400, "'reasoning' must be an object");
+    const char *ref = json_is_object(rs) ? "reasoning.effort" : "reasoning_effort";
     if (re && !json_is_null(re)) {
-        if (!json_is_string(re)) return http_fail(e, 400, "'reasoning_effort' must be a string");
+        if (!json_is_string(re)) return http_fail(e, 400, "'%s' must be a string", ref);
         const char *v = json_string_value(re);
         if (!strcmp(v, "none") || !strcmp(v, "minimal")) cm->thinking = false;
         else if (!strcmp(v, "max") || !strcmp(v, "xhigh")) cm->effort_max = true;
         else if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
-            return http_fail(e, 400, "'reasoning_effort' must be none, minimal, low, medium, high, xhigh or max");
+            return http_fail(e, 400, "'%s' must be none, minimal, low, medium, high, xhigh or max", ref);
     }
     const json_t *th = json_object_get(req, "thinking");
     if (json_is_boolean(th)) cm->thinking = json_is_true(th);
@@ -689,6 +718,7 @@ static int openai_thinking(const json_t *req, struct common *cm, struct http_err
         const json_t *t = json_object_get(kw, "thinking");
         if (!t) t = json_object_get(kw, "enable_thinking");
         if (json_is_boolean(t)) cm->thinking = json_is_true(t);
+        else if (t && !json_is_null(t)) return http_fail(e, 400, "'chat_template_kwargs.thinking' must be a boolean");
     }
     return 0;
 }
@@ -900,6 +930,9 @@ static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_
         const json_t *schema = json_object_get(t, "input_schema");
         if (!name || !json_is_object(schema))
             return http_fail(e, 400, "tools.%zu: needs 'name' and an object 'input_schema'", i);
+        char field[32];
+        snprintf(field, sizeof field, "tools.%zu", i);
+        if (tool_name_claim(c, name, field, e)) return -1;
         json_t *fn = json_pack("{s:s}", "name", name);
         const json_t *d = json_object_get(t, "description");
         if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
@@ -1158,7 +1191,8 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
                         pending_reasoning.len = 0;
                     }
                 }
-                if (!rc) rc = add_history_call(c, c->n - 1, id, json_string_value(nsj), name, args, e);
+                const char *ns = json_string_value(nsj);
+                if (!rc) rc = add_history_call(c, c->n - 1, id, ns && *ns ? ns : NULL, name, args, e);
             }
             json_decref(args);
         } else if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output"))) {
@@ -1211,12 +1245,16 @@ static int parse_responses_tools(const json_t *req, struct conv *c, struct http_
         const json_t *inner = json_object_get(t, "tools");
         if (!ns || !*ns || !json_is_array(inner))
             return http_fail(e, 400, "'tools[%zu]': a namespace needs a name and an array 'tools'", i);
-        const char *ns_desc = json_string_value(json_object_get(t, "description"));
+        const json_t *nd = json_object_get(t, "description");
+        if (nd && !json_is_null(nd) && !json_is_string(nd))
+            return http_fail(e, 400, "'tools[%zu].description' must be a string", i);
+        const char *ns_desc = json_string_value(nd);
         for (size_t k = 0; k < json_array_size(inner); k++) {
             const json_t *u = json_array_get(inner, k);
             const char *ut = json_string_value(json_object_get(u, "type"));
             snprintf(field, sizeof field, "tools[%zu].tools[%zu]", i, k);
             if (!json_is_object(u) || !ut) return http_fail(e, 400, "'%s' needs a type", field);
+            if (!strcmp(ut, "namespace")) return http_fail(e, 400, "'%s': namespaces do not nest", field);
             if ((!strcmp(ut, "function") || !strcmp(ut, "custom")) &&
                 add_tool(c, u, !strcmp(ut, "custom"), ns, ns_desc, field, e))
                 return -1;
@@ -1234,7 +1272,8 @@ static struct job *parse_responses(struct server *sv, json_t *req, struct http_e
         http_fail(e, 500, "out of memory");
         return NULL;
     }
-    if (json_is_string(json_object_get(req, "previous_response_id"))) {
+    const json_t *prev = json_object_get(req, "previous_response_id");
+    if (prev && !json_is_null(prev)) {
         http_fail(e, 400, "'previous_response_id' is not supported (the server keeps no responses; send the whole input)");
         goto bad;
     }

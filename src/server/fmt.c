@@ -302,13 +302,16 @@ void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
     }
 }
 
-/* The text a custom tool's call carries: its arguments' "input" string, or
- * the whole arguments text when the model filled something else. malloc'd;
- * NULL when out of memory. */
+/* The text a custom tool's call carries: its arguments' "input" string; a
+ * value of another type as its JSON text, "" when the model wrote none
+ * (other parameters are not the tool's). malloc'd; NULL when out of
+ * memory. */
 static char *custom_input(const char *args) {
     json_t *o = json_loads(args, 0, NULL);
     const json_t *in = json_object_get(o, "input");
-    char *s = json_is_string(in) ? strndup(json_string_value(in), json_string_length(in)) : strdup(args);
+    char *s = json_is_string(in) ? strndup(json_string_value(in), json_string_length(in))
+              : in               ? json_dumps(in, JSON_COMPACT | JSON_ENCODE_ANY)
+                                 : strdup("");
     json_decref(o);
     return s;
 }
