@@ -151,6 +151,36 @@ check "memory before disk: the evicted session is on disk as well" \
     '[ "$(metric "moestream_kv_saves_total{reason=\"evict\"}")" -ge 1 ]'
 stop_server both
 
+# ---- a tool call across a restart: the sampled block (here with one
+# newline before it where the template writes two) is read back from the
+# replay log, so the tool-result turn after the restart restores the whole
+# shutdown checkpoint, not only the text before the call
+KV="$TMP/kvtools"; rm -rf "$KV"
+cat >"$TMP/tscript.txt" <<'SCRIPT'
+Need it.</think>
+<｜DSML｜tool_calls>
+<｜DSML｜invoke name="get_weather">
+<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
+Sunny.
+SCRIPT
+TT='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk1 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+U=$(url tk1)
+R7=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" '{messages:[{role:"user",content:$p}],tools:$t}')")
+LIVE=$(( $(usage "$R7" prompt_tokens) + $(usage "$R7" completion_tokens) ))
+stop_server tk1
+check "the replay log is beside the checkpoints, 0600" '[ "$(stat -c %a "$KV/replay.jsonl")" = 600 ] && grep -q "get_weather" "$KV/replay.jsonl"'
+MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk2 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+U=$(url tk2)
+R8=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices[0].message <<<"$R7")" \
+    '{messages:[{role:"user",content:$p},$m,{role:"tool",tool_call_id:"x",content:"sunny"}],tools:$t}')")
+check "after a restart, the tool-result turn restores the whole checkpoint ($(usage "$R8" prompt_tokens_details.cached_tokens) >= $LIVE)" \
+    '[ "$(usage "$R8" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && grep -q "tool-call blocks read back" "$TMP/tk2.log"'
+stop_server tk2
+
 # ---- bad flags are usage errors
 "$BIN" serve -m "$M" --kv-disk-space-mb 0 >/dev/null 2>"$TMP/e1"
 rc=$?

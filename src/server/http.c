@@ -515,6 +515,7 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     struct server *sv = calloc(1, sizeof *sv);
     if (!sv) return ms_err_set(err, "out of memory");
     sv->e = e;
+    sv->replay_fd = -1;
     sv->o = *o;
     if (!sv->o.host) sv->o.host = "127.0.0.1";
     if (sv->o.max_queue <= 0) sv->o.max_queue = 16;
@@ -554,6 +555,7 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
         sv->m.kv_on = true;
         fprintf(stderr, "serve: disk KV cache in %s (%llu MiB)\n", sv->o.kv->dir,
                 (unsigned long long)(sv->o.kv->budget_bytes >> 20));
+        replay_open(sv, sv->o.kv->dir);
     }
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
@@ -613,11 +615,7 @@ out:
     free(sv->snap_text);
     ms_buf_free(&sv->live);
     free(sv->queue);
-    for (size_t i = 0; i < REPLAY_MAX; i++) {
-        free(sv->replay[i].ids);
-        free(sv->replay[i].raw);
-        free(sv->replay[i].reasoning);
-    }
+    replay_close(sv);
     free(sv);
     return rc;
 }

@@ -156,6 +156,10 @@ struct server {
     uint64_t n_generations; /* worker-only: picks the scripted output */
     struct replay_entry replay[REPLAY_MAX];
     size_t replay_next;
+    /* the replay log beside a disk KV cache (replay.c): -1 / NULL without */
+    int replay_fd;
+    char *replay_dir;
+    size_t replay_lines; /* lines in the log (this process's count) */
 
     /* worker-only: the live session */
     struct ms_session *s;
@@ -205,6 +209,14 @@ void job_emit(struct job *j, const char *s, size_t n);
 
 /* ---- worker.c ---- */
 void *worker_main(void *arg);
+
+/* ---- replay.c: exact replay of sampled tool-call blocks ---- */
+/* Reads the replay log in dir (a disk KV cache's directory) into the table
+ * and keeps it for appending; problems are warnings (the table then lives
+ * in memory only). Call before the worker starts. */
+void replay_open(struct server *sv, const char *dir);
+/* Frees the table and closes the log. */
+void replay_close(struct server *sv);
 /* Replay lookup for the chat template (sv->mu taken inside). */
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
                           bool *in_reasoning);

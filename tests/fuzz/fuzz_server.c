@@ -46,6 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     g_sv.e = g_e;
     g_sv.tok = ms_engine_tokenizer(g_e);
     g_sv.n_ctx = 4096;
+    g_sv.replay_fd = -1;
     g_sv.o.default_max_tokens = 64;
     pthread_mutex_init(&g_sv.mu, NULL);
     return 0;

@@ -1,0 +1,243 @@
+/*
+ * replay.c - exact replay of sampled tool calls: each tool-call id maps to
+ * the bytes the model sampled for its block, so that a history carrying
+ * the calls back renders as the live session (or a checkpoint) holds it,
+ * not as the template would re-serialise the calls' JSON.
+ *
+ * The table keeps the last REPLAY_MAX blocks in memory. With a disk KV
+ * cache it is also a log in the cache's directory (REPLAY_LOG: one JSON
+ * object a line, {"ids", "raw", "reasoning"?}), appended as blocks are
+ * sampled and read back at start: a checkpoint restored after a restart
+ * then still matches a conversation past its first tool call. The log is
+ * rewritten from the table at start and whenever it holds REPLAY_LOG_SLACK
+ * times as many lines as the table; a torn or unreadable line is skipped,
+ * and a block that is not valid UTF-8 (JSON cannot carry it) stays in
+ * memory only. Processes that share the directory append to one log; a
+ * rewrite keeps only the writer's own table (the log is a cache).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/internal.h"
+#include "util/log.h"
+
+#define REPLAY_LOG "replay.jsonl"
+#define REPLAY_LOG_SLACK 4
+#define REPLAY_LOG_MAX_BYTES (256u << 20) /* a bigger log is not read, only replaced */
+
+static char *join_ids(const json_t *calls) {
+    struct ms_buf b = {0};
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(calls, i), "id"));
+        if (!id) {
+            ms_buf_free(&b);
+            return NULL;
+        }
+        if (i) ms_buf_put(&b, "\n", 1);
+        ms_buf_puts(&b, id);
+    }
+    if (!b.p) ms_buf_puts(&b, "");
+    return b.p;
+}
+
+/* Puts an entry into the table (its oldest slot), taking ownership of the
+ * strings. Caller holds sv->mu. */
+static void table_put(struct server *sv, char *ids, char *raw, size_t raw_len, char *reasoning) {
+    struct replay_entry *r = &sv->replay[sv->replay_next];
+    sv->replay_next = (sv->replay_next + 1) % REPLAY_MAX;
+    free(r->ids);
+    free(r->raw);
+    free(r->reasoning);
+    *r = (struct replay_entry){.ids = ids, .raw = raw, .raw_len = raw_len, .reasoning = reasoning};
+}
+
+/* One log line for r (malloc'd, "\n"-terminated); NULL when the entry
+ * cannot be written as JSON (bytes that are not UTF-8) or out of memory. */
+static char *log_line(const struct replay_entry *r) {
+    json_t *raw = json_stringn(r->raw, r->raw_len);
+    json_t *o = raw ? json_pack("{s:s, s:o}", "ids", r->ids, "raw", raw) : NULL;
+    if (o && r->reasoning) {
+        json_t *rs = json_string(r->reasoning);
+        if (!rs) {
+            json_decref(o);
+            return NULL;
+        }
+        json_object_set_new(o, "reasoning", rs);
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) return NULL;
+    const size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (!line) {
+        free(s);
+        return NULL;
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    return line;
+}
+
+static int write_all(int fd, const char *s, size_t n) {
+    while (n) {
+        const ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Replaces the log with the table's entries, oldest first, and reopens it
+ * for appending. Caller holds sv->mu (or is the only thread). */
+static void log_rewrite(struct server *sv) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-" REPLAY_LOG, sv->replay_dir, (long)getpid());
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ms_log_warn("serve: cannot write %s: %s (tool-call replay stays in memory)", tmp, strerror(errno));
+        return;
+    }
+    size_t lines = 0;
+    bool ok = true;
+    for (size_t k = 0; k < REPLAY_MAX && ok; k++) {
+        const struct replay_entry *r = &sv->replay[(sv->replay_next + k) % REPLAY_MAX];
+        if (!r->ids) continue;
+        char *line = log_line(r);
+        if (line) {
+            ok = !write_all(fd, line, strlen(line));
+            lines++;
+        }
+        free(line);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" REPLAY_LOG, sv->replay_dir);
+    if (close(fd) || !ok || rename(tmp, path)) {
+        ms_log_warn("serve: cannot replace %s: %s (tool-call replay stays in memory)", path, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    if (sv->replay_fd >= 0) close(sv->replay_fd);
+    sv->replay_fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    sv->replay_lines = lines;
+}
+
+void replay_open(struct server *sv, const char *dir) {
+    sv->replay_dir = strdup(dir);
+    if (!sv->replay_dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" REPLAY_LOG, dir);
+    FILE *f = fopen(path, "rb");
+    size_t n_read = 0;
+    struct stat sb;
+    if (f && !fstat(fileno(f), &sb) && (uint64_t)sb.st_size <= REPLAY_LOG_MAX_BYTES) {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while ((len = getline(&line, &cap, f)) > 0) {
+            json_t *o = json_loadb(line, (size_t)len, 0, NULL);
+            const json_t *ids = json_object_get(o, "ids"), *raw = json_object_get(o, "raw");
+            const json_t *rs = json_object_get(o, "reasoning");
+            if (json_is_string(ids) && json_is_string(raw) && (!rs || json_is_string(rs))) {
+                char *ic = strdup(json_string_value(ids));
+                char *rc = strndup(json_string_value(raw), json_string_length(raw));
+                char *sc = rs ? strdup(json_string_value(rs)) : NULL;
+                if (ic && rc && (!rs || sc)) {
+                    table_put(sv, ic, rc, json_string_length(raw), sc);
+                    n_read++;
+                } else {
+                    free(ic);
+                    free(rc);
+                    free(sc);
+                }
+            }
+            json_decref(o);
+        }
+        free(line);
+    }
+    if (f) fclose(f);
+    if (n_read) ms_log_info("serve: %zu sampled tool-call blocks read back from %s", n_read < REPLAY_MAX ? n_read : REPLAY_MAX, path);
+    log_rewrite(sv);
+}
+
+void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
+                   const struct ms_buf *reasoning) {
+    char *ids = join_ids(calls);
+    char *copy = malloc(raw_len + 1);
+    char *rcopy = reasoning ? malloc(reasoning->len + 1) : NULL;
+    if (!ids || !copy || (reasoning && !rcopy)) {
+        free(ids);
+        free(copy);
+        free(rcopy);
+        return;
+    }
+    memcpy(copy, raw, raw_len);
+    copy[raw_len] = '\0';
+    if (rcopy) {
+        if (reasoning->len) memcpy(rcopy, reasoning->p, reasoning->len);
+        rcopy[reasoning->len] = '\0';
+    }
+    pthread_mutex_lock(&sv->mu);
+    table_put(sv, ids, copy, raw_len, rcopy);
+    if (sv->replay_fd >= 0) {
+        char *line = log_line(&sv->replay[(sv->replay_next + REPLAY_MAX - 1) % REPLAY_MAX]);
+        if (line && !write_all(sv->replay_fd, line, strlen(line))) sv->replay_lines++;
+        free(line);
+        if (sv->replay_lines >= REPLAY_LOG_SLACK * REPLAY_MAX) log_rewrite(sv);
+    }
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* ctx: struct replay_ctx (api.c); returns a copy the context frees later. */
+struct replay_ctx {
+    struct server *sv;
+    char *copies[64];
+    int n;
+};
+
+const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
+                          bool *in_reasoning) {
+    struct replay_ctx *rc = ctx;
+    if (rc->n == (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
+    char *ids = join_ids(tool_calls);
+    if (!ids) return NULL;
+    char *hit = NULL;
+    pthread_mutex_lock(&rc->sv->mu);
+    for (size_t i = 0; i < REPLAY_MAX; i++) {
+        const struct replay_entry *r = &rc->sv->replay[i];
+        if (r->ids && !strcmp(r->ids, ids)) {
+            hit = malloc(r->raw_len + 1);
+            if (hit) {
+                memcpy(hit, r->raw, r->raw_len + 1);
+                *len = r->raw_len;
+                /* the block closed the reasoning only where the message
+                 * carries that same reasoning back */
+                *in_reasoning = r->reasoning && reasoning && !strcmp(r->reasoning, reasoning);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rc->sv->mu);
+    free(ids);
+    if (hit) rc->copies[rc->n++] = hit;
+    return hit;
+}
+
+void replay_close(struct server *sv) {
+    if (sv->replay_fd >= 0) close(sv->replay_fd);
+    sv->replay_fd = -1;
+    free(sv->replay_dir);
+    sv->replay_dir = NULL;
+    for (size_t i = 0; i < REPLAY_MAX; i++) {
+        free(sv->replay[i].ids);
+        free(sv->replay[i].raw);
+        free(sv->replay[i].reasoning);
+        sv->replay[i] = (struct replay_entry){0};
+    }
+}
