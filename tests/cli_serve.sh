@@ -129,6 +129,11 @@ check "count_tokens" '[ "$(jq .input_tokens <<<"$R")" -gt 2 ]'
 # output_config.format is rendered as OpenAI's response_format (the schema in the prompt)
 RF=$(post /v1/messages/count_tokens '{"model":"x","output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"title":{"type":"string"}}}},"effort":"high"},"messages":[{"role":"user","content":"Hi there"}]}')
 check "output_config.format: the schema is in the prompt" '[ "$(jq .input_tokens <<<"$RF")" -gt $(( $(jq .input_tokens <<<"$R") + 10 )) ]'
+# Responses' text.format (Codex's --output-schema) likewise, and echoed in the response
+R=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1}')
+RF=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1,"text":{"format":{"type":"json_schema","name":"out","strict":true,"schema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"],"additionalProperties":false}}}}')
+check "responses text.format: the schema is in the prompt, the format echoed" \
+    '[ "$(jq .usage.input_tokens <<<"$RF")" -gt $(( $(jq .usage.input_tokens <<<"$R") + 10 )) ] && [ "$(jq -r .text.format.name <<<"$RF")" = out ]'
 
 # ---- Responses
 R=$(post /v1/responses '{"model":"x","instructions":"Be brief.","input":"Hi","max_output_tokens":6,"ignore_eos":true}')
@@ -213,6 +218,8 @@ bad_req 400 POST /v1/messages '{"model":"x","max_tokens":4,"output_config":{"eff
 bad_req 400 POST /v1/responses '{"model":"x"}' "responses without input"
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"teleport"}]}'
 bad_req 400 POST /v1/responses '{"model":"x","input":"hi","previous_response_id":"resp_1"}'
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","text":{"format":{"type":"json_schema","name":"s"}}}' "text.format json_schema without a schema"
+bad_req 400 POST /v1/responses '{"model":"x","input":"hi","text":{"format":{"type":"yaml"}}}' "text.format of an unknown type"
 bad_req 400 POST /v1/completions '{"prompt":5}'
 bad_req 404 GET /v1/nothing '' "unknown GET"
 bad_req 404 POST /v1/unknown '{}' "unknown POST"

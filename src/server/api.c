@@ -1263,6 +1263,25 @@ static int parse_responses_tools(const json_t *req, struct conv *c, struct http_
     return parse_tool_choice(req, API_RESPONSES, c, e);
 }
 
+/* Responses structured output, text.format: {"type": "text"}, {"type":
+ * "json_object"} or {"type": "json_schema", "name", "schema", "strict"?}
+ * (Codex's --output-schema), rendered as chat's response_format is (the
+ * template puts the object after its "Response Format" line). */
+static int responses_text_format(const json_t *req, struct common *cm, struct http_err *e) {
+    const json_t *tx = json_object_get(req, "text");
+    if (!tx || json_is_null(tx)) return 0;
+    if (!json_is_object(tx)) return http_fail(e, 400, "'text' must be an object");
+    const json_t *fmt = json_object_get(tx, "format");
+    if (!fmt || json_is_null(fmt)) return 0;
+    const char *t = json_is_object(fmt) ? json_string_value(json_object_get(fmt, "type")) : NULL;
+    if (!t || (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")))
+        return http_fail(e, 400, "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    if (!strcmp(t, "json_schema") && !json_is_object(json_object_get(fmt, "schema")))
+        return http_fail(e, 400, "'text.format.schema' must be an object");
+    if (strcmp(t, "text")) cm->response_format = (json_t *)fmt;
+    return 0;
+}
+
 static struct job *parse_responses(struct server *sv, json_t *req, struct http_err *e) {
     struct job *j = job_new(sv, API_RESPONSES, req);
     struct conv c = {0};
@@ -1280,7 +1299,8 @@ static struct job *parse_responses(struct server *sv, json_t *req, struct http_e
     if (get_bool(req, "stream", &j->stream, e) ||
         get_int(req, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) ||
         parse_sampling(req, j, e) || openai_thinking(req, &cm, e) ||
-        parse_responses_input(req, &c, e) || parse_responses_tools(req, &c, e))
+        parse_responses_input(req, &c, e) || parse_responses_tools(req, &c, e) ||
+        responses_text_format(req, &cm, e))
         goto bad;
     if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
     conv_free(&c);

@@ -212,7 +212,10 @@ static json_t *resp_object(struct server *sv, struct job *j, const char *status)
         "disabled", "instructions", ins ? ins : json_null(), "incomplete_details");
     if (!tools) json_decref(json_object_get(o, "tools")); /* the fresh [] was stolen by O? */
     json_object_set_new(o, "metadata", json_object());
-    json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    /* the text format as requested (json_schema included), else plain text */
+    const json_t *tf = json_object_get(json_object_get(req, "text"), "format");
+    json_object_set_new(o, "text", json_is_object(tf) ? json_pack("{s:O}", "format", tf)
+                                                      : json_pack("{s:{s:s}}", "format", "type", "text"));
     if (!strcmp(status, "incomplete"))
         json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
     if (strcmp(status, "in_progress")) json_object_set_new(o, "usage", usage_responses(j));
