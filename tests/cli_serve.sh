@@ -129,6 +129,18 @@ check "count_tokens" '[ "$(jq .input_tokens <<<"$R")" -gt 2 ]'
 # output_config.format is rendered as OpenAI's response_format (the schema in the prompt)
 RF=$(post /v1/messages/count_tokens '{"model":"x","output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"title":{"type":"string"}}}},"effort":"high"},"messages":[{"role":"user","content":"Hi there"}]}')
 check "output_config.format: the schema is in the prompt" '[ "$(jq .input_tokens <<<"$RF")" -gt $(( $(jq .input_tokens <<<"$R") + 10 )) ]'
+# images, files and audio (a text-only model) stand in the prompt as a
+# placeholder, wherever they come: user content, tool results, Codex's
+# view_image output; a text document is its text
+R=$(post /v1/messages/count_tokens '{"model":"x","messages":[{"role":"user","content":[{"type":"text","text":"Look"}]}]}')
+RI=$(post /v1/messages/count_tokens '{"model":"x","messages":[{"role":"user","content":[{"type":"text","text":"Look"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]}]}')
+check "messages: an image block stands as a placeholder" '[ "$(jq .input_tokens <<<"$RI")" -gt $(( $(jq .input_tokens <<<"$R") + 5 )) ]'
+R=$(post /v1/messages '{"model":"x","max_tokens":2,"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"a.png"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]},{"type":"document","source":{"type":"text","media_type":"text/plain","data":"plain words"}}]}]}')
+check "messages: an image in a tool result and a text document are answered" '[ "$(jq -r .type <<<"$R")" = message ]'
+R=$(post /v1/responses '{"model":"x","max_output_tokens":2,"input":[{"role":"user","content":"see"},{"type":"function_call","call_id":"c1","name":"view_image","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":[{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}')
+check "responses: an input_image tool output is answered" '[ "$(jq -r .object <<<"$R")" = response ]'
+R=$(post /v1/chat/completions '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}')
+check "chat: an image_url part is answered" '[ "$(jq -r .object <<<"$R")" = chat.completion ]'
 # Responses' text.format (Codex's --output-schema) likewise, and echoed in the response
 R=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1}')
 RF=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1,"text":{"format":{"type":"json_schema","name":"out","strict":true,"schema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"],"additionalProperties":false}}}}')
@@ -177,7 +189,7 @@ bad_req 400 POST $C '{"messages":[{"content":"x"}]}' "no role"
 bad_req 400 POST $C '{"messages":[{"role":"wizard","content":"x"}]}'
 bad_req 400 POST $C '{"messages":[{"role":5,"content":"x"}]}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":5}]}'
-bad_req 400 POST $C '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
+bad_req 400 POST $C '{"messages":[{"role":"user","content":[{"type":"video_url","video_url":{"url":"x"}}]}]}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":[{"type":"text"}]}]}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"temperature":-1}'

@@ -117,8 +117,40 @@ static int get_int(const json_t *o, const char *k, int64_t lo, int64_t hi, int64
     return 0;
 }
 
+/* What stands in the prompt for a content part the model cannot read (an
+ * image, a file, audio), by the part's type in any of the three dialects;
+ * NULL for other types. Agents send such parts unasked (a tool that read a
+ * screenshot returns it as an image), and every later turn carries the
+ * part again: refusing it would end the conversation, so the model is
+ * told instead, and can say so. */
+static const char *media_placeholder(const char *type) {
+    static const struct {
+        const char *types, *text;
+    } media[] = {
+        {"|image|image_url|input_image|", "[image omitted: this model reads text only]"},
+        {"|document|file|input_file|", "[file omitted: this model reads text only]"},
+        {"|audio|input_audio|", "[audio omitted: this model reads text only]"},
+    };
+    char key[64];
+    if (snprintf(key, sizeof key, "|%s|", type) >= (int)sizeof key) return NULL;
+    for (size_t i = 0; i < sizeof media / sizeof media[0]; i++)
+        if (strstr(media[i].types, key)) return media[i].text;
+    return NULL;
+}
+
+/* The text of an Anthropic document block whose source is plain text
+ * ({"source": {"type": "text", "data"}}); NULL for other documents. */
+static const json_t *document_text(const json_t *b) {
+    const json_t *src = json_object_get(b, "source");
+    const char *st = json_string_value(json_object_get(src, "type"));
+    const json_t *d = json_object_get(src, "data");
+    return st && !strcmp(st, "text") && json_is_string(d) ? d : NULL;
+}
+
 /* Text of a content value: a string, null, or an array of parts with "text"
- * (types in ok_types, '|'-separated); parts joined by "\n\n". */
+ * (types in ok_types, '|'-separated); parts joined by "\n\n". Images,
+ * files and audio become media_placeholder's text (a text document, its
+ * text). */
 static int content_text(const json_t *c, const char *field, const char *ok_types, struct ms_buf *out,
                         struct http_err *e) {
     if (!c || json_is_null(c)) return 0;
@@ -135,6 +167,14 @@ static int content_text(const json_t *c, const char *field, const char *ok_types
         const json_t *t = json_object_get(p, "text");
         if (!json_is_object(p) || !type)
             return http_fail(e, 400, "'%s[%zu]' must be an object with a 'type'", field, i);
+        const char *media = media_placeholder(type);
+        if (media) {
+            const json_t *doc = document_text(p);
+            if (out->len) ms_buf_puts(out, "\n\n");
+            if (doc) ms_buf_put(out, json_string_value(doc), json_string_length(doc));
+            else ms_buf_puts(out, media);
+            continue;
+        }
         char want[64];
         bool ok = false;
         for (const char *q = ok_types; *q && !ok;) {
@@ -1029,9 +1069,11 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
             const char *type = json_string_value(json_object_get(b, "type"));
             if (!json_is_object(b) || !type)
                 return http_fail(e, 400, "messages.%zu.content.%zu: a block needs a 'type'", i, k);
-            if (!strcmp(type, "text")) {
-                const json_t *t = json_object_get(b, "text");
-                if (!json_is_string(t))
+            const char *media = media_placeholder(type);
+            if (!strcmp(type, "text") || media) {
+                /* an image or file block: its placeholder (a text document: its text) */
+                const json_t *t = !media ? json_object_get(b, "text") : document_text(b);
+                if (!media && !json_is_string(t))
                     return http_fail(e, 400, "messages.%zu.content.%zu.text: must be a string", i, k);
                 struct ms_buf *dst;
                 if (user) {
@@ -1044,7 +1086,8 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
                     dst = &c->texts[asst];
                 }
                 if (dst->len) ms_buf_puts(dst, "\n\n");
-                ms_buf_put(dst, json_string_value(t), json_string_length(t));
+                if (t) ms_buf_put(dst, json_string_value(t), json_string_length(t));
+                else ms_buf_puts(dst, media);
             } else if (!strcmp(type, "tool_result") && user) {
                 const char *id = json_string_value(json_object_get(b, "tool_use_id"));
                 if (!id)
