@@ -354,6 +354,11 @@ check "tools chat: reasoning, content, one call, finish tool_calls" \
 result_turn "Weather in Paris?"
 check "exact replay: the tool result turn reuses the whole live session (>= $LIVE tokens)" \
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
+first_turn "Weather in Paris?"
+MSG=$(jq -c '.tool_calls[0].function.arguments = "{\"city\":\"Rome\",\"days\":3}"' <<<"$MSG")
+result_turn "Weather in Paris?"
+check "a call edited under its id is rendered from its JSON, not replayed ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") < $LIVE)" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -lt "$LIVE" ]'
 S=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"stream\":true}")
 check "tools chat stream: a tool_calls delta, no markup in any delta" \
     'grep -q "\"tool_calls\":\[{\"index\":0" <<<"$S" && ! grep -q "DSML" <<<"$S" && grep -q "\"finish_reason\":\"tool_calls\"" <<<"$S"'
@@ -445,6 +450,13 @@ Pick one.</think><｜DSML｜invoke name="get_weather">
 ---8<---
 Still thinking
 ---8<---
+Hmm.
+
+<｜DSML｜tool_calls>
+<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+---8<---
 Bad call.</think>
 
 <｜DSML｜tool_calls>
@@ -469,11 +481,19 @@ check "tool_choice required, thinking: the reasoning, then a call" \
 S=$(post /v1/messages "{\"model\":\"x\",\"max_tokens\":50,\"stream\":true,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":40},\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]}")
 check "tool_choice any, a turn that ends while thinking: </think> and the block's opening are written, no markup leaks" \
     'grep -q "thinking_delta" <<<"$S" && ! grep -q "DSML" <<<"$S" && grep -q "\"stop_reason\":\"end_turn\"" <<<"$S" && grep -q "ended inside a tool-call block" "$TMP/force.log"'
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}")
+check "tool_choice names a tool, the model opens its own block in its reasoning: the named invoke goes first" \
+    'jq -e ".choices[0].message.tool_calls[0].function.name == \"get_weather\" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {\"city\":\"Oslo\"}" <<<"$R" >/dev/null'
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT}")
 check "a malformed block ends the turn with finish stop (not length)" \
     'jq -e ".choices[0].finish_reason == \"stop\" and .usage.completion_tokens < 100" <<<"$R" >/dev/null'
 bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}" "tool_choice names a tool that is not there"
 bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"w"}],"tool_choice":"required"}' "tool_choice required without tools"
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"reasoning_effort\":\"none\",\"max_tokens\":3,\"tool_choice\":\"required\"}")
+check "a forced opening cut by max_tokens is not text" \
+    'jq -e ".choices[0].finish_reason == \"length\" and ((.choices[0].message.content // \"\") | test(\"DSML\") | not)" <<<"$R" >/dev/null'
+bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":\"bogus\"}" "an unknown tool_choice string"
+bad_req 400 POST /v1/responses '{"model":"x","input":"w","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f","namespace":5}}' "a non-string tool_choice.namespace"
 bad_req 400 POST /v1/responses "{\"model\":\"x\",\"input\":\"w\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\"}}" "tool_choice function without a name"
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":"any","messages":[{"role":"user","content":"w"}]}' "Anthropic tool_choice as a string"
 stop_server force

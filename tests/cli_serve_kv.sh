@@ -180,6 +180,12 @@ R8=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices
 check "after a restart, the tool-result turn restores the whole checkpoint ($(usage "$R8" prompt_tokens_details.cached_tokens) >= $LIVE)" \
     '[ "$(usage "$R8" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && grep -q "tool-call blocks read back" "$TMP/tk2.log"'
 stop_server tk2
+# a log that is not a regular file (a FIFO would block a reader) is not
+# read, and is replaced by the server's own
+rm -f "$KV/replay.jsonl" && mkfifo "$KV/replay.jsonl"
+start_server tk3 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+check "a FIFO in the log's place: the server starts, the log is a file again" '[ -f "$KV/replay.jsonl" ] && [ ! -p "$KV/replay.jsonl" ]'
+stop_server tk3
 
 # ---- bad flags are usage errors
 "$BIN" serve -m "$M" --kv-disk-space-mb 0 >/dev/null 2>"$TMP/e1"

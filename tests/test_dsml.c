@@ -151,6 +151,13 @@ static void test_plain_answer(void **state) {
                      "[C]a <｜DS b </think> c <｜DSM_x d 日本 \n\n");
     check_all_splits("thinking only", true, "[R]thinking only");
     check_all_splits("r</think>", true, "[R]r");
+    /* an output cut inside a block's opening (the token limit): the
+     * marker's start and the whitespace before it are not text; a lone '<'
+     * at the end is */
+    check_all_splits("Answer\n\n<" D "tool_cal", false, "[C]Answer");
+    check_all_splits("Think\n\n<" D, true, "[R]Think");
+    check_all_splits("x <｜", false, "[C]x");
+    check_all_splits("a <", false, "[C]a <");
 }
 
 /* A NUL in a parameter's text reaches the client as U+FFFD: the client

@@ -427,13 +427,19 @@ static int parse_tool_choice(const json_t *req, enum api_kind k, struct conv *c,
     const char *mode, *name = NULL, *ns = NULL;
     if (json_is_string(tc) && k != API_MESSAGES) {
         mode = json_string_value(tc);
+        if (strcmp(mode, "auto") && strcmp(mode, "none") && strcmp(mode, "required"))
+            return http_fail(e, 400, "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
     } else if (json_is_object(tc)) {
         mode = json_string_value(json_object_get(tc, "type"));
         if (!mode) return http_fail(e, 400, "'tool_choice.type' must be a string");
         /* chat nests the name in an object named by the type */
         const json_t *named = k == API_CHAT ? json_object_get(tc, mode) : tc;
         name = json_string_value(json_object_get(named, "name"));
-        if (k == API_RESPONSES) ns = json_string_value(json_object_get(tc, "namespace"));
+        const json_t *nsj = k == API_RESPONSES ? json_object_get(tc, "namespace") : NULL;
+        if (nsj && !json_is_null(nsj) && !json_is_string(nsj))
+            return http_fail(e, 400, "'tool_choice.namespace' must be a string");
+        ns = json_string_value(nsj);
+        if (ns && !*ns) ns = NULL;
     } else {
         return http_fail(e, 400, k == API_MESSAGES ? "'tool_choice' must be an object"
                                                    : "'tool_choice' must be a string or an object");

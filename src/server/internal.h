@@ -111,6 +111,8 @@ struct job {
 
 struct replay_entry {
     char *ids;  /* tool-call ids joined by '\n' */
+    char *sig;  /* the calls themselves (replay_sig_add), so that a history
+                   whose calls were edited is not replayed */
     char *raw;  /* the sampled DSML block */
     size_t raw_len;
     char *reasoning;   /* NULL, or the reasoning the block was opened inside
@@ -160,6 +162,7 @@ struct server {
     int replay_fd;
     char *replay_dir;
     size_t replay_lines; /* lines in the log (this process's count) */
+    bool replay_torn;    /* the last append failed part-way */
 
     /* worker-only: the live session */
     struct ms_session *s;
@@ -220,9 +223,15 @@ void replay_close(struct server *sv);
 /* Replay lookup for the chat template (sv->mu taken inside). */
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
                           bool *in_reasoning);
-/* Records the sampled block raw[raw_len] of calls; reasoning: NULL, or the
- * reasoning the block was opened inside (no "</think>" sampled). */
-void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
+/* Appends one call (the name the model sees, its arguments' JSON text) to
+ * a block's signature: the name and the arguments in a canonical JSON
+ * form (keys sorted), so that a client's re-serialised copy compares
+ * equal. */
+void replay_sig_add(struct ms_buf *sig, const char *name, const char *args);
+/* Records the sampled block raw[raw_len] of calls (ids from calls, sig
+ * their signature); reasoning: NULL, or the reasoning the block was opened
+ * inside (no "</think>" sampled). */
+void replay_record(struct server *sv, json_t *calls, const char *sig, const char *raw, size_t raw_len,
                    const struct ms_buf *reasoning);
 void job_release(struct job *j);
 double now_s(void);

@@ -4,16 +4,23 @@
  * the calls back renders as the live session (or a checkpoint) holds it,
  * not as the template would re-serialise the calls' JSON.
  *
+ * A block is replayed only for the calls it was sampled as: an entry holds
+ * the calls' ids and their signature (names and canonical arguments), and
+ * a history whose calls were edited under the same ids renders from their
+ * JSON instead.
+ *
  * The table keeps the last REPLAY_MAX blocks in memory. With a disk KV
  * cache it is also a log in the cache's directory (REPLAY_LOG: one JSON
- * object a line, {"ids", "raw", "reasoning"?}), appended as blocks are
- * sampled and read back at start: a checkpoint restored after a restart
- * then still matches a conversation past its first tool call. The log is
- * rewritten from the table at start and whenever it holds REPLAY_LOG_SLACK
- * times as many lines as the table; a torn or unreadable line is skipped,
- * and a block that is not valid UTF-8 (JSON cannot carry it) stays in
- * memory only. Processes that share the directory append to one log; a
- * rewrite keeps only the writer's own table (the log is a cache).
+ * object a line, {"ids", "sig", "raw", "reasoning"?}), appended as blocks
+ * are sampled and read back at start: a checkpoint restored after a
+ * restart then still matches a conversation past its first tool call. The
+ * log is rewritten from the table at start and whenever it holds
+ * REPLAY_LOG_SLACK times as many lines as the table; a torn or unreadable
+ * line is skipped, a block that is not valid UTF-8 (JSON cannot carry it)
+ * stays in memory only, and anything but a regular file is not read.
+ * Processes that share the directory append to one log: a writer reopens
+ * it when another has replaced it, and a rewrite keeps only the writer's
+ * own table (the log is a cache).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,22 +52,50 @@ static char *join_ids(const json_t *calls) {
     return b.p;
 }
 
+void replay_sig_add(struct ms_buf *sig, const char *name, const char *args) {
+    json_t *a = json_loads(args ? args : "", JSON_DECODE_ANY, NULL);
+    char *canon = a ? json_dumps(a, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    json_decref(a);
+    /* unit and record separators: neither occurs in a name or in JSON text */
+    ms_buf_printf(sig, "%s\x1f%s\x1e", name ? name : "", canon ? canon : args ? args : "");
+    free(canon);
+}
+
+/* The signature of a history message's calls (chat shape: function.name
+ * and the arguments' text); malloc'd, NULL when out of memory. */
+static char *calls_sig(const json_t *calls) {
+    struct ms_buf b = {0};
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        replay_sig_add(&b, json_string_value(json_object_get(fn, "name")),
+                       json_string_value(json_object_get(fn, "arguments")));
+    }
+    if (!b.p) ms_buf_puts(&b, "");
+    return b.p;
+}
+
 /* Puts an entry into the table (its oldest slot), taking ownership of the
  * strings. Caller holds sv->mu. */
-static void table_put(struct server *sv, char *ids, char *raw, size_t raw_len, char *reasoning) {
+static void table_put(struct server *sv, char *ids, char *sig, char *raw, size_t raw_len, char *reasoning) {
     struct replay_entry *r = &sv->replay[sv->replay_next];
     sv->replay_next = (sv->replay_next + 1) % REPLAY_MAX;
     free(r->ids);
+    free(r->sig);
     free(r->raw);
     free(r->reasoning);
-    *r = (struct replay_entry){.ids = ids, .raw = raw, .raw_len = raw_len, .reasoning = reasoning};
+    *r = (struct replay_entry){.ids = ids, .sig = sig, .raw = raw, .raw_len = raw_len, .reasoning = reasoning};
 }
 
 /* One log line for r (malloc'd, "\n"-terminated); NULL when the entry
  * cannot be written as JSON (bytes that are not UTF-8) or out of memory. */
 static char *log_line(const struct replay_entry *r) {
     json_t *raw = json_stringn(r->raw, r->raw_len);
-    json_t *o = raw ? json_pack("{s:s, s:o}", "ids", r->ids, "raw", raw) : NULL;
+    json_t *sig = json_string(r->sig);
+    json_t *o = raw && sig ? json_pack("{s:s, s:o, s:o}", "ids", r->ids, "sig", sig, "raw", raw) : NULL;
+    if (!o) {
+        json_decref(raw);
+        json_decref(sig);
+    }
     if (o && r->reasoning) {
         json_t *rs = json_string(r->reasoning);
         if (!rs) {
@@ -126,6 +161,24 @@ static void log_rewrite(struct server *sv) {
     if (sv->replay_fd >= 0) close(sv->replay_fd);
     sv->replay_fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
     sv->replay_lines = lines;
+    sv->replay_torn = false;
+}
+
+/* The log's fd still names the file at REPLAY_LOG (another process's
+ * rewrite replaces it); reopens it when not. */
+static void log_follow(struct server *sv) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" REPLAY_LOG, sv->replay_dir);
+    struct stat a, b;
+    if (!fstat(sv->replay_fd, &a) && !stat(path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return;
+    const int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && !fstat(fd, &b) && S_ISREG(b.st_mode)) {
+        close(sv->replay_fd);
+        sv->replay_fd = fd;
+        return;
+    }
+    if (fd >= 0) close(fd);
+    log_rewrite(sv); /* gone or not a file: this table becomes the log */
 }
 
 void replay_open(struct server *sv, const char *dir) {
@@ -133,26 +186,32 @@ void replay_open(struct server *sv, const char *dir) {
     if (!sv->replay_dir) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/" REPLAY_LOG, dir);
-    FILE *f = fopen(path, "rb");
+    /* only a regular file of a sane size is read (not a FIFO that would
+     * block, nor a device that never ends) */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     size_t n_read = 0;
     struct stat sb;
-    if (f && !fstat(fileno(f), &sb) && (uint64_t)sb.st_size <= REPLAY_LOG_MAX_BYTES) {
+    if (f && !fstat(fileno(f), &sb) && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size <= REPLAY_LOG_MAX_BYTES) {
         char *line = NULL;
         size_t cap = 0;
         ssize_t len;
         while ((len = getline(&line, &cap, f)) > 0) {
             json_t *o = json_loadb(line, (size_t)len, 0, NULL);
             const json_t *ids = json_object_get(o, "ids"), *raw = json_object_get(o, "raw");
-            const json_t *rs = json_object_get(o, "reasoning");
-            if (json_is_string(ids) && json_is_string(raw) && (!rs || json_is_string(rs))) {
+            const json_t *sig = json_object_get(o, "sig"), *rs = json_object_get(o, "reasoning");
+            if (json_is_string(ids) && json_is_string(sig) && json_is_string(raw) && (!rs || json_is_string(rs))) {
                 char *ic = strdup(json_string_value(ids));
+                char *gc = strdup(json_string_value(sig));
                 char *rc = strndup(json_string_value(raw), json_string_length(raw));
                 char *sc = rs ? strdup(json_string_value(rs)) : NULL;
-                if (ic && rc && (!rs || sc)) {
-                    table_put(sv, ic, rc, json_string_length(raw), sc);
+                if (ic && gc && rc && (!rs || sc)) {
+                    table_put(sv, ic, gc, rc, json_string_length(raw), sc);
                     n_read++;
                 } else {
                     free(ic);
+                    free(gc);
                     free(rc);
                     free(sc);
                 }
@@ -166,13 +225,15 @@ void replay_open(struct server *sv, const char *dir) {
     log_rewrite(sv);
 }
 
-void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw_len,
+void replay_record(struct server *sv, json_t *calls, const char *sig, const char *raw, size_t raw_len,
                    const struct ms_buf *reasoning) {
     char *ids = join_ids(calls);
+    char *scopy = strdup(sig);
     char *copy = malloc(raw_len + 1);
     char *rcopy = reasoning ? malloc(reasoning->len + 1) : NULL;
-    if (!ids || !copy || (reasoning && !rcopy)) {
+    if (!ids || !scopy || !copy || (reasoning && !rcopy)) {
         free(ids);
+        free(scopy);
         free(copy);
         free(rcopy);
         return;
@@ -184,10 +245,22 @@ void replay_record(struct server *sv, json_t *calls, const char *raw, size_t raw
         rcopy[reasoning->len] = '\0';
     }
     pthread_mutex_lock(&sv->mu);
-    table_put(sv, ids, copy, raw_len, rcopy);
+    table_put(sv, ids, scopy, copy, raw_len, rcopy);
+    if (sv->replay_fd >= 0) log_follow(sv);
     if (sv->replay_fd >= 0) {
         char *line = log_line(&sv->replay[(sv->replay_next + REPLAY_MAX - 1) % REPLAY_MAX]);
-        if (line && !write_all(sv->replay_fd, line, strlen(line))) sv->replay_lines++;
+        /* after a failed write (a full disk) the line starts on a fresh
+         * one: the torn line before it is skipped alone when read */
+        if (line && sv->replay_torn) write_all(sv->replay_fd, "\n", 1);
+        if (line && write_all(sv->replay_fd, line, strlen(line))) {
+            if (!sv->replay_torn)
+                ms_log_warn("serve: cannot append to %s/" REPLAY_LOG ": %s (this block is kept in memory only)",
+                            sv->replay_dir, strerror(errno));
+            sv->replay_torn = true;
+        } else if (line) {
+            sv->replay_lines++;
+            sv->replay_torn = false;
+        }
         free(line);
         if (sv->replay_lines >= REPLAY_LOG_SLACK * REPLAY_MAX) log_rewrite(sv);
     }
@@ -206,12 +279,18 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reaso
     struct replay_ctx *rc = ctx;
     if (rc->n == (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
     char *ids = join_ids(tool_calls);
-    if (!ids) return NULL;
+    char *sig = calls_sig(tool_calls);
+    if (!ids || !sig) {
+        free(ids);
+        free(sig);
+        return NULL;
+    }
     char *hit = NULL;
     pthread_mutex_lock(&rc->sv->mu);
     for (size_t i = 0; i < REPLAY_MAX; i++) {
         const struct replay_entry *r = &rc->sv->replay[i];
         if (r->ids && !strcmp(r->ids, ids)) {
+            if (strcmp(r->sig, sig)) break; /* edited under the same ids: render the JSON */
             hit = malloc(r->raw_len + 1);
             if (hit) {
                 memcpy(hit, r->raw, r->raw_len + 1);
@@ -225,6 +304,7 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reaso
     }
     pthread_mutex_unlock(&rc->sv->mu);
     free(ids);
+    free(sig);
     if (hit) rc->copies[rc->n++] = hit;
     return hit;
 }
@@ -236,6 +316,7 @@ void replay_close(struct server *sv) {
     sv->replay_dir = NULL;
     for (size_t i = 0; i < REPLAY_MAX; i++) {
         free(sv->replay[i].ids);
+        free(sv->replay[i].sig);
         free(sv->replay[i].raw);
         free(sv->replay[i].reasoning);
         sv->replay[i] = (struct replay_entry){0};

@@ -488,6 +488,7 @@ struct gen {
     struct ms_buf text;    /* content not yet released (stop strings) */
     struct ms_buf rbuf;    /* reasoning bytes not yet whole UTF-8 */
     struct ms_buf cbuf;    /* content bytes not yet whole UTF-8 */
+    struct ms_buf sig;     /* the block's calls (replay_sig_add) */
     bool stopped;       /* a stop string matched or the block closed */
     bool tool_error;
     bool tools_done;
@@ -558,12 +559,15 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     case MS_DSML_EV_TOOL_CALL:
         out_text(g, &g->rbuf, true, true);
         content_in(g, "", 0, true);
-        if (!g->stopped) fmt_tool_call(g->sv, g->j, ev->name, ev->args);
+        if (!g->stopped) {
+            replay_sig_add(&g->sig, ev->name, ev->args);
+            fmt_tool_call(g->sv, g->j, ev->name, ev->args);
+        }
         break;
     case MS_DSML_EV_TOOLS_END:
         g->tools_done = true;
         if (g->j->calls && json_array_size(g->j->calls) > 0)
-            replay_record(g->sv, g->j->calls, ev->text, ev->len,
+            replay_record(g->sv, g->j->calls, g->sig.p ? g->sig.p : "", ev->text, ev->len,
                           g->parser.block_in_reasoning ? &g->j->reasoning : NULL);
         break;
     case MS_DSML_EV_ERROR:
@@ -612,19 +616,27 @@ static void run_job(struct server *sv, struct job *j) {
      * ends its turn while still thinking; a block the model opens inside
      * its reasoning stands instead (the parser ends the reasoning there). */
     int32_t *forced = NULL;
-    size_t n_forced = 0, i_forced = 1, i_script = 0;
+    size_t n_forced = 0, i_forced = 1, i_invoke = 0, i_script = 0;
     bool forcing = false;
     if (j->force_call && (!j->thinking || sv->end_think_tok >= 0)) {
-        int32_t *ids = NULL;
-        size_t n = 0;
-        if (!ms_tokenizer_encode(sv->tok, j->force_call, strlen(j->force_call), false, true, &ids, &n, &err) &&
-            (forced = malloc((n + 1) * sizeof *forced))) {
+        /* the opening and a named tool's invoke line, tokenized apart:
+         * forced[i_invoke ..] is the invoke line (n_forced when none) */
+        const char *inv = strstr(j->force_call, "<" MS_DSML "invoke");
+        const size_t n_open = inv ? (size_t)(inv - j->force_call) : strlen(j->force_call);
+        int32_t *ids = NULL, *ids2 = NULL;
+        size_t n = 0, n2 = 0;
+        if (!ms_tokenizer_encode(sv->tok, j->force_call, n_open, false, true, &ids, &n, &err) &&
+            (!inv || !ms_tokenizer_encode(sv->tok, inv, strlen(inv), false, true, &ids2, &n2, &err)) &&
+            (forced = malloc((1 + n + n2) * sizeof *forced))) {
             forced[0] = sv->end_think_tok;
             memcpy(forced + 1, ids, n * sizeof *ids);
-            n_forced = n + 1;
+            if (n2) memcpy(forced + 1 + n, ids2, n2 * sizeof *ids2);
+            n_forced = 1 + n + n2;
+            i_invoke = 1 + n;
             forcing = !j->thinking;
         }
         free(ids);
+        free(ids2);
     }
     const double t1 = now_s();
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
@@ -691,8 +703,15 @@ static void run_job(struct server *sv, struct job *j) {
                 break;
             }
             if (n_forced && !forcing && i_forced == 1) {
-                if (st == MS_DSML_TOOLS_STATE) n_forced = 0; /* the model opened a block itself */
-                else if (tok == sv->end_think_tok) forcing = true;
+                if (st == MS_DSML_TOOLS_STATE) {
+                    /* the model opened a block itself: a named tool's invoke
+                     * still goes first, any tool is the model's choice */
+                    forcing = i_invoke < n_forced;
+                    i_forced = i_invoke;
+                    if (!forcing) n_forced = 0;
+                } else if (tok == sv->end_think_tok) {
+                    forcing = true;
+                }
             }
             /* a closed block ends the turn; its last token is evaluated so the
              * live session holds the whole block (the next request replays it) */
@@ -737,6 +756,7 @@ static void run_job(struct server *sv, struct job *j) {
     free(forced);
     free(masked);
     ms_buf_free(&g.text);
+    ms_buf_free(&g.sig);
     ms_buf_free(&g.rbuf);
     ms_buf_free(&g.cbuf);
     ms_sampler_free(smp);

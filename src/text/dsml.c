@@ -302,10 +302,22 @@ enum ms_dsml_state ms_dsml_feed(struct ms_dsml *p, const char *bytes, size_t n) 
     return p->state;
 }
 
+/* Of the n held-back bytes at the end of the output, those that are text:
+ * all, unless they end in a cut-off block opening ("<｜" at least, which
+ * text does not hold; the output ran out of tokens inside the marker),
+ * which goes with the whitespace before it. */
+static size_t held_text(const char *s, size_t n) {
+    const size_t h = partial_suffix(s, n, MS_DSML_CALLS_OPEN);
+    if (h < strlen("<" "｜")) return n;
+    size_t keep = n - h;
+    while (keep > 0 && is_ws(s[keep - 1])) keep--;
+    return keep;
+}
+
 enum ms_dsml_state ms_dsml_finish(struct ms_dsml *p) {
     switch (p->state) {
-    case MS_DSML_REASONING_STATE: emit_text(p, MS_DSML_EV_REASONING, p->buf, p->len); break;
-    case MS_DSML_CONTENT_STATE: emit_text(p, MS_DSML_EV_CONTENT, p->buf, p->len); break;
+    case MS_DSML_REASONING_STATE: emit_text(p, MS_DSML_EV_REASONING, p->buf, held_text(p->buf, p->len)); break;
+    case MS_DSML_CONTENT_STATE: emit_text(p, MS_DSML_EV_CONTENT, p->buf, held_text(p->buf, p->len)); break;
     case MS_DSML_TOOLS_STATE: fail(p, "tool call: the output ended inside a tool-call block"); break;
     default: break;
     }
