@@ -411,6 +411,14 @@ S=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT,\"stream
 check "responses stream: custom_tool_call_input events, the namespace in the items" \
     'grep -q "event: response.custom_tool_call_input.done" <<<"$S" && grep -q "\"type\":\"custom_tool_call\"" <<<"$S" && grep -q "\"namespace\":\"agents\"" <<<"$S" && ! grep -q "DSML" <<<"$S"'
 post /v1/completions '{"prompt":"x","max_tokens":2}' >/dev/null # script step 2
+R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT,\"parallel_tool_calls\":false}")
+check "parallel_tool_calls false: the block is closed after its first call" \
+    'jq -e "([.output[] | select(.type == \"function_call\" or .type == \"custom_tool_call\")] | length) == 1 and .parallel_tool_calls == false" <<<"$R" >/dev/null'
+LIVE=$(( $(jq .usage.input_tokens <<<"$R") + $(jq .usage.output_tokens <<<"$R") ))
+IN=$(jq -c '.output as $o | [{"role":"user","content":"go"}] + $o + [{"type":"function_call_output","call_id":$o[1].call_id,"output":"spawned"}]' <<<"$R")
+R=$(post /v1/responses "{\"model\":\"x\",\"input\":$IN,\"tools\":$NT,\"parallel_tool_calls\":false}")
+check "parallel_tool_calls false: the closed block replays ($(jq .usage.input_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
+    '[ "$(jq .usage.input_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
 CT='[{"type":"custom","custom":{"name":"apply_patch","format":{"type":"text"}}},{"type":"function","function":{"name":"agents.spawn_agent","parameters":{"type":"object"}}}]'
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],\"tools\":$CT}")
 LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
@@ -493,6 +501,8 @@ R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w
 check "a forced opening cut by max_tokens is not text" \
     'jq -e ".choices[0].finish_reason == \"length\" and ((.choices[0].message.content // \"\") | test(\"DSML\") | not)" <<<"$R" >/dev/null'
 bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":\"bogus\"}" "an unknown tool_choice string"
+bad_req 400 POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"parallel_tool_calls\":\"no\"}" "a non-boolean parallel_tool_calls"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":1},"messages":[{"role":"user","content":"w"}]}' "a non-boolean disable_parallel_tool_use"
 bad_req 400 POST /v1/responses '{"model":"x","input":"w","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f","namespace":5}}' "a non-string tool_choice.namespace"
 bad_req 400 POST /v1/responses "{\"model\":\"x\",\"input\":\"w\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\"}}" "tool_choice function without a name"
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":"any","messages":[{"role":"user","content":"w"}]}' "Anthropic tool_choice as a string"

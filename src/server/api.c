@@ -206,6 +206,7 @@ struct conv {
     json_t *tool_map;  /* owned: the job's tool_map (NULL: none yet) */
     char *force;       /* owned: the job's force_call (NULL: the model chooses) */
     json_t *names;     /* owned: the names the model sees so far (an object used as a set) */
+    bool one_call;     /* the job's one_call */
 };
 
 static void conv_free(struct conv *c) {
@@ -422,7 +423,14 @@ static int add_history_call(struct conv *c, size_t i, const char *id, const char
  * Errors: 400 for a malformed choice, a forced call without tools, or a
  * name that is not among them. */
 static int parse_tool_choice(const json_t *req, enum api_kind k, struct conv *c, struct http_err *e) {
+    /* one call a turn: OpenAI's parallel_tool_calls false, Anthropic's
+     * tool_choice.disable_parallel_tool_use true */
     const json_t *tc = json_object_get(req, "tool_choice");
+    const json_t *pc = k == API_MESSAGES ? json_object_get(tc, "disable_parallel_tool_use")
+                                         : json_object_get(req, "parallel_tool_calls");
+    const char *pcf = k == API_MESSAGES ? "tool_choice.disable_parallel_tool_use" : "parallel_tool_calls";
+    if (pc && !json_is_null(pc) && !json_is_boolean(pc)) return http_fail(e, 400, "'%s' must be a boolean", pcf);
+    c->one_call = k == API_MESSAGES ? json_is_true(pc) : json_is_false(pc);
     if (!tc || json_is_null(tc)) return 0;
     const char *mode, *name = NULL, *ns = NULL;
     if (json_is_string(tc) && k != API_MESSAGES) {
@@ -668,6 +676,7 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
     if (j->has_tools) {
         j->force_call = c->force;
         c->force = NULL;
+        j->one_call = c->one_call;
     }
     j->parse_output = true;
     const int trc = tokenize_prompt(sv, j, &r, e);

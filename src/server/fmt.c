@@ -208,9 +208,12 @@ static json_t *resp_object(struct server *sv, struct job *j, const char *status)
         "{s:s, s:s, s:I, s:s, s:n, s:s, s:O, s:s, s:O, s:b, s:n, s:s, s:O, s:n}", "id", j->id,
         "object", "response", "created_at", (json_int_t)j->created, "status", status, "error",
         "model", model_of(sv), "output", j->items, "tool_choice", "auto", "tools",
-        tools ? tools : json_array(), "parallel_tool_calls", 1, "previous_response_id", "truncation",
+        tools ? tools : json_array(), "parallel_tool_calls", !json_is_false(json_object_get(req, "parallel_tool_calls")),
+        "previous_response_id", "truncation",
         "disabled", "instructions", ins ? ins : json_null(), "incomplete_details");
     if (!tools) json_decref(json_object_get(o, "tools")); /* the fresh [] was stolen by O? */
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (tc && !json_is_null(tc)) json_object_set(o, "tool_choice", (json_t *)tc);
     json_object_set_new(o, "metadata", json_object());
     /* the text format as requested (json_schema included), else plain text */
     const json_t *tf = json_object_get(json_object_get(req, "text"), "format");

@@ -73,6 +73,8 @@ struct job {
     /* a forced tool call (tool_choice): the text that opens it, written
      * for the model where its answer starts; NULL: the model chooses */
     char *force_call;
+    bool one_call;      /* parallel_tool_calls false / disable_parallel_tool_use:
+                           the block is closed after its first call */
     bool ignore_eos;    /* llama.cpp's extension: never sample end of sentence */
 
     /* results (worker) */

@@ -489,6 +489,7 @@ struct gen {
     struct ms_buf rbuf;    /* reasoning bytes not yet whole UTF-8 */
     struct ms_buf cbuf;    /* content bytes not yet whole UTF-8 */
     struct ms_buf sig;     /* the block's calls (replay_sig_add) */
+    bool close_block;      /* one_call: the first call is complete, close the block */
     bool stopped;       /* a stop string matched or the block closed */
     bool tool_error;
     bool tools_done;
@@ -562,6 +563,7 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
         if (!g->stopped) {
             replay_sig_add(&g->sig, ev->name, ev->args);
             fmt_tool_call(g->sv, g->j, ev->name, ev->args);
+            if (g->j->one_call) g->close_block = true;
         }
         break;
     case MS_DSML_EV_TOOLS_END:
@@ -638,6 +640,15 @@ static void run_job(struct server *sv, struct job *j) {
         free(ids);
         free(ids2);
     }
+    /* one call a turn: the block's closing, written for the model once its
+     * first call is complete (as the template renders a one-call block) */
+    int32_t *closing = NULL;
+    size_t n_closing = 0, i_closing = 0;
+    if (j->one_call) {
+        static const char close_text[] = "\n</" MS_DSML "tool_calls>";
+        if (ms_tokenizer_encode(sv->tok, close_text, strlen(close_text), false, true, &closing, &n_closing, &err))
+            n_closing = 0;
+    }
     const double t1 = now_s();
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
     float *masked = NULL;
@@ -669,7 +680,8 @@ static void run_job(struct server *sv, struct job *j) {
             }
         }
         int32_t tok;
-        if (forcing && i_forced < n_forced) tok = forced[i_forced++];
+        if (g.close_block && i_closing < n_closing) tok = closing[i_closing++];
+        else if (forcing && i_forced < n_forced) tok = forced[i_forced++];
         else if (sv->o.n_scripted > 0) tok = i_script < n_script ? script[i_script++] : sv->eos;
         else tok = ms_sampler_sample(smp, logits);
         if (tok == sv->eos && !forcing && i_forced == 1 && n_forced > 1) {
@@ -754,6 +766,7 @@ static void run_job(struct server *sv, struct job *j) {
     kv_publish(sv);
     free(script);
     free(forced);
+    free(closing);
     free(masked);
     ms_buf_free(&g.text);
     ms_buf_free(&g.sig);
