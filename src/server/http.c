@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,15 +266,23 @@ static char *metrics_body(struct server *sv) {
 
 /* ---- auth ---- */
 
+/* The key as given equals the server's, in time that does not depend on
+ * where they differ (OpenSSL's CRYPTO_memcmp): a client must not learn
+ * the key a byte at a time from response times. The length may show. */
+static bool key_equal(const char *given, const char *key) {
+    const size_t n = strlen(key);
+    return strlen(given) == n && CRYPTO_memcmp(given, key, n) == 0;
+}
+
 static bool authorized(struct server *sv, struct MHD_Connection *c) {
     if (!sv->o.api_key) return true;
     const char *xk = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    if (xk && !strcmp(xk, sv->o.api_key)) return true;
+    if (xk && key_equal(xk, sv->o.api_key)) return true;
     const char *au = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (au && !strncasecmp(au, "Bearer ", 7)) {
         au += 7;
         while (*au == ' ') au++;
-        if (!strcmp(au, sv->o.api_key)) return true;
+        if (key_equal(au, sv->o.api_key)) return true;
     }
     return false;
 }
