@@ -355,6 +355,11 @@ result_turn "Weather in Paris?"
 check "exact replay: the tool result turn reuses the whole live session (>= $LIVE tokens)" \
     '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 first_turn "Weather in Paris?"
+MSG=$(jq -c 'del(.reasoning_content)' <<<"$MSG")
+result_turn "Weather in Paris?"
+check "a client that drops reasoning_content: the turn's reasoning is restored, the whole live session reused ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
+    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+first_turn "Weather in Paris?"
 MSG=$(jq -c '.tool_calls[0].function.arguments = "{\"city\":\"Rome\",\"days\":3}"' <<<"$MSG")
 result_turn "Weather in Paris?"
 check "a call edited under its id is rendered from its JSON, not replayed ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") < $LIVE)" \

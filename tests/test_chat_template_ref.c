@@ -123,13 +123,19 @@ static void test_plain_spans(void **state) {
 }
 
 static bool g_in_reasoning;
+static const char *g_stored; /* the reasoning the block was sampled after, or NULL */
 
 static const char *replay_fn(void *ctx, const json_t *calls, const char *reasoning, size_t *len,
-                             bool *in_reasoning) {
+                             bool *in_reasoning, const char **stored) {
     (void)calls;
     *len = strlen(ctx);
-    /* as the server's lookup: only for the reasoning the block was opened in */
-    *in_reasoning = g_in_reasoning && reasoning && !strcmp(reasoning, "plan");
+    /* as the server's lookup: the stored reasoning stands in for none sent
+     * back, and in_reasoning holds only for the reasoning the block was
+     * opened in */
+    const bool none = !reasoning || !*reasoning;
+    *stored = none ? g_stored : NULL;
+    const char *r = none ? g_stored : reasoning;
+    *in_reasoning = g_in_reasoning && r && !strcmp(r, "plan");
     return ctx;
 }
 
@@ -178,6 +184,22 @@ static void test_replay(void **state) {
     assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
     assert_non_null(strstr(out.text, "<think></think>\n<｜DSML｜tool_calls>RAW"));
     ms_chat_out_free(&out);
+    /* none sent back, the block's own reasoning recorded: rendered as the
+     * model sampled it (inside the reasoning, or closed before the block) */
+    g_stored = "plan";
+    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>plan\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    g_in_reasoning = false;
+    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>plan</think>\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    /* reasoning sent back wins over the stored */
+    assert_int_equal(ms_chat_render_ex(r3, 2, &o, &out, &err), 0);
+    assert_non_null(strstr(out.text, "<think>other</think>\n<｜DSML｜tool_calls>RAW"));
+    ms_chat_out_free(&out);
+    g_stored = NULL;
+    g_in_reasoning = true;
     o.thinking = false;
     assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
     assert_non_null(strstr(out.text, "</think>\n<｜DSML｜tool_calls>RAW"));

@@ -117,8 +117,9 @@ struct replay_entry {
                    whose calls were edited is not replayed */
     char *raw;  /* the sampled DSML block */
     size_t raw_len;
-    char *reasoning;   /* NULL, or the reasoning the block was opened inside
-                          (before any "</think>": ms_dsml.block_in_reasoning) */
+    char *reasoning;   /* the turn's reasoning before the block ("" none) */
+    bool in_reasoning; /* the block was opened inside that reasoning (no
+                          "</think>" sampled: ms_dsml.block_in_reasoning) */
 };
 #define REPLAY_MAX 256
 
@@ -224,17 +225,17 @@ void replay_open(struct server *sv, const char *dir);
 void replay_close(struct server *sv);
 /* Replay lookup for the chat template (sv->mu taken inside). */
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
-                          bool *in_reasoning);
+                          bool *in_reasoning, const char **stored);
 /* Appends one call (the name the model sees, its arguments' JSON text) to
  * a block's signature: the name and the arguments in a canonical JSON
  * form (keys sorted), so that a client's re-serialised copy compares
  * equal. */
 void replay_sig_add(struct ms_buf *sig, const char *name, const char *args);
 /* Records the sampled block raw[raw_len] of calls (ids from calls, sig
- * their signature); reasoning: NULL, or the reasoning the block was opened
- * inside (no "</think>" sampled). */
+ * their signature), the turn's reasoning before it, and whether the block
+ * was opened inside that reasoning (no "</think>" sampled). */
 void replay_record(struct server *sv, json_t *calls, const char *sig, const char *raw, size_t raw_len,
-                   const struct ms_buf *reasoning);
+                   const struct ms_buf *reasoning, bool in_reasoning);
 void job_release(struct job *j);
 double now_s(void);
 

@@ -11,7 +11,7 @@
  *
  * The table keeps the last REPLAY_MAX blocks in memory. With a disk KV
  * cache it is also a log in the cache's directory (REPLAY_LOG: one JSON
- * object a line, {"ids", "sig", "raw", "reasoning"?}), appended as blocks
+ * object a line, {"ids", "sig", "raw", "reasoning", "in_reasoning"}), appended as blocks
  * are sampled and read back at start: a checkpoint restored after a
  * restart then still matches a conversation past its first tool call. The
  * log is rewritten from the table at start and whenever it holds
@@ -76,14 +76,16 @@ static char *calls_sig(const json_t *calls) {
 
 /* Puts an entry into the table (its oldest slot), taking ownership of the
  * strings. Caller holds sv->mu. */
-static void table_put(struct server *sv, char *ids, char *sig, char *raw, size_t raw_len, char *reasoning) {
+static void table_put(struct server *sv, char *ids, char *sig, char *raw, size_t raw_len, char *reasoning,
+                      bool in_reasoning) {
     struct replay_entry *r = &sv->replay[sv->replay_next];
     sv->replay_next = (sv->replay_next + 1) % REPLAY_MAX;
     free(r->ids);
     free(r->sig);
     free(r->raw);
     free(r->reasoning);
-    *r = (struct replay_entry){.ids = ids, .sig = sig, .raw = raw, .raw_len = raw_len, .reasoning = reasoning};
+    *r = (struct replay_entry){
+        .ids = ids, .sig = sig, .raw = raw, .raw_len = raw_len, .reasoning = reasoning, .in_reasoning = in_reasoning};
 }
 
 /* One log line for r (malloc'd, "\n"-terminated); NULL when the entry
@@ -96,13 +98,14 @@ static char *log_line(const struct replay_entry *r) {
         json_decref(raw);
         json_decref(sig);
     }
-    if (o && r->reasoning) {
+    if (o) {
         json_t *rs = json_string(r->reasoning);
         if (!rs) {
             json_decref(o);
             return NULL;
         }
         json_object_set_new(o, "reasoning", rs);
+        json_object_set_new(o, "in_reasoning", json_boolean(r->in_reasoning));
     }
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -201,13 +204,15 @@ void replay_open(struct server *sv, const char *dir) {
             json_t *o = json_loadb(line, (size_t)len, 0, NULL);
             const json_t *ids = json_object_get(o, "ids"), *raw = json_object_get(o, "raw");
             const json_t *sig = json_object_get(o, "sig"), *rs = json_object_get(o, "reasoning");
-            if (json_is_string(ids) && json_is_string(sig) && json_is_string(raw) && (!rs || json_is_string(rs))) {
+            const json_t *ir = json_object_get(o, "in_reasoning");
+            if (json_is_string(ids) && json_is_string(sig) && json_is_string(raw) && json_is_string(rs) &&
+                json_is_boolean(ir)) {
                 char *ic = strdup(json_string_value(ids));
                 char *gc = strdup(json_string_value(sig));
                 char *rc = strndup(json_string_value(raw), json_string_length(raw));
-                char *sc = rs ? strdup(json_string_value(rs)) : NULL;
-                if (ic && gc && rc && (!rs || sc)) {
-                    table_put(sv, ic, gc, rc, json_string_length(raw), sc);
+                char *sc = strdup(json_string_value(rs));
+                if (ic && gc && rc && sc) {
+                    table_put(sv, ic, gc, rc, json_string_length(raw), sc, json_is_true(ir));
                     n_read++;
                 } else {
                     free(ic);
@@ -226,12 +231,12 @@ void replay_open(struct server *sv, const char *dir) {
 }
 
 void replay_record(struct server *sv, json_t *calls, const char *sig, const char *raw, size_t raw_len,
-                   const struct ms_buf *reasoning) {
+                   const struct ms_buf *reasoning, bool in_reasoning) {
     char *ids = join_ids(calls);
     char *scopy = strdup(sig);
     char *copy = malloc(raw_len + 1);
-    char *rcopy = reasoning ? malloc(reasoning->len + 1) : NULL;
-    if (!ids || !scopy || !copy || (reasoning && !rcopy)) {
+    char *rcopy = malloc(reasoning->len + 1);
+    if (!ids || !scopy || !copy || !rcopy) {
         free(ids);
         free(scopy);
         free(copy);
@@ -240,12 +245,10 @@ void replay_record(struct server *sv, json_t *calls, const char *sig, const char
     }
     memcpy(copy, raw, raw_len);
     copy[raw_len] = '\0';
-    if (rcopy) {
-        if (reasoning->len) memcpy(rcopy, reasoning->p, reasoning->len);
-        rcopy[reasoning->len] = '\0';
-    }
+    if (reasoning->len) memcpy(rcopy, reasoning->p, reasoning->len);
+    rcopy[reasoning->len] = '\0';
     pthread_mutex_lock(&sv->mu);
-    table_put(sv, ids, scopy, copy, raw_len, rcopy);
+    table_put(sv, ids, scopy, copy, raw_len, rcopy, in_reasoning);
     if (sv->replay_fd >= 0) log_follow(sv);
     if (sv->replay_fd >= 0) {
         char *line = log_line(&sv->replay[(sv->replay_next + REPLAY_MAX - 1) % REPLAY_MAX]);
@@ -275,9 +278,10 @@ struct replay_ctx {
 };
 
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
-                          bool *in_reasoning) {
+                          bool *in_reasoning, const char **stored) {
     struct replay_ctx *rc = ctx;
-    if (rc->n == (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
+    *stored = NULL;
+    if (rc->n + 2 > (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
     char *ids = join_ids(tool_calls);
     char *sig = calls_sig(tool_calls);
     if (!ids || !sig) {
@@ -285,19 +289,26 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reaso
         free(sig);
         return NULL;
     }
-    char *hit = NULL;
+    char *hit = NULL, *rs = NULL;
     pthread_mutex_lock(&rc->sv->mu);
     for (size_t i = 0; i < REPLAY_MAX; i++) {
         const struct replay_entry *r = &rc->sv->replay[i];
         if (r->ids && !strcmp(r->ids, ids)) {
             if (strcmp(r->sig, sig)) break; /* edited under the same ids: render the JSON */
+            /* no reasoning sent back: the turn's stands in for it */
+            const bool none = !reasoning || !*reasoning;
             hit = malloc(r->raw_len + 1);
-            if (hit) {
+            rs = none && *r->reasoning ? strdup(r->reasoning) : NULL;
+            if (hit && (rs || !none || !*r->reasoning)) {
                 memcpy(hit, r->raw, r->raw_len + 1);
                 *len = r->raw_len;
-                /* the block closed the reasoning only where the message
-                 * carries that same reasoning back */
-                *in_reasoning = r->reasoning && reasoning && !strcmp(r->reasoning, reasoning);
+                /* the block closed the reasoning only where the message is
+                 * rendered with that same reasoning */
+                *in_reasoning = r->in_reasoning && !strcmp(r->reasoning, none ? r->reasoning : reasoning);
+            } else {
+                free(hit);
+                free(rs);
+                hit = rs = NULL;
             }
             break;
         }
@@ -306,6 +317,8 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reaso
     free(ids);
     free(sig);
     if (hit) rc->copies[rc->n++] = hit;
+    if (rs) rc->copies[rc->n++] = rs;
+    *stored = rs;
     return hit;
 }
 

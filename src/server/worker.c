@@ -569,8 +569,8 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     case MS_DSML_EV_TOOLS_END:
         g->tools_done = true;
         if (g->j->calls && json_array_size(g->j->calls) > 0)
-            replay_record(g->sv, g->j->calls, g->sig.p ? g->sig.p : "", ev->text, ev->len,
-                          g->parser.block_in_reasoning ? &g->j->reasoning : NULL);
+            replay_record(g->sv, g->j->calls, g->sig.p ? g->sig.p : "", ev->text, ev->len, &g->j->reasoning,
+                          g->parser.block_in_reasoning);
         break;
     case MS_DSML_EV_ERROR:
         g->tool_error = true;

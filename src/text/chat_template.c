@@ -351,13 +351,15 @@ int ms_chat_render_ex(const struct ms_chat_message *msgs, size_t n, const struct
             const bool calls = m->tool_calls && json_array_size(m->tool_calls) > 0;
             size_t rlen = 0;
             bool in_reasoning = false;
+            const char *stored = NULL;
             const char *raw =
                 calls && o->replay ? o->replay(o->replay_ctx, m->tool_calls, m->reasoning, &rlen,
-                                               &in_reasoning)
+                                               &in_reasoning, &stored)
                                    : NULL;
+            const char *reasoning = raw && stored && (!m->reasoning || !*m->reasoning) ? stored : m->reasoning;
             if (think) {
                 put(&b, MS_CHAT_THINK);
-                put_plain_s(&b, m->reasoning);
+                put_plain_s(&b, reasoning);
             }
             /* a replayed block opened inside the reasoning closed it there,
              * as the live session holds it */

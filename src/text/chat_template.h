@@ -79,13 +79,17 @@ struct ms_chat_message {
  * tool calls and its reasoning (NULL: none); returns the bytes the model
  * sampled for that block ("\n\n<｜DSML｜tool_calls>...</｜DSML｜tool_calls>")
  * and their length, or NULL to render the calls from their JSON as the
- * template does. *in_reasoning: the model opened the block inside that
- * very reasoning (no "</think>" was sampled), so a message rendered with it
- * and no answer text gets none either. The bytes stay owned by the callee
- * and must live until the render returns.
+ * template does. *stored: when the message carries no reasoning (NULL or
+ * ""), the reasoning the block was sampled after, rendered in its place
+ * (clients that drop reasoning_content would otherwise change the prompt
+ * the model sampled from); NULL to keep the message's. *in_reasoning: the
+ * model opened the block inside that very reasoning (the message's, or
+ * *stored) with no "</think>", so a message rendered with it and no answer
+ * text gets none either. The bytes stay owned by the callee and must live
+ * until the render returns.
  */
 typedef const char *(*ms_chat_replay_fn)(void *ctx, const json_t *tool_calls, const char *reasoning,
-                                         size_t *len, bool *in_reasoning);
+                                         size_t *len, bool *in_reasoning, const char **stored);
 
 struct ms_chat_opts {
     bool add_generation_prompt;
