@@ -513,6 +513,23 @@ bad_req 400 POST /v1/responses "{\"model\":\"x\",\"input\":\"w\",\"tools\":[{\"t
 bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":"any","messages":[{"role":"user","content":"w"}]}' "Anthropic tool_choice as a string"
 stop_server force
 
+# a long agent loop from a client that drops reasoning_content: every
+# turn's block and reasoning are restored (no cap per request), so turn 40
+# still extends the whole live session
+sed -n 1,8p "$TMP/script.txt" >"$TMP/script_one.txt"
+MOESTREAM_SERVE_SCRIPT="$TMP/script_one.txt" start_server many -m "$TMP/m.gguf" -c 16384
+U=$(url many)
+H='[{"role":"user","content":"Weather, again and again?"}]'
+for turn in $(seq 1 40); do
+    R=$(post /v1/chat/completions "{\"messages\":$H,\"tools\":$TOOLS}")
+    [ $turn -gt 1 ] && [ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -lt "$LIVE" ] && break
+    LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+    H=$(jq -c --argjson m "$(jq -c '.choices[0].message | del(.reasoning_content)' <<<"$R")" \
+        '. + [$m, {role: "tool", tool_call_id: $m.tool_calls[0].id, content: "sunny"}]' <<<"$H")
+done
+check "40 tool-call turns without their reasoning: each extends the live session (stopped at turn $turn)" '[ "$turn" = 40 ]'
+stop_server many
+
 # a tool call the model opens inside its reasoning (no </think> sampled):
 # the tool-result turn is rendered as the live session holds it, so it
 # reuses the whole session too

@@ -180,6 +180,17 @@ R8=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices
 check "after a restart, the tool-result turn restores the whole checkpoint ($(usage "$R8" prompt_tokens_details.cached_tokens) >= $LIVE)" \
     '[ "$(usage "$R8" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && grep -q "tool-call blocks read back" "$TMP/tk2.log"'
 stop_server tk2
+# the log's first format (no in_reasoning; reasoning only for a block opened
+# inside it) is still read
+jq -c 'if .in_reasoning then . else del(.reasoning) end | del(.in_reasoning)' "$KV/replay.jsonl" >"$TMP/old.jsonl" &&
+    cp "$TMP/old.jsonl" "$KV/replay.jsonl"
+MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk2b -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+U=$(url tk2b)
+R9=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices[0].message <<<"$R7")" \
+    '{messages:[{role:"user",content:$p},$m,{role:"tool",tool_call_id:"x",content:"sunny"}],tools:$t}')")
+check "a log of the first format is read back ($(usage "$R9" prompt_tokens_details.cached_tokens) >= $LIVE)" \
+    '[ "$(usage "$R9" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && ! grep -q in_reasoning "$TMP/old.jsonl" && grep -q "tool-call blocks read back" "$TMP/tk2b.log"'
+stop_server tk2b
 # a log that is not a regular file (a FIFO would block a reader) is not
 # read, and is replaced by the server's own
 rm -f "$KV/replay.jsonl" && mkfifo "$KV/replay.jsonl"

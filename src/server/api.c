@@ -652,11 +652,7 @@ static int tokenize_prompt(struct server *sv, struct job *j, const struct ms_cha
 static int build_prompt(struct server *sv, struct job *j, struct conv *c, const struct common *cm,
                         struct http_err *e) {
     conv_finish(c);
-    struct {
-        struct server *sv;
-        char *copies[64];
-        int n;
-    } rctx = {.sv = sv};
+    struct replay_ctx rctx = {.sv = sv};
     const struct ms_chat_opts o = {.add_generation_prompt = true,
                                    .thinking = cm->thinking,
                                    .effort_max = cm->effort_max,
@@ -667,7 +663,7 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
     struct ms_chat_out r;
     ms_err err;
     const int rc = ms_chat_render_ex(c->m, c->n, &o, &r, &err);
-    for (int i = 0; i < rctx.n; i++) free(rctx.copies[i]);
+    replay_ctx_free(&rctx);
     if (rc) return http_fail(e, 400, "%s", err.msg);
     j->thinking = cm->thinking;
     j->has_tools = c->tools && json_array_size(c->tools) > 0;

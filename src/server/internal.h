@@ -224,6 +224,14 @@ void replay_open(struct server *sv, const char *dir);
 /* Frees the table and closes the log. */
 void replay_close(struct server *sv);
 /* Replay lookup for the chat template (sv->mu taken inside). */
+/* The context of one render's lookups: the copies they hand out, freed by
+ * replay_ctx_free after the render. */
+struct replay_ctx {
+    struct server *sv;
+    char **copies;
+    size_t n, cap;
+};
+void replay_ctx_free(struct replay_ctx *rc);
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
                           bool *in_reasoning, const char **stored);
 /* Appends one call (the name the model sees, its arguments' JSON text) to

@@ -205,14 +205,17 @@ void replay_open(struct server *sv, const char *dir) {
             const json_t *ids = json_object_get(o, "ids"), *raw = json_object_get(o, "raw");
             const json_t *sig = json_object_get(o, "sig"), *rs = json_object_get(o, "reasoning");
             const json_t *ir = json_object_get(o, "in_reasoning");
-            if (json_is_string(ids) && json_is_string(sig) && json_is_string(raw) && json_is_string(rs) &&
-                json_is_boolean(ir)) {
+            /* lines of the first log format carry "reasoning" only for a
+             * block opened inside it, and no "in_reasoning" */
+            if (json_is_string(ids) && json_is_string(sig) && json_is_string(raw) && (!rs || json_is_string(rs)) &&
+                (!ir || json_is_boolean(ir))) {
                 char *ic = strdup(json_string_value(ids));
                 char *gc = strdup(json_string_value(sig));
                 char *rc = strndup(json_string_value(raw), json_string_length(raw));
-                char *sc = strdup(json_string_value(rs));
+                char *sc = strdup(rs ? json_string_value(rs) : "");
+                const bool in_r = ir ? json_is_true(ir) : rs != NULL;
                 if (ic && gc && rc && sc) {
-                    table_put(sv, ic, gc, rc, json_string_length(raw), sc, json_is_true(ir));
+                    table_put(sv, ic, gc, rc, json_string_length(raw), sc, in_r);
                     n_read++;
                 } else {
                     free(ic);
@@ -270,18 +273,36 @@ void replay_record(struct server *sv, json_t *calls, const char *sig, const char
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* ctx: struct replay_ctx (api.c); returns a copy the context frees later. */
-struct replay_ctx {
-    struct server *sv;
-    char *copies[64];
-    int n;
-};
+void replay_ctx_free(struct replay_ctx *rc) {
+    for (size_t i = 0; i < rc->n; i++) free(rc->copies[i]);
+    free(rc->copies);
+    rc->copies = NULL;
+    rc->n = rc->cap = 0;
+}
+
+/* Keeps p (malloc'd) until replay_ctx_free; false (p freed) when out of
+ * memory. */
+static bool ctx_keep(struct replay_ctx *rc, char *p) {
+    if (rc->n == rc->cap) {
+        const size_t cap = rc->cap ? 2 * rc->cap : 16;
+        char **c = realloc(rc->copies, cap * sizeof *c);
+        if (!c) {
+            free(p);
+            return false;
+        }
+        rc->copies = c;
+        rc->cap = cap;
+    }
+    rc->copies[rc->n++] = p;
+    return true;
+}
+
+/* ctx: a struct replay_ctx; the copies handed out live until its free. */
 
 const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reasoning, size_t *len,
                           bool *in_reasoning, const char **stored) {
     struct replay_ctx *rc = ctx;
     *stored = NULL;
-    if (rc->n + 2 > (int)(sizeof rc->copies / sizeof rc->copies[0])) return NULL;
     char *ids = join_ids(tool_calls);
     char *sig = calls_sig(tool_calls);
     if (!ids || !sig) {
@@ -316,8 +337,11 @@ const char *replay_lookup(void *ctx, const json_t *tool_calls, const char *reaso
     pthread_mutex_unlock(&rc->sv->mu);
     free(ids);
     free(sig);
-    if (hit) rc->copies[rc->n++] = hit;
-    if (rs) rc->copies[rc->n++] = rs;
+    if (hit && !ctx_keep(rc, hit)) {
+        free(rs);
+        return NULL;
+    }
+    if (rs && !ctx_keep(rc, rs)) return NULL;
     *stored = rs;
     return hit;
 }
