@@ -721,8 +721,8 @@ static void run_job(struct server *sv, struct job *j) {
                     forcing = i_invoke < n_forced;
                     i_forced = i_invoke;
                     if (!forcing) n_forced = 0;
-                } else if (tok == sv->end_think_tok) {
-                    forcing = true;
+                } else if (st == MS_DSML_CONTENT_STATE) {
+                    forcing = true; /* the reasoning closed ("</think>", as a token or as text) */
                 }
             }
             /* a closed block ends the turn; its last token is evaluated so the
