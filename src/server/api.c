@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/conv.h"
 #include "server/internal.h"
 
 /* ---- small helpers ---- */
@@ -196,18 +197,6 @@ static int content_text(const json_t *c, const char *field, const char *ok_types
 
 /* ---- conversation under construction ---- */
 
-struct conv {
-    struct ms_chat_message *m;
-    struct ms_buf *texts; /* owned content per message */
-    struct ms_buf *reasons;
-    json_t **calls;    /* owned tool_calls arrays */
-    size_t n, cap;
-    json_t *tools;     /* owned, OpenAI chat shape */
-    json_t *tool_map;  /* owned: the job's tool_map (NULL: none yet) */
-    char *force;       /* owned: the job's force_call (NULL: the model chooses) */
-    json_t *names;     /* owned: the names the model sees so far (an object used as a set) */
-    bool one_call;     /* the job's one_call */
-};
 
 static void conv_free(struct conv *c) {
     for (size_t i = 0; i < c->n; i++) {
@@ -226,8 +215,7 @@ static void conv_free(struct conv *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* A new message; its content buffer is c->texts[i]. */
-static int conv_add(struct conv *c, const char *role, struct http_err *e) {
+int conv_add(struct conv *c, const char *role, struct http_err *e) {
     if (c->n == c->cap) {
         const size_t cap = c->cap ? 2 * c->cap : 16;
         struct ms_chat_message *m = realloc(c->m, cap * sizeof *m);
@@ -257,9 +245,8 @@ static void conv_finish(struct conv *c) {
     }
 }
 
-/* Validates an OpenAI-shaped tool call and adds it to message i. */
-static int add_call(struct conv *c, size_t i, const char *id, const char *name, json_t *args_obj,
-                    struct http_err *e) {
+int add_call(struct conv *c, size_t i, const char *id, const char *name, json_t *args_obj,
+             struct http_err *e) {
     if (!c->calls[i]) c->calls[i] = json_array();
     char *args = json_dumps(args_obj, JSON_COMPACT);
     json_t *tc = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
@@ -280,216 +267,6 @@ static json_t *args_object(const json_t *a, const char *field, struct http_err *
     }
     http_fail(e, 400, "'%s' must be a JSON object (or its text)", field);
     return NULL;
-}
-
-/* ---- tools the model sees under another name or shape ----
- *
- * The chat template knows one kind of tool, a function with a JSON schema,
- * called by name. OpenAI's APIs have two more that clients send (Codex
- * among them): a namespace, which groups functions (a call names the
- * function and its namespace), and a custom tool, which takes free-form
- * text (a patch, a query) instead of JSON arguments, optionally constrained
- * by a grammar. Both are rendered as functions: a namespaced one as
- * "namespace.name", a custom one with one string parameter "input" that
- * carries its format. The job's tool_map takes each call back to the shape
- * the client declared. */
-
-/* The name the model sees for tool `name` in namespace ns (NULL: none);
- * malloc'd, NULL when out of memory. */
-static char *tool_rendered_name(const char *ns, const char *name) {
-    struct ms_buf b = {0};
-    if (ns) ms_buf_printf(&b, "%s.", ns);
-    ms_buf_puts(&b, name);
-    return b.p;
-}
-
-/* Records that the model's `rendered` is the client's `name` (in ns,
- * NULL: none), a free-form tool when `custom`. */
-static int tool_map_add(struct conv *c, const char *rendered, const char *name, const char *ns, bool custom,
-                        struct http_err *e) {
-    if (!c->tool_map && !(c->tool_map = json_object())) return http_fail(e, 500, "out of memory");
-    json_t *m = json_pack("{s:s, s:b}", "name", name, "custom", custom);
-    if (m && ns) json_object_set_new(m, "namespace", json_string(ns));
-    if (!m || json_object_set_new(c->tool_map, rendered, m)) return http_fail(e, 500, "out of memory");
-    return 0;
-}
-
-/* Claims the name the model will see for the tool at `field`: not empty,
- * and not another tool's (a call must map back to one tool). */
-static int tool_name_claim(struct conv *c, const char *rendered, const char *field, struct http_err *e) {
-    if (!*rendered) return http_fail(e, 400, "'%s.name' must not be empty", field);
-    if (!c->names && !(c->names = json_object())) return http_fail(e, 500, "out of memory");
-    if (json_object_get(c->names, rendered))
-        return http_fail(e, 400, "'%s.name': another tool is also called '%s'", field, rendered);
-    if (json_object_set_new(c->names, rendered, json_true())) return http_fail(e, 500, "out of memory");
-    return 0;
-}
-
-/* Adds a function or custom tool t (Responses' flat shape, or chat's
- * "custom" object when t is its inner object) to c->tools in the chat
- * shape, in namespace ns (NULL: none; ns_desc its description or NULL).
- * custom: t is a custom tool ({name, description?, format?}, format
- * {"type": "text"} or {"type": "grammar", "syntax", "definition"}).
- * Errors: 400 naming `field` for a missing name or a bad format. */
-static int add_tool(struct conv *c, const json_t *t, bool custom, const char *ns, const char *ns_desc,
-                    const char *field, struct http_err *e) {
-    const char *name = json_string_value(json_object_get(t, "name"));
-    if (!name) return http_fail(e, 400, "'%s.name' must be a string", field);
-    if (!*name) return http_fail(e, 400, "'%s.name' must not be empty", field);
-    const json_t *pj = json_object_get(t, "parameters");
-    if (!custom && pj && !json_is_null(pj) && !json_is_object(pj))
-        return http_fail(e, 400, "'%s.parameters' must be an object", field);
-    const json_t *d = json_object_get(t, "description");
-    if (d && !json_is_null(d) && !json_is_string(d))
-        return http_fail(e, 400, "'%s.description' must be a string", field);
-    struct ms_buf desc = {0};
-    if (ns_desc && *ns_desc) ms_buf_printf(&desc, "(%s: %s)", ns, ns_desc);
-    if (json_is_string(d) && json_string_length(d)) {
-        if (desc.len) ms_buf_puts(&desc, "\n\n");
-        ms_buf_put(&desc, json_string_value(d), json_string_length(d));
-    }
-    json_t *params = NULL;
-    if (custom) {
-        /* the format goes where the model reads the argument it fills */
-        const json_t *f = json_object_get(t, "format");
-        const char *ft = json_is_object(f) ? json_string_value(json_object_get(f, "type")) : NULL;
-        struct ms_buf in = {0};
-        ms_buf_puts(&in, "The tool's input, as free-form text (not JSON)");
-        if (f && !json_is_null(f) && (!ft || (strcmp(ft, "text") && strcmp(ft, "grammar")))) {
-            ms_buf_free(&desc);
-            ms_buf_free(&in);
-            return http_fail(e, 400, "'%s.format.type' must be \"text\" or \"grammar\"", field);
-        }
-        if (ft && !strcmp(ft, "grammar")) {
-            const char *syn = json_string_value(json_object_get(f, "syntax"));
-            const char *def = json_string_value(json_object_get(f, "definition"));
-            if (!syn || !def) {
-                ms_buf_free(&desc);
-                ms_buf_free(&in);
-                return http_fail(e, 400, "'%s.format' needs a string 'syntax' and 'definition'", field);
-            }
-            ms_buf_printf(&in, ", matching this %s grammar:\n%s", syn, def);
-        } else {
-            ms_buf_puts(&in, ".");
-        }
-        params = json_pack("{s:s, s:{s:{s:s, s:s}}, s:[s]}", "type", "object", "properties", "input", "type",
-                           "string", "description", in.p ? in.p : "", "required", "input");
-        ms_buf_free(&in);
-    } else {
-        params = json_is_object(pj) ? json_incref((json_t *)pj) : NULL;
-    }
-    char *rendered = tool_rendered_name(ns, name);
-    if (rendered && tool_name_claim(c, rendered, field, e)) {
-        json_decref(params);
-        ms_buf_free(&desc);
-        free(rendered);
-        return -1;
-    }
-    json_t *fn = rendered ? json_pack("{s:s}", "name", rendered) : NULL;
-    if (fn && desc.len) json_object_set_new(fn, "description", json_stringn(desc.p, desc.len));
-    if (fn && params) json_object_set(fn, "parameters", params);
-    json_decref(params);
-    ms_buf_free(&desc);
-    int rc = !fn || json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn))
-                 ? http_fail(e, 500, "out of memory")
-                 : 0;
-    if (!rc && (custom || ns)) rc = tool_map_add(c, rendered, name, ns, custom, e);
-    free(rendered);
-    return rc;
-}
-
-/* A call of the client's tool `name` (in ns, NULL: none) from the history,
- * added to message i under the name the model sees (a custom tool's args:
- * {"input": its text}). */
-static int add_history_call(struct conv *c, size_t i, const char *id, const char *ns, const char *name,
-                            json_t *args, struct http_err *e) {
-    char *rendered = tool_rendered_name(ns, name);
-    const int rc = rendered ? add_call(c, i, id, rendered, args, e) : http_fail(e, 500, "out of memory");
-    free(rendered);
-    return rc;
-}
-
-/* tool_choice, in the three dialects. "none" drops the tools. "required"
- * (OpenAI) or {"type": "any"} (Anthropic) forces a call of some tool; a
- * named choice forces a call of that tool: OpenAI chat {"type":
- * "function", "function": {"name"}} or {"type": "custom", "custom":
- * {"name"}}, Responses {"type": "function" or "custom", "name",
- * "namespace"?}, Anthropic {"type": "tool", "name"}. A forced call is the
- * text that opens the tool-call block (and the named tool's invoke), in
- * c->force: the worker writes it for the model where the answer starts
- * (after "</think>" when it thinks), as the template renders a call.
- * "auto", and choices the server cannot honour (allowed_tools, hosted
- * tools), leave the choice to the model. Call after the tools are parsed.
- * Errors: 400 for a malformed choice, a forced call without tools, or a
- * name that is not among them. */
-static int parse_tool_choice(const json_t *req, enum api_kind k, struct conv *c, struct http_err *e) {
-    /* one call a turn: OpenAI's parallel_tool_calls false, Anthropic's
-     * tool_choice.disable_parallel_tool_use true */
-    const json_t *tc = json_object_get(req, "tool_choice");
-    const json_t *pc = k == API_MESSAGES ? json_object_get(tc, "disable_parallel_tool_use")
-                                         : json_object_get(req, "parallel_tool_calls");
-    const char *pcf = k == API_MESSAGES ? "tool_choice.disable_parallel_tool_use" : "parallel_tool_calls";
-    if (pc && !json_is_null(pc) && !json_is_boolean(pc)) return http_fail(e, 400, "'%s' must be a boolean", pcf);
-    c->one_call = k == API_MESSAGES ? json_is_true(pc) : json_is_false(pc);
-    if (!tc || json_is_null(tc)) return 0;
-    const char *mode, *name = NULL, *ns = NULL;
-    if (json_is_string(tc) && k != API_MESSAGES) {
-        mode = json_string_value(tc);
-        if (strcmp(mode, "auto") && strcmp(mode, "none") && strcmp(mode, "required"))
-            return http_fail(e, 400, "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
-    } else if (json_is_object(tc)) {
-        mode = json_string_value(json_object_get(tc, "type"));
-        if (!mode) return http_fail(e, 400, "'tool_choice.type' must be a string");
-        /* chat nests the name in an object named by the type */
-        const json_t *named = k == API_CHAT ? json_object_get(tc, mode) : tc;
-        name = json_string_value(json_object_get(named, "name"));
-        const json_t *nsj = k == API_RESPONSES ? json_object_get(tc, "namespace") : NULL;
-        if (nsj && !json_is_null(nsj) && !json_is_string(nsj))
-            return http_fail(e, 400, "'tool_choice.namespace' must be a string");
-        ns = json_string_value(nsj);
-        if (ns && !*ns) ns = NULL;
-    } else {
-        return http_fail(e, 400, k == API_MESSAGES ? "'tool_choice' must be an object"
-                                                   : "'tool_choice' must be a string or an object");
-    }
-    if (!strcmp(mode, "none")) {
-        json_decref(c->tools);
-        c->tools = NULL;
-        return 0;
-    }
-    const bool any = !strcmp(mode, "required") || !strcmp(mode, "any");
-    const bool one = !strcmp(mode, "function") || !strcmp(mode, "custom") || !strcmp(mode, "tool");
-    if (!any && !one) return 0;
-    if (!c->tools || !json_array_size(c->tools))
-        return http_fail(e, 400, "'tool_choice' forces a tool call, but the request has no tools");
-    if (one && !name) return http_fail(e, 400, "'tool_choice' of type '%s' needs the tool's name", mode);
-    struct ms_buf f = {0};
-    ms_buf_puts(&f, "\n\n<" MS_DSML "tool_calls>\n");
-    if (one) {
-        char *r = tool_rendered_name(ns, name);
-        bool found = false;
-        for (size_t i = 0; r && i < json_array_size(c->tools) && !found; i++) {
-            const char *ti = json_string_value(
-                json_object_get(json_object_get(json_array_get(c->tools, i), "function"), "name"));
-            found = ti && !strcmp(ti, r);
-        }
-        /* the name goes into the forced text, read with special tokens: it
-         * must not carry markup */
-        const int rc = !r                                ? http_fail(e, 500, "out of memory")
-                       : !found                          ? http_fail(e, 400, "'tool_choice' names '%s', which is not among the tools", r)
-                       : strpbrk(r, "<>\"\n\r")          ? http_fail(e, 400, "'tool_choice': the tool name '%s' cannot be forced", r)
-                                                         : 0;
-        if (!rc) ms_buf_printf(&f, "<" MS_DSML "invoke name=\"%s\">\n", r);
-        free(r);
-        if (rc) {
-            ms_buf_free(&f);
-            return -1;
-        }
-    }
-    if (!f.p) return http_fail(e, 500, "out of memory");
-    free(c->force);
-    c->force = f.p;
-    return 0;
 }
 
 /* ---- shared request pieces ---- */
@@ -538,42 +315,6 @@ static int parse_stop(const json_t *req, const char *key, struct job *j, struct 
         return http_fail(e, 400, "'%s' must be a string or an array of strings", key);
     }
     return 0;
-}
-
-/* OpenAI chat tools: [{"type":"function","function":{"name",...}}] and
- * custom tools [{"type":"custom","custom":{"name", "format", ...}}]. */
-static int parse_chat_tools(const json_t *req, struct conv *c, struct http_err *e) {
-    const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_CHAT, c, e);
-    if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
-    c->tools = json_array();
-    for (size_t i = 0; i < json_array_size(tools); i++) {
-        const json_t *t = json_array_get(tools, i);
-        const json_t *type = json_object_get(t, "type");
-        if (json_is_string(type) && !strcmp(json_string_value(type), "custom")) {
-            char field[64];
-            snprintf(field, sizeof field, "tools[%zu].custom", i);
-            const json_t *ct = json_object_get(t, "custom");
-            if (!json_is_object(ct)) return http_fail(e, 400, "'%s' must be an object", field);
-            if (add_tool(c, ct, true, NULL, NULL, field, e)) return -1;
-            continue;
-        }
-        const json_t *fn = json_object_get(t, "function");
-        if (!json_is_object(t) || !json_is_object(fn) ||
-            !json_is_string(json_object_get(fn, "name")))
-            return http_fail(e, 400, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
-        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
-            return http_fail(e, 400, "'tools[%zu].type' must be \"function\" or \"custom\"", i);
-        char field[64];
-        snprintf(field, sizeof field, "tools[%zu].function", i);
-        const json_t *pj = json_object_get(fn, "parameters");
-        if (pj && !json_is_null(pj) && !json_is_object(pj))
-            return http_fail(e, 400, "'%s.parameters' must be an object", field);
-        if (tool_name_claim(c, json_string_value(json_object_get(fn, "name")), field, e)) return -1;
-        json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
-        json_array_append_new(c->tools, copy);
-    }
-    return parse_tool_choice(req, API_CHAT, c, e);
 }
 
 /* Tokenizes the rendering: template text with special tokens, request data
@@ -902,7 +643,7 @@ static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e
          http_fail(e, 400, "'stream_options' must be an object")) ||
         (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
         parse_sampling(req, j, e) || parse_stop(req, "stop", j, e) || openai_thinking(req, &cm, e) ||
-        parse_chat_messages(json_object_get(req, "messages"), &c, e) || parse_chat_tools(req, &c, e))
+        parse_chat_messages(json_object_get(req, "messages"), &c, e) || tools_parse(req, API_CHAT, &c, e))
         goto bad;
     const json_t *rf = json_object_get(req, "response_format");
     if (json_is_object(rf)) {
@@ -966,32 +707,6 @@ bad:
 }
 
 /* ---- Anthropic messages ---- */
-
-static int parse_anthropic_tools(const json_t *req, struct conv *c, struct http_err *e) {
-    const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_MESSAGES, c, e);
-    if (!json_is_array(tools)) return http_fail(e, 400, "tools: must be an array");
-    c->tools = json_array();
-    for (size_t i = 0; i < json_array_size(tools); i++) {
-        const json_t *t = json_array_get(tools, i);
-        if (!json_is_object(t)) return http_fail(e, 400, "tools.%zu: must be an object", i);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (type && strcmp(type, "custom")) continue; /* server tools: not ours to run */
-        const char *name = json_string_value(json_object_get(t, "name"));
-        const json_t *schema = json_object_get(t, "input_schema");
-        if (!name || !json_is_object(schema))
-            return http_fail(e, 400, "tools.%zu: needs 'name' and an object 'input_schema'", i);
-        char field[32];
-        snprintf(field, sizeof field, "tools.%zu", i);
-        if (tool_name_claim(c, name, field, e)) return -1;
-        json_t *fn = json_pack("{s:s}", "name", name);
-        const json_t *d = json_object_get(t, "description");
-        if (json_is_string(d)) json_object_set(fn, "description", (json_t *)d);
-        json_object_set(fn, "parameters", (json_t *)schema);
-        json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-    }
-    return parse_tool_choice(req, API_MESSAGES, c, e);
-}
 
 /* Anthropic tool_result content: a string or text blocks. */
 static int tool_result_text(const json_t *c, size_t i, size_t k, struct ms_buf *out, struct http_err *e) {
@@ -1132,7 +847,7 @@ static int parse_anthropic(struct server *sv, const json_t *req, struct conv *c,
         }
     }
     (void)sv;
-    return parse_anthropic_tools(req, c, e);
+    return tools_parse(req, API_MESSAGES, c, e);
 }
 
 static struct job *parse_messages(struct server *sv, json_t *req, struct http_err *e) {
@@ -1275,48 +990,6 @@ static int parse_responses_input(const json_t *req, struct conv *c, struct http_
     return 0;
 }
 
-/* Responses tools: functions and custom tools, flat or grouped in
- * namespaces ({"type": "namespace", "name", "description", "tools"});
- * hosted tools (web_search, file_search, ...) are not ours to run and are
- * left out. */
-static int parse_responses_tools(const json_t *req, struct conv *c, struct http_err *e) {
-    const json_t *tools = json_object_get(req, "tools");
-    if (!tools || json_is_null(tools)) return parse_tool_choice(req, API_RESPONSES, c, e);
-    if (!json_is_array(tools)) return http_fail(e, 400, "'tools' must be an array");
-    c->tools = json_array();
-    for (size_t i = 0; i < json_array_size(tools); i++) {
-        const json_t *t = json_array_get(tools, i);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!json_is_object(t) || !type) return http_fail(e, 400, "'tools[%zu]' needs a type", i);
-        char field[96];
-        snprintf(field, sizeof field, "tools[%zu]", i);
-        if (!strcmp(type, "function") || !strcmp(type, "custom")) {
-            if (add_tool(c, t, !strcmp(type, "custom"), NULL, NULL, field, e)) return -1;
-            continue;
-        }
-        if (strcmp(type, "namespace")) continue;
-        const char *ns = json_string_value(json_object_get(t, "name"));
-        const json_t *inner = json_object_get(t, "tools");
-        if (!ns || !*ns || !json_is_array(inner))
-            return http_fail(e, 400, "'tools[%zu]': a namespace needs a name and an array 'tools'", i);
-        const json_t *nd = json_object_get(t, "description");
-        if (nd && !json_is_null(nd) && !json_is_string(nd))
-            return http_fail(e, 400, "'tools[%zu].description' must be a string", i);
-        const char *ns_desc = json_string_value(nd);
-        for (size_t k = 0; k < json_array_size(inner); k++) {
-            const json_t *u = json_array_get(inner, k);
-            const char *ut = json_string_value(json_object_get(u, "type"));
-            snprintf(field, sizeof field, "tools[%zu].tools[%zu]", i, k);
-            if (!json_is_object(u) || !ut) return http_fail(e, 400, "'%s' needs a type", field);
-            if (!strcmp(ut, "namespace")) return http_fail(e, 400, "'%s': namespaces do not nest", field);
-            if ((!strcmp(ut, "function") || !strcmp(ut, "custom")) &&
-                add_tool(c, u, !strcmp(ut, "custom"), ns, ns_desc, field, e))
-                return -1;
-        }
-    }
-    return parse_tool_choice(req, API_RESPONSES, c, e);
-}
-
 /* Responses structured output, text.format: {"type": "text"}, {"type":
  * "json_object"} or {"type": "json_schema", "name", "schema", "strict"?}
  * (Codex's --output-schema), rendered as chat's response_format is (the
@@ -1353,7 +1026,7 @@ static struct job *parse_responses(struct server *sv, json_t *req, struct http_e
     if (get_bool(req, "stream", &j->stream, e) ||
         get_int(req, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) ||
         parse_sampling(req, j, e) || openai_thinking(req, &cm, e) ||
-        parse_responses_input(req, &c, e) || parse_responses_tools(req, &c, e) ||
+        parse_responses_input(req, &c, e) || tools_parse(req, API_RESPONSES, &c, e) ||
         responses_text_format(req, &cm, e))
         goto bad;
     if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
