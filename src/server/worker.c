@@ -579,6 +579,99 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     }
 }
 
+/* ---- tokens the server writes for the model ----
+ *
+ * A forced tool call (tool_choice) and one call a turn (parallel_tool_calls
+ * false) are not sampled: the server writes their markup where the model
+ * would, as the template renders a call, and the model writes the rest.
+ * The tokens go through the parser and into the live session like sampled
+ * ones, so the next turn replays them. */
+struct written {
+    /* the forced call: forced[0] is "</think>", written first only when the
+     * model would end its turn while still thinking; forced[1 .. i_invoke)
+     * the block's opening, forced[i_invoke .. n_forced) a named tool's
+     * invoke line; i_forced the next one, 1 until forcing starts */
+    int32_t *forced;
+    size_t n_forced, i_forced, i_invoke;
+    bool forcing;
+    int32_t *closing; /* one call a turn: the block's closing */
+    size_t n_closing, i_closing;
+};
+
+/* s[0 .. n) as tokens, special-token text parsed (malloc'd; NULL and
+ * *n_out 0 on failure). */
+static int32_t *encode_special(const struct server *sv, const char *s, size_t n, size_t *n_out) {
+    int32_t *ids = NULL;
+    ms_err err;
+    *n_out = 0;
+    if (ms_tokenizer_encode(sv->tok, s, n, false, true, &ids, n_out, &err)) return NULL;
+    return ids;
+}
+
+static void written_init(const struct server *sv, const struct job *j, struct written *w) {
+    *w = (struct written){.i_forced = 1};
+    /* the forced call starts at once, or when the reasoning closes */
+    if (j->force_call && (!j->thinking || sv->end_think_tok >= 0)) {
+        /* the opening and a named tool's invoke line, tokenized apart (the
+         * invoke line goes alone after a block the model opened itself) */
+        const char *inv = strstr(j->force_call, "<" MS_DSML "invoke");
+        const size_t n_open = inv ? (size_t)(inv - j->force_call) : strlen(j->force_call);
+        size_t n = 0, n2 = 0;
+        int32_t *ids = encode_special(sv, j->force_call, n_open, &n);
+        int32_t *ids2 = inv ? encode_special(sv, inv, strlen(inv), &n2) : NULL;
+        if (ids && (!inv || ids2) && (w->forced = malloc((1 + n + n2) * sizeof *w->forced))) {
+            w->forced[0] = sv->end_think_tok;
+            memcpy(w->forced + 1, ids, n * sizeof *ids);
+            if (n2) memcpy(w->forced + 1 + n, ids2, n2 * sizeof *ids2);
+            w->n_forced = 1 + n + n2;
+            w->i_invoke = 1 + n;
+            w->forcing = !j->thinking;
+        }
+        free(ids);
+        free(ids2);
+    }
+    if (j->one_call) {
+        static const char close_text[] = "\n</" MS_DSML "tool_calls>";
+        w->closing = encode_special(sv, close_text, strlen(close_text), &w->n_closing);
+    }
+}
+
+/* The next token to write instead of sampling, or -1 (close: the block's
+ * first call is complete). */
+static int32_t written_next(struct written *w, bool close) {
+    if (close && w->i_closing < w->n_closing) return w->closing[w->i_closing++];
+    if (w->forcing && w->i_forced < w->n_forced) return w->forced[w->i_forced++];
+    return -1;
+}
+
+/* The model's end token eos, when a forced call is still due: the call's
+ * first token instead ("</think>" when still_reasoning). */
+static int32_t written_at_end(struct written *w, int32_t eos, bool still_reasoning) {
+    if (w->forcing || w->i_forced != 1 || w->n_forced <= 1) return eos;
+    w->forcing = true;
+    if (still_reasoning) w->i_forced = 0;
+    return w->forced[w->i_forced++];
+}
+
+/* After the parser took the model's token, in state st: a forced call
+ * starts when the reasoning closes ("</think>" as a token or as text); a
+ * block the model opened itself stands, a named tool's invoke going first. */
+static void written_after(struct written *w, enum ms_dsml_state st) {
+    if (!w->n_forced || w->forcing || w->i_forced != 1) return;
+    if (st == MS_DSML_TOOLS_STATE) {
+        w->forcing = w->i_invoke < w->n_forced;
+        w->i_forced = w->i_invoke;
+        if (!w->forcing) w->n_forced = 0;
+    } else if (st == MS_DSML_CONTENT_STATE) {
+        w->forcing = true;
+    }
+}
+
+static void written_free(struct written *w) {
+    free(w->forced);
+    free(w->closing);
+}
+
 static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
@@ -605,50 +698,14 @@ static void run_job(struct server *sv, struct job *j) {
     struct gen g = {.sv = sv, .j = j};
     if (j->parse_output) ms_dsml_init(&g.parser, j->thinking, on_dsml, &g);
     int32_t *script = NULL;
-    size_t n_script = 0;
+    size_t n_script = 0, i_script = 0;
     if (sv->o.n_scripted > 0) {
         const char *text = sv->o.scripted_outputs[sv->n_generations % (uint64_t)sv->o.n_scripted];
-        if (ms_tokenizer_encode(sv->tok, text, strlen(text), false, true, &script, &n_script, &err))
-            n_script = 0;
+        script = encode_special(sv, text, strlen(text), &n_script);
     }
     sv->n_generations++;
-    /* a forced tool call (tool_choice): its opening text, written where the
-     * answer starts: at once, or right after "</think>" when the model
-     * thinks. forced[0] is "</think>" itself, written first when the model
-     * ends its turn while still thinking; a block the model opens inside
-     * its reasoning stands instead (the parser ends the reasoning there). */
-    int32_t *forced = NULL;
-    size_t n_forced = 0, i_forced = 1, i_invoke = 0, i_script = 0;
-    bool forcing = false;
-    if (j->force_call && (!j->thinking || sv->end_think_tok >= 0)) {
-        /* the opening and a named tool's invoke line, tokenized apart:
-         * forced[i_invoke ..] is the invoke line (n_forced when none) */
-        const char *inv = strstr(j->force_call, "<" MS_DSML "invoke");
-        const size_t n_open = inv ? (size_t)(inv - j->force_call) : strlen(j->force_call);
-        int32_t *ids = NULL, *ids2 = NULL;
-        size_t n = 0, n2 = 0;
-        if (!ms_tokenizer_encode(sv->tok, j->force_call, n_open, false, true, &ids, &n, &err) &&
-            (!inv || !ms_tokenizer_encode(sv->tok, inv, strlen(inv), false, true, &ids2, &n2, &err)) &&
-            (forced = malloc((1 + n + n2) * sizeof *forced))) {
-            forced[0] = sv->end_think_tok;
-            memcpy(forced + 1, ids, n * sizeof *ids);
-            if (n2) memcpy(forced + 1 + n, ids2, n2 * sizeof *ids2);
-            n_forced = 1 + n + n2;
-            i_invoke = 1 + n;
-            forcing = !j->thinking;
-        }
-        free(ids);
-        free(ids2);
-    }
-    /* one call a turn: the block's closing, written for the model once its
-     * first call is complete (as the template renders a one-call block) */
-    int32_t *closing = NULL;
-    size_t n_closing = 0, i_closing = 0;
-    if (j->one_call) {
-        static const char close_text[] = "\n</" MS_DSML "tool_calls>";
-        if (ms_tokenizer_encode(sv->tok, close_text, strlen(close_text), false, true, &closing, &n_closing, &err))
-            n_closing = 0;
-    }
+    struct written wr;
+    written_init(sv, j, &wr);
     const double t1 = now_s();
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
     float *masked = NULL;
@@ -679,17 +736,11 @@ static void run_job(struct server *sv, struct job *j) {
                 logits = masked;
             }
         }
-        int32_t tok;
-        if (g.close_block && i_closing < n_closing) tok = closing[i_closing++];
-        else if (forcing && i_forced < n_forced) tok = forced[i_forced++];
-        else if (sv->o.n_scripted > 0) tok = i_script < n_script ? script[i_script++] : sv->eos;
-        else tok = ms_sampler_sample(smp, logits);
-        if (tok == sv->eos && !forcing && i_forced == 1 && n_forced > 1) {
-            /* the turn would end before the forced call: write it now */
-            forcing = true;
-            if (!j->parse_output || g.parser.state == MS_DSML_REASONING_STATE) i_forced = 0;
-            tok = forced[i_forced++];
-        }
+        int32_t tok = written_next(&wr, g.close_block);
+        if (tok < 0) tok = sv->o.n_scripted > 0 ? (i_script < n_script ? script[i_script++] : sv->eos)
+                                                : ms_sampler_sample(smp, logits);
+        /* the turn would end before a forced call: it is written instead */
+        if (tok == sv->eos) tok = written_at_end(&wr, sv->eos, j->parse_output && g.parser.state == MS_DSML_REASONING_STATE);
         if (n_gen == 0) j->t_first = now_s();
         if (tok == sv->eos) {
             j->finish = "stop";
@@ -714,17 +765,7 @@ static void run_job(struct server *sv, struct job *j) {
                 j->finish = "stop"; /* a malformed block ends the turn, not the token limit */
                 break;
             }
-            if (n_forced && !forcing && i_forced == 1) {
-                if (st == MS_DSML_TOOLS_STATE) {
-                    /* the model opened a block itself: a named tool's invoke
-                     * still goes first, any tool is the model's choice */
-                    forcing = i_invoke < n_forced;
-                    i_forced = i_invoke;
-                    if (!forcing) n_forced = 0;
-                } else if (st == MS_DSML_CONTENT_STATE) {
-                    forcing = true; /* the reasoning closed ("</think>", as a token or as text) */
-                }
-            }
+            written_after(&wr, st);
             /* a closed block ends the turn; its last token is evaluated so the
              * live session holds the whole block (the next request replays it) */
             last = st == MS_DSML_DONE_STATE;
@@ -765,8 +806,7 @@ static void run_job(struct server *sv, struct job *j) {
     const double t_decode = j->t_end - t1;
     kv_publish(sv);
     free(script);
-    free(forced);
-    free(closing);
+    written_free(&wr);
     free(masked);
     ms_buf_free(&g.text);
     ms_buf_free(&g.sig);
