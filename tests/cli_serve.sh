@@ -142,7 +142,8 @@ check "responses: an input_image tool output is answered" '[ "$(jq -r .object <<
 R=$(post /v1/chat/completions '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}')
 check "chat: an image_url part is answered" '[ "$(jq -r .object <<<"$R")" = chat.completion ]'
 # Responses' text.format (Codex's --output-schema) likewise, and echoed in the response
-R=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1}')
+R=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1,"tools":null}')
+check "responses: tools null echoes as []" '[ "$(jq -c .tools <<<"$R")" = "[]" ]'
 RF=$(post /v1/responses '{"model":"x","input":"Hi there","max_output_tokens":1,"text":{"format":{"type":"json_schema","name":"out","strict":true,"schema":{"type":"object","properties":{"title":{"type":"string"}},"required":["title"],"additionalProperties":false}}}}')
 check "responses text.format: the schema is in the prompt, the format echoed" \
     '[ "$(jq .usage.input_tokens <<<"$RF")" -gt $(( $(jq .usage.input_tokens <<<"$R") + 10 )) ] && [ "$(jq -r .text.format.name <<<"$RF")" = out ]'
@@ -381,6 +382,13 @@ RT='[{"type":"function","name":"get_weather","description":"Weather","parameters
 S=$(post /v1/responses "{\"model\":\"x\",\"input\":\"Weather?\",\"tools\":$RT,\"stream\":true}")
 check "tools responses stream: function_call item and arguments events" \
     'grep -q "event: response.function_call_arguments.done" <<<"$S" && grep -q "\"type\":\"function_call\"" <<<"$S" && grep -q "event: response.completed" <<<"$S" && ! grep -q "DSML" <<<"$S"'
+post /v1/completions '{"prompt":"x","max_tokens":2}' >/dev/null # script step 2
+R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"tool_choice\":\"none\"}")
+check "tool_choice none: a call the model writes anyway is dropped, finish stop" \
+    'jq -e ".choices[0].finish_reason == \"stop\" and (.choices[0].message.tool_calls == null) and .choices[0].message.content == \"Checking.\"" <<<"$R" >/dev/null && grep -q "with no tools offered (dropped)" "$TMP/tools.log"'
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"bogus"},"messages":[{"role":"user","content":"w"}]}' "an unknown Anthropic tool_choice type"
+bad_req 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"w"}],"tools":[{"type":"function","function":{"name":"f","description":5}}]}' "a chat tool's non-string description"
+bad_req 400 POST /v1/messages '{"model":"x","max_tokens":5,"tools":[{"type":5,"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"w"}]}' "an Anthropic tool's non-string type"
 stop_server tools
 
 # namespaced and custom (free-form) tools: a call of each goes back in the

@@ -203,6 +203,7 @@ static void resp_open_item(struct job *j, int kind) {
 static json_t *resp_object(struct server *sv, struct job *j, const char *status) {
     const json_t *req = j->req;
     json_t *tools = json_object_get(req, "tools");
+    if (!json_is_array(tools)) tools = NULL; /* "tools": null echoes as [] */
     json_t *ins = json_object_get(req, "instructions");
     json_t *o = json_pack(
         "{s:s, s:s, s:I, s:s, s:n, s:s, s:O, s:s, s:O, s:b, s:n, s:s, s:O, s:n}", "id", j->id,

@@ -192,11 +192,14 @@ static int parse_tool_choice(const json_t *req, enum api_kind k, struct conv *c,
         c->tools = NULL;
         return 0;
     }
+    if (k == API_MESSAGES && strcmp(mode, "auto") && strcmp(mode, "any") && strcmp(mode, "tool"))
+        return http_fail(e, 400, "'tool_choice.type' must be auto, any, tool or none");
     const bool any = !strcmp(mode, "required") || !strcmp(mode, "any");
     const bool one = !strcmp(mode, "function") || !strcmp(mode, "custom") || !strcmp(mode, "tool");
     if (!any && !one) return 0;
     if (!c->tools || !json_array_size(c->tools))
-        return http_fail(e, 400, "'tool_choice' forces a tool call, but the request has no tools");
+        return http_fail(e, 400, "'tool_choice' forces a tool call, but the request has no tools the server can "
+                                 "offer (hosted and server tools are left out)");
     if (one && !name) return http_fail(e, 400, "'tool_choice' of type '%s' needs the tool's name", mode);
     struct ms_buf f = {0};
     ms_buf_puts(&f, "\n\n<" MS_DSML "tool_calls>\n");
@@ -246,9 +249,11 @@ static int chat_tool(struct conv *c, const json_t *t, size_t i, struct http_err 
         return http_fail(e, 400, "'tools[%zu].type' must be \"function\" or \"custom\"", i);
     char field[64];
     snprintf(field, sizeof field, "tools[%zu].function", i);
-    const json_t *pj = json_object_get(fn, "parameters");
+    const json_t *pj = json_object_get(fn, "parameters"), *dj = json_object_get(fn, "description");
     if (pj && !json_is_null(pj) && !json_is_object(pj))
         return http_fail(e, 400, "'%s.parameters' must be an object", field);
+    if (dj && !json_is_null(dj) && !json_is_string(dj))
+        return http_fail(e, 400, "'%s.description' must be a string", field);
     if (tool_name_claim(c, json_string_value(json_object_get(fn, "name")), field, e)) return -1;
     json_t *copy = json_pack("{s:s, s:O}", "type", "function", "function", fn);
     json_array_append_new(c->tools, copy);
@@ -260,7 +265,9 @@ static int chat_tool(struct conv *c, const json_t *t, size_t i, struct http_err 
  * not ours to run and are left out. */
 static int anthropic_tool(struct conv *c, const json_t *t, size_t i, struct http_err *e) {
     if (!json_is_object(t)) return http_fail(e, 400, "tools.%zu: must be an object", i);
-    const char *type = json_string_value(json_object_get(t, "type"));
+    const json_t *tj = json_object_get(t, "type");
+    if (tj && !json_is_null(tj) && !json_is_string(tj)) return http_fail(e, 400, "tools.%zu.type: must be a string", i);
+    const char *type = json_string_value(tj);
     if (type && strcmp(type, "custom")) return 0; /* server tools: not ours to run */
     const char *name = json_string_value(json_object_get(t, "name"));
     const json_t *schema = json_object_get(t, "input_schema");

@@ -560,7 +560,11 @@ static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
     case MS_DSML_EV_TOOL_CALL:
         out_text(g, &g->rbuf, true, true);
         content_in(g, "", 0, true);
-        if (!g->stopped) {
+        if (!g->stopped && !g->j->has_tools) {
+            /* no tools offered (none sent, or tool_choice "none"): a call
+             * the model writes anyway is not the client's to run */
+            fprintf(stderr, "serve: %s: a call of '%s' with no tools offered (dropped)\n", g->j->id, ev->name);
+        } else if (!g->stopped) {
             replay_sig_add(&g->sig, ev->name, ev->args);
             fmt_tool_call(g->sv, g->j, ev->name, ev->args);
             if (g->j->one_call) g->close_block = true;
@@ -796,7 +800,8 @@ static void run_job(struct server *sv, struct job *j) {
     }
     out_text(&g, &g.rbuf, true, true);
     if (!g.stopped) content_in(&g, "", 0, true);
-    if (g.tools_done && !g.tool_error) j->finish = "tool_calls";
+    if (g.tools_done && !g.tool_error && j->n_calls > 0) j->finish = "tool_calls";
+    else if (g.tools_done && !g.tool_error) j->finish = "stop"; /* its calls were dropped */
     else if (g.tool_error && strcmp(j->finish, "length") && strcmp(j->finish, "cancelled"))
         j->finish = "stop";
     if (g.stopped && !g.tools_done && !j->stop_seq) j->finish = "stop";
