@@ -71,6 +71,10 @@ check "prefix reuse: cached tokens >= first prompt - 1 ($P1)" '[ "$(jq .usage.pr
 # snapshot, which shares the session's compressed rows, is stale: the turn
 # is prefilled whole, correctly, and the metrics say so.
 metric() { curl -s -m 5 "$U/metrics" | awk -v k="moestream_$1" '$1 == k {print $2}'; }
+# of reply $R (chat or Responses): the cached prompt tokens, and the tokens
+# the live session holds after it (its prompt plus its completion)
+cached() { jq '.usage.prompt_tokens_details.cached_tokens // .usage.input_tokens_details.cached_tokens' <<<"$R"; }
+live_after() { jq '(.usage.prompt_tokens // .usage.input_tokens) + (.usage.completion_tokens // .usage.output_tokens)' <<<"$R"; }
 T3='[{"role":"user","content":"First question about the sea."},{"role":"assistant","content":'"$ANS"'},{"role":"user","content":"And the sky?"}]'
 T3="{\"messages\":$T3,\"max_tokens\":4,\"temperature\":0,\"reasoning_effort\":\"none\"}"
 ZEBRA='{"prompt":"Zebras graze while the river runs","max_tokens":3,"ignore_eos":true}'
@@ -344,7 +348,7 @@ first_turn() {
     R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"tools\":$TOOLS}")
     MSG=$(jq -c .choices[0].message <<<"$R")
     ID=$(jq -r .choices[0].message.tool_calls[0].id <<<"$R")
-    LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+    LIVE=$(live_after)
 }
 result_turn() {
     R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"$ID\",\"content\":\"sunny\"}],\"tools\":$TOOLS}")
@@ -354,17 +358,17 @@ check "tools chat: reasoning, content, one call, finish tool_calls" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"Need the weather.\" and .choices[0].message.content == \"Checking.\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {\"city\":\"Paris\",\"days\":3}" <<<"$R" >/dev/null'
 result_turn "Weather in Paris?"
 check "exact replay: the tool result turn reuses the whole live session (>= $LIVE tokens)" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
+    '[ "$(cached)" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 first_turn "Weather in Paris?"
 MSG=$(jq -c 'del(.reasoning_content)' <<<"$MSG")
 result_turn "Weather in Paris?"
-check "a client that drops reasoning_content: the turn's reasoning is restored, the whole live session reused ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+check "a client that drops reasoning_content: the turn's reasoning is restored, the whole live session reused ($(cached) >= $LIVE)" \
+    '[ "$(cached)" -ge "$LIVE" ]'
 first_turn "Weather in Paris?"
 MSG=$(jq -c '.tool_calls[0].function.arguments = "{\"city\":\"Rome\",\"days\":3}"' <<<"$MSG")
 result_turn "Weather in Paris?"
-check "a call edited under its id is rendered from its JSON, not replayed ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") < $LIVE)" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -lt "$LIVE" ]'
+check "a call edited under its id is rendered from its JSON, not replayed ($(cached) < $LIVE)" \
+    '[ "$(cached)" -lt "$LIVE" ]'
 S=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"stream\":true}")
 check "tools chat stream: a tool_calls delta, no markup in any delta" \
     'grep -q "\"tool_calls\":\[{\"index\":0" <<<"$S" && ! grep -q "DSML" <<<"$S" && grep -q "\"finish_reason\":\"tool_calls\"" <<<"$S"'
@@ -413,13 +417,13 @@ MOESTREAM_SERVE_SCRIPT="$TMP/script_ns.txt" start_server ns -m "$TMP/m.gguf"
 U=$(url ns)
 NT='[{"type":"function","name":"exec_command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}},{"type":"namespace","name":"agents","description":"Sub-agents.","tools":[{"type":"function","name":"spawn_agent","parameters":{"type":"object","properties":{"message":{"type":"string"}}}}]},{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: line+"}},{"type":"web_search"}]'
 R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT}")
-LIVE=$(( $(jq .usage.input_tokens <<<"$R") + $(jq .usage.output_tokens <<<"$R") ))
+LIVE=$(live_after)
 check "responses: a namespaced call (name + namespace) and a custom_tool_call with its text" \
     'jq -e "[.output[1].type, .output[1].name, .output[1].namespace, (.output[1].arguments | fromjson | .message)] == [\"function_call\", \"spawn_agent\", \"agents\", \"say hi\"] and [.output[2].type, .output[2].name, .output[2].input] == [\"custom_tool_call\", \"apply_patch\", \"*** Begin Patch\n+hello \\\"x\\\"\n*** End Patch\"]" <<<"$R" >/dev/null'
 IN=$(jq -c '.output as $o | [{"role":"user","content":"go"}] + $o + [{"type":"function_call_output","call_id":$o[1].call_id,"output":"spawned"},{"type":"custom_tool_call_output","call_id":$o[2].call_id,"output":"ok"}]' <<<"$R")
 R=$(post /v1/responses "{\"model\":\"x\",\"input\":$IN,\"tools\":$NT}")
-check "responses: the results turn reuses the whole live session ($(jq .usage.input_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
-    '[ "$(jq .usage.input_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .output[-1].content[0].text <<<"$R")" = Patched. ]'
+check "responses: the results turn reuses the whole live session ($(cached) >= $LIVE)" \
+    '[ "$(cached)" -ge "$LIVE" ] && [ "$(jq -r .output[-1].content[0].text <<<"$R")" = Patched. ]'
 S=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT,\"stream\":true}")
 check "responses stream: custom_tool_call_input events, the namespace in the items" \
     'grep -q "event: response.custom_tool_call_input.done" <<<"$S" && grep -q "\"type\":\"custom_tool_call\"" <<<"$S" && grep -q "\"namespace\":\"agents\"" <<<"$S" && ! grep -q "DSML" <<<"$S"'
@@ -427,20 +431,20 @@ post /v1/completions '{"prompt":"x","max_tokens":2}' >/dev/null # script step 2
 R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"go\",\"tools\":$NT,\"parallel_tool_calls\":false}")
 check "parallel_tool_calls false: the block is closed after its first call" \
     'jq -e "([.output[] | select(.type == \"function_call\" or .type == \"custom_tool_call\")] | length) == 1 and .parallel_tool_calls == false" <<<"$R" >/dev/null'
-LIVE=$(( $(jq .usage.input_tokens <<<"$R") + $(jq .usage.output_tokens <<<"$R") ))
+LIVE=$(live_after)
 IN=$(jq -c '.output as $o | [{"role":"user","content":"go"}] + $o + [{"type":"function_call_output","call_id":$o[1].call_id,"output":"spawned"}]' <<<"$R")
 R=$(post /v1/responses "{\"model\":\"x\",\"input\":$IN,\"tools\":$NT,\"parallel_tool_calls\":false}")
-check "parallel_tool_calls false: the closed block replays ($(jq .usage.input_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
-    '[ "$(jq .usage.input_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+check "parallel_tool_calls false: the closed block replays ($(cached) >= $LIVE)" \
+    '[ "$(cached)" -ge "$LIVE" ]'
 CT='[{"type":"custom","custom":{"name":"apply_patch","format":{"type":"text"}}},{"type":"function","function":{"name":"agents.spawn_agent","parameters":{"type":"object"}}}]'
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],\"tools\":$CT}")
-LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+LIVE=$(live_after)
 check "chat: a custom tool's call as {type: custom, custom: {name, input}}" \
     'jq -e ".choices[0].message.tool_calls[1] | .type == \"custom\" and .custom.name == \"apply_patch\" and (.custom.input | startswith(\"*** Begin Patch\"))" <<<"$R" >/dev/null'
 MSG=$(jq -c .choices[0].message <<<"$R")
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"go\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"spawned\"},{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"ok\"}],\"tools\":$CT}")
 check "chat: the custom call's history reuses the whole live session" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+    '[ "$(cached)" -ge "$LIVE" ]'
 bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"namespace","tools":[]}]}' "a namespace without a name"
 bad_req 400 POST /v1/responses '{"model":"x","input":"hi","tools":[{"type":"custom","name":"p","format":{"type":"regexp"}}]}' "a custom tool's unknown format"
 bad_req 400 POST /v1/responses '{"model":"x","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":3}]}' "a custom_tool_call without its text"
@@ -489,13 +493,13 @@ MOESTREAM_SERVE_SCRIPT="$TMP/script_force.txt" start_server force -m "$TMP/m.ggu
 U=$(url force)
 FT='[{"type":"function","function":{"name":"get_time","parameters":{"type":"object"}}},{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"reasoning_effort\":\"none\",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}")
-LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+LIVE=$(live_after)
 check "tool_choice names a tool: its call, the arguments the model wrote after the forced opening" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\" and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {\"city\":\"Paris\"}" <<<"$R" >/dev/null'
 MSG=$(jq -c .choices[0].message <<<"$R")
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"},$MSG,{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"sunny\"}],\"tools\":$FT,\"reasoning_effort\":\"none\"}")
 check "tool_choice: the forced call's history reuses the whole live session" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ]'
+    '[ "$(cached)" -ge "$LIVE" ]'
 R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"tool_choice\":\"required\"}")
 check "tool_choice required, thinking: the reasoning, then a call" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"Pick one.\" and .choices[0].message.tool_calls[0].function.name == \"get_weather\"" <<<"$R" >/dev/null'
@@ -530,8 +534,8 @@ U=$(url many)
 H='[{"role":"user","content":"Weather, again and again?"}]'
 for turn in $(seq 1 40); do
     R=$(post /v1/chat/completions "{\"messages\":$H,\"tools\":$TOOLS}")
-    [ $turn -gt 1 ] && [ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -lt "$LIVE" ] && break
-    LIVE=$(( $(jq .usage.prompt_tokens <<<"$R") + $(jq .usage.completion_tokens <<<"$R") ))
+    [ $turn -gt 1 ] && [ "$(cached)" -lt "$LIVE" ] && break
+    LIVE=$(live_after)
     H=$(jq -c --argjson m "$(jq -c '.choices[0].message | del(.reasoning_content)' <<<"$R")" \
         '. + [$m, {role: "tool", tool_call_id: $m.tool_calls[0].id, content: "sunny"}]' <<<"$H")
 done
@@ -558,8 +562,8 @@ first_turn "Weather in Paris?"
 check "call inside the reasoning: reasoning, no content, one call" \
     'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"I should check the weather.\" and (.choices[0].message.content // \"\") == \"\"" <<<"$R" >/dev/null'
 result_turn "Weather in Paris?"
-check "call inside the reasoning: the tool result turn reuses the whole live session ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
+check "call inside the reasoning: the tool result turn reuses the whole live session ($(cached) >= $LIVE)" \
+    '[ "$(cached)" -ge "$LIVE" ] && [ "$(jq -r .choices[0].message.content <<<"$R")" = Sunny. ]'
 stop_server tools2
 
 # kept states under a tight budget: after a turn that ended in a tool call,
@@ -574,8 +578,8 @@ LONGQ="Weather in Paris? $(python3 -c "print(' '.join(['sea sky'] * 240))")"
 first_turn "$LONGQ"
 post /v1/completions '{"prompt":"Zebras graze","max_tokens":3}' >/dev/null
 result_turn "$LONGQ"
-check "tight budget: the snapshot goes first, the tool-result turn extends the live state ($(jq .usage.prompt_tokens_details.cached_tokens <<<"$R") >= $LIVE)" \
-    '[ "$(jq .usage.prompt_tokens_details.cached_tokens <<<"$R")" -ge "$LIVE" ] && [ "$(metric ram_evicted_total)" = 1 ] && [ "$(metric ram_restores_total)" = 1 ]'
+check "tight budget: the snapshot goes first, the tool-result turn extends the live state ($(cached) >= $LIVE)" \
+    '[ "$(cached)" -ge "$LIVE" ] && [ "$(metric ram_evicted_total)" = 1 ] && [ "$(metric ram_restores_total)" = 1 ]'
 stop_server tight
 
 # ---- the context without -c: the model's, at most 131072 (said on stderr

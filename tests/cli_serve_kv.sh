@@ -167,34 +167,40 @@ Need it.</think>
 Sunny.
 SCRIPT
 TT='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
-MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk1 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
-U=$(url tk1)
+# tool_server NAME: a scripted server on the cache in $KV
+tool_server() {
+    MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server "$1" -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+    U=$(url "$1")
+}
+# result_turn_after_restart NAME: on a fresh server NAME, the turn that
+# carries R7's call back with its result; its reply in RT
+result_turn_after_restart() {
+    tool_server "$1"
+    RT=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices[0].message <<<"$R7")" \
+        '{messages:[{role:"user",content:$p},$m,{role:"tool",tool_call_id:"x",content:"sunny"}],tools:$t}')")
+    stop_server "$1"
+}
+tool_server tk1
 R7=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" '{messages:[{role:"user",content:$p}],tools:$t}')")
 LIVE=$(( $(usage "$R7" prompt_tokens) + $(usage "$R7" completion_tokens) ))
 stop_server tk1
 check "the replay log is beside the checkpoints, 0600" '[ "$(stat -c %a "$KV/replay.jsonl")" = 600 ] && grep -q "get_weather" "$KV/replay.jsonl"'
-MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk2 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
-U=$(url tk2)
-R8=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices[0].message <<<"$R7")" \
-    '{messages:[{role:"user",content:$p},$m,{role:"tool",tool_call_id:"x",content:"sunny"}],tools:$t}')")
+result_turn_after_restart tk2
+R8=$RT
 check "after a restart, the tool-result turn restores the whole checkpoint ($(usage "$R8" prompt_tokens_details.cached_tokens) >= $LIVE)" \
     '[ "$(usage "$R8" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && grep -q "tool-call blocks read back" "$TMP/tk2.log"'
-stop_server tk2
 # the log's first format (no in_reasoning; reasoning only for a block opened
 # inside it) is still read
 jq -c 'if .in_reasoning then . else del(.reasoning) end | del(.in_reasoning)' "$KV/replay.jsonl" >"$TMP/old.jsonl" &&
     cp "$TMP/old.jsonl" "$KV/replay.jsonl"
-MOESTREAM_SERVE_SCRIPT="$TMP/tscript.txt" start_server tk2b -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
-U=$(url tk2b)
-R9=$(post "$(jq -nc --arg p "$P" --argjson t "$TT" --argjson m "$(jq -c .choices[0].message <<<"$R7")" \
-    '{messages:[{role:"user",content:$p},$m,{role:"tool",tool_call_id:"x",content:"sunny"}],tools:$t}')")
+result_turn_after_restart tk2b
+R9=$RT
 check "a log of the first format is read back ($(usage "$R9" prompt_tokens_details.cached_tokens) >= $LIVE)" \
     '[ "$(usage "$R9" prompt_tokens_details.cached_tokens)" -ge "$LIVE" ] && ! grep -q in_reasoning "$TMP/old.jsonl" && grep -q "tool-call blocks read back" "$TMP/tk2b.log"'
-stop_server tk2b
 # a log that is not a regular file (a FIFO would block a reader) is not
 # read, and is replaced by the server's own
 rm -f "$KV/replay.jsonl" && mkfifo "$KV/replay.jsonl"
-start_server tk3 -m "$M" -c 4096 --kv-disk-dir "$KV" --kv-min-tokens 64 --kv-ram-mb 0
+tool_server tk3
 check "a FIFO in the log's place: the server starts, the log is a file again" '[ -f "$KV/replay.jsonl" ] && [ ! -p "$KV/replay.jsonl" ]'
 stop_server tk3
 

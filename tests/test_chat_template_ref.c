@@ -140,6 +140,16 @@ static const char *replay_fn(void *ctx, const json_t *calls, const char *reasoni
 }
 
 /* Exact replay: a recorded block replaces the rendering of the calls. */
+/* Renders msgs[0 .. n) with o and checks that the text holds want. */
+static void render_has(const struct ms_chat_message *msgs, size_t n, const struct ms_chat_opts *o, const char *want) {
+    struct ms_chat_out out;
+    ms_err err;
+    assert_int_equal(ms_chat_render_ex(msgs, n, o, &out, &err), 0);
+    if (!strstr(out.text, want)) fprintf(stderr, "rendered:\n%s\nwant: %s\n", out.text, want);
+    assert_non_null(strstr(out.text, want));
+    ms_chat_out_free(&out);
+}
+
 static void test_replay(void **state) {
     (void)state;
     json_t *calls = json_loads(
@@ -149,61 +159,39 @@ static void test_replay(void **state) {
     struct ms_chat_opts o = {0};
     struct ms_chat_out out;
     ms_err err;
-    assert_int_equal(ms_chat_render_ex(m, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>"));
-    ms_chat_out_free(&out);
+    render_has(m, 2, &o, "<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>");
     o.replay = replay_fn;
     o.replay_ctx = "\n<｜DSML｜tool_calls>RAW</｜DSML｜tool_calls>";
-    assert_int_equal(ms_chat_render_ex(m, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "x\n<｜DSML｜tool_calls>RAW</｜DSML｜tool_calls><｜end▁of▁sentence｜>"));
-    ms_chat_out_free(&out);
+    render_has(m, 2, &o, "x\n<｜DSML｜tool_calls>RAW</｜DSML｜tool_calls><｜end▁of▁sentence｜>");
     /* a block the model opened inside its reasoning: with the reasoning
      * rendered and no answer text, no "</think>" (the model wrote none);
      * with answer text, or without the reasoning, the template's */
     const struct ms_chat_message r[] = {{"user", "u", NULL, NULL}, {"assistant", "", "plan", calls}};
     o.thinking = true;
     g_in_reasoning = true;
-    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>plan\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r, 2, &o, "<think>plan\n<｜DSML｜tool_calls>RAW");
     g_in_reasoning = false;
-    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>plan</think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r, 2, &o, "<think>plan</think>\n<｜DSML｜tool_calls>RAW");
     g_in_reasoning = true;
     const struct ms_chat_message r2[] = {{"user", "u", NULL, NULL}, {"assistant", "x", "plan", calls}};
-    assert_int_equal(ms_chat_render_ex(r2, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>plan</think>x\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r2, 2, &o, "<think>plan</think>x\n<｜DSML｜tool_calls>RAW");
     /* other reasoning, or none sent back: the template's */
     const struct ms_chat_message r3[] = {{"user", "u", NULL, NULL}, {"assistant", "", "other", calls}};
-    assert_int_equal(ms_chat_render_ex(r3, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>other</think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r3, 2, &o, "<think>other</think>\n<｜DSML｜tool_calls>RAW");
     const struct ms_chat_message r4[] = {{"user", "u", NULL, NULL}, {"assistant", "", NULL, calls}};
-    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think></think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r4, 2, &o, "<think></think>\n<｜DSML｜tool_calls>RAW");
     /* none sent back, the block's own reasoning recorded: rendered as the
      * model sampled it (inside the reasoning, or closed before the block) */
     g_stored = "plan";
-    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>plan\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r4, 2, &o, "<think>plan\n<｜DSML｜tool_calls>RAW");
     g_in_reasoning = false;
-    assert_int_equal(ms_chat_render_ex(r4, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>plan</think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r4, 2, &o, "<think>plan</think>\n<｜DSML｜tool_calls>RAW");
     /* reasoning sent back wins over the stored */
-    assert_int_equal(ms_chat_render_ex(r3, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "<think>other</think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r3, 2, &o, "<think>other</think>\n<｜DSML｜tool_calls>RAW");
     g_stored = NULL;
     g_in_reasoning = true;
     o.thinking = false;
-    assert_int_equal(ms_chat_render_ex(r, 2, &o, &out, &err), 0);
-    assert_non_null(strstr(out.text, "</think>\n<｜DSML｜tool_calls>RAW"));
-    ms_chat_out_free(&out);
+    render_has(r, 2, &o, "</think>\n<｜DSML｜tool_calls>RAW");
     g_in_reasoning = false;
     /* arguments that are not an object are an error */
     json_t *bad = json_loads("[{\"id\":\"c1\",\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]", 0, NULL);
