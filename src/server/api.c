@@ -522,6 +522,7 @@ static struct job *job_new(struct server *sv, enum api_kind k, json_t *req) {
     j->req = json_incref(req);
     j->created = (int64_t)time(NULL);
     j->block = -1;
+    j->logprobs = -1;
     j->refs = 1;
     j->calls = json_array();
     j->items = json_array();
@@ -543,6 +544,9 @@ void job_release(struct job *j) {
     json_decref(j->calls);
     json_decref(j->items);
     json_decref(j->tool_map);
+    json_decref(j->lp_pending);
+    json_decref(j->lp_sent);
+    json_decref(j->lp_prompt);
     free(j->prompt);
     free(j->ids);
     free(j->cut_off);
@@ -626,6 +630,35 @@ static int parse_chat_messages(const json_t *msgs, struct conv *c, struct http_e
     return 0;
 }
 
+/* Chat's logprobs (a boolean) and top_logprobs (0 .. LP_TOP_MAX, only
+ * with logprobs true, as OpenAI has it). */
+static int parse_chat_logprobs(const json_t *req, struct job *j, struct http_err *e) {
+    bool on = false;
+    int64_t top = 0;
+    if (get_bool(req, "logprobs", &on, e) || get_int(req, "top_logprobs", 0, LP_TOP_MAX, &top, e)) return -1;
+    const json_t *t = json_object_get(req, "top_logprobs");
+    if (!on && t && !json_is_null(t)) return http_fail(e, 400, "'top_logprobs' needs 'logprobs': true");
+    j->logprobs = on ? (int)top : -1;
+    return 0;
+}
+
+/* Responses' top_logprobs (0 .. LP_TOP_MAX), in effect when include lists
+ * "message.output_text.logprobs" (Codex sends other include values, such
+ * as "reasoning.encrypted_content": they are accepted and have no effect). */
+static int parse_responses_logprobs(const json_t *req, struct job *j, struct http_err *e) {
+    int64_t top = 0;
+    if (get_int(req, "top_logprobs", 0, LP_TOP_MAX, &top, e)) return -1;
+    const json_t *inc = json_object_get(req, "include");
+    if (inc && !json_is_null(inc) && !json_is_array(inc)) return http_fail(e, 400, "'include' must be an array of strings");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(inc, i, v) {
+        if (!json_is_string(v)) return http_fail(e, 400, "'include[%zu]' must be a string", i);
+        if (!strcmp(json_string_value(v), "message.output_text.logprobs")) j->logprobs = (int)top;
+    }
+    return 0;
+}
+
 static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e) {
     struct job *j = job_new(sv, API_CHAT, req);
     struct conv c = {0};
@@ -643,7 +676,8 @@ static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e
          http_fail(e, 400, "'stream_options' must be an object")) ||
         (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
         parse_sampling(req, j, e) || parse_stop(req, "stop", j, e) || openai_thinking(req, &cm, e) ||
-        parse_chat_messages(json_object_get(req, "messages"), &c, e) || tools_parse(req, API_CHAT, &c, e))
+        parse_chat_messages(json_object_get(req, "messages"), &c, e) || tools_parse(req, API_CHAT, &c, e) ||
+        parse_chat_logprobs(req, j, e))
         goto bad;
     const json_t *rf = json_object_get(req, "response_format");
     if (json_is_object(rf)) {
@@ -672,11 +706,16 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
         return NULL;
     }
     const json_t *so = json_object_get(req, "stream_options");
+    int64_t lp = -1;
     if (get_bool(req, "stream", &j->stream, e) || get_int(req, "n", 1, 1, &n, e) ||
-        get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        get_bool(req, "echo", &j->echo, e) ||
+        get_int(req, "max_tokens", j->echo ? 0 : 1, INT32_MAX, &max_tokens, e) ||
         (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
-        parse_sampling(req, j, e) || parse_stop(req, "stop", j, e))
+        get_int(req, "logprobs", 0, LP_TOP_MAX, &lp, e) || parse_sampling(req, j, e) ||
+        parse_stop(req, "stop", j, e))
         goto bad;
+    j->logprobs = (int)lp;
+    j->prompt_lp = j->echo && lp >= 0;
     const json_t *p = json_object_get(req, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
     if (!json_is_string(p)) {
@@ -685,8 +724,11 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
     }
     struct ms_buf text = {0};
     const char *ps = json_string_value(p);
-    if (ms_tokenizer_add_bos(sv->tok) && strncmp(ps, MS_CHAT_BOS, strlen(MS_CHAT_BOS)))
+    if (ms_tokenizer_add_bos(sv->tok) && strncmp(ps, MS_CHAT_BOS, strlen(MS_CHAT_BOS))) {
         ms_buf_puts(&text, MS_CHAT_BOS);
+        j->echo_off = strlen(MS_CHAT_BOS); /* the BOS the server adds is not echoed */
+        j->echo_tok = 1;
+    }
     ms_buf_put(&text, ps, json_string_length(p));
     if (!text.p) ms_buf_puts(&text, "");
     /* raw prompt: special-token text is parsed, as llama.cpp's completion does */
@@ -700,6 +742,7 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
         goto bad;
     }
     if (check_ctx(sv, j, max_tokens, e)) goto bad;
+    if (max_tokens == 0) j->max_tokens = 0; /* echo alone: the prompt scored, nothing generated */
     return j;
 bad:
     job_release(j);
@@ -1027,7 +1070,7 @@ static struct job *parse_responses(struct server *sv, json_t *req, struct http_e
         get_int(req, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) ||
         parse_sampling(req, j, e) || openai_thinking(req, &cm, e) ||
         parse_responses_input(req, &c, e) || tools_parse(req, API_RESPONSES, &c, e) ||
-        responses_text_format(req, &cm, e))
+        responses_text_format(req, &cm, e) || parse_responses_logprobs(req, j, e))
         goto bad;
     if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
     conv_free(&c);

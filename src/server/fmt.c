@@ -90,6 +90,41 @@ static const char *anthropic_stop(const struct job *j) {
     return "end_turn";
 }
 
+/* ---- log-probabilities ---- */
+
+void fmt_logprob(struct job *j, json_t *e) {
+    if (!e) return;
+    if (!j->lp_pending) j->lp_pending = json_array();
+    json_array_append_new(j->lp_pending, e);
+}
+
+void fmt_logprob_drop(struct job *j) { json_array_clear(j->lp_pending); }
+
+/* The entries of the text being sent now (the pending ones, taken; an
+ * empty array when there are none), also kept in lp_sent for the final
+ * reply. NULL when logprobs are off. */
+static json_t *lp_take(struct job *j) {
+    if (j->logprobs < 0) return NULL;
+    json_t *a = j->lp_pending ? j->lp_pending : json_array();
+    j->lp_pending = NULL;
+    if (!j->lp_sent) j->lp_sent = json_array();
+    json_array_extend(j->lp_sent, a);
+    return a;
+}
+
+/* A chunk's or reply's choice "logprobs": chat {"content": entries,
+ * "refusal": null}, completions the legacy arrays (lp_completions); steals
+ * a. */
+static json_t *lp_choice(struct job *j, json_t *a) {
+    if (!a) return json_null();
+    if (j->kind == API_COMPLETIONS) {
+        json_t *o = lp_completions(a, &j->lp_offset);
+        json_decref(a);
+        return o ? o : json_null();
+    }
+    return json_pack("{s:o, s:n}", "content", a, "refusal");
+}
+
 /* ---- OpenAI chat ---- */
 
 static json_t *chat_chunk(struct server *sv, struct job *j, json_t *delta, const char *finish) {
@@ -99,12 +134,13 @@ static json_t *chat_chunk(struct server *sv, struct job *j, json_t *delta, const
                      delta, "finish_reason", finish ? json_string(finish) : json_null());
 }
 
+/* lp: the chunk's "logprobs" (stolen), NULL for null */
 static json_t *completion_chunk(struct server *sv, struct job *j, const char *s, size_t n,
-                                const char *finish) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:n, s:o}]}", "id", j->id, "object",
+                                const char *finish, json_t *lp) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:o, s:i, s:o, s:o}]}", "id", j->id, "object",
                      "text_completion", "created", (json_int_t)j->created, "model", model_of(sv),
-                     "choices", "text", jstrn(s, n), "index", 0, "logprobs", "finish_reason",
-                     finish ? json_string(finish) : json_null());
+                     "choices", "text", jstrn(s, n), "index", 0, "logprobs", lp ? lp : json_null(),
+                     "finish_reason", finish ? json_string(finish) : json_null());
 }
 
 /* ---- Anthropic blocks ---- */
@@ -141,9 +177,13 @@ static json_t *resp_item(struct job *j, bool done) {
         return json_pack("{s:s, s:s, s:[], s:[{s:s, s:o}], s:s}", "type", "reasoning", "id", j->item_id,
                          "summary", "content", "type", "reasoning_text", "text",
                          jstrn(j->cur.p, j->cur.len), "status", status);
-    return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[]}]}", "type", "message", "id",
-                     j->item_id, "status", status, "role", "assistant", "content", "type",
-                     "output_text", "text", jstrn(j->cur.p, j->cur.len), "annotations");
+    json_t *it = json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[]}]}", "type", "message", "id",
+                           j->item_id, "status", status, "role", "assistant", "content", "type",
+                           "output_text", "text", jstrn(j->cur.p, j->cur.len), "annotations");
+    if (it && j->logprobs >= 0)
+        json_object_set_new(json_array_get(json_object_get(it, "content"), 0), "logprobs",
+                            j->lp_sent ? json_copy(j->lp_sent) : json_array());
+    return it;
 }
 
 static json_t *with_seq(struct job *j, const char *type, json_t *o) {
@@ -164,9 +204,9 @@ static void resp_close_item(struct job *j) {
         } else {
             sse(j, "response.output_text.done",
                 with_seq(j, "response.output_text.done",
-                         json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->item_id, "output_index",
+                         json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id", j->item_id, "output_index",
                                    idx, "content_index", 0, "text", jstrn(j->cur.p, j->cur.len),
-                                   "logprobs")));
+                                   "logprobs", j->lp_sent ? json_copy(j->lp_sent) : json_array())));
             sse(j, "response.content_part.done",
                 with_seq(j, "response.content_part.done",
                          json_pack("{s:s, s:i, s:i, s:{s:s, s:o, s:[]}}", "item_id", j->item_id,
@@ -178,6 +218,7 @@ static void resp_close_item(struct job *j) {
                      json_pack("{s:i, s:o}", "output_index", idx, "item", resp_item(j, true))));
     }
     json_array_append_new(j->items, resp_item(j, true));
+    if (j->item_kind == 2) json_array_clear(j->lp_sent); /* the next message item's own */
     j->item_kind = 0;
     j->cur.len = 0;
 }
@@ -282,12 +323,21 @@ void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n) {
 
 void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
     ms_buf_put(&j->content, s, n);
+    if (j->kind == API_RESPONSES && j->item_kind != 2) resp_open_item(j, 2); /* before its entries */
+    json_t *lp = lp_take(j);
     switch (j->kind) {
     case API_CHAT:
-        if (j->stream) sse(j, NULL, chat_chunk(sv, j, json_pack("{s:o}", "content", jstrn(s, n)), NULL));
+        if (j->stream) {
+            json_t *c = chat_chunk(sv, j, json_pack("{s:o}", "content", jstrn(s, n)), NULL);
+            if (lp) json_object_set_new(json_array_get(json_object_get(c, "choices"), 0), "logprobs", lp_choice(j, lp));
+            sse(j, NULL, c);
+        } else {
+            json_decref(lp);
+        }
         break;
     case API_COMPLETIONS:
-        if (j->stream) sse(j, NULL, completion_chunk(sv, j, s, n, NULL));
+        if (j->stream) sse(j, NULL, completion_chunk(sv, j, s, n, NULL, lp ? lp_choice(j, lp) : NULL));
+        else json_decref(lp);
         break;
     case API_MESSAGES:
         if (j->block_kind != 2) anth_open_block(j, 2, json_pack("{s:s, s:s}", "type", "text", "text", ""));
@@ -297,14 +347,15 @@ void fmt_content(struct server *sv, struct job *j, const char *s, size_t n) {
                           "delta", "type", "text_delta", "text", jstrn(s, n)));
         break;
     case API_RESPONSES:
-        if (j->item_kind != 2) resp_open_item(j, 2);
         ms_buf_put(&j->cur, s, n);
         if (j->stream)
             sse(j, "response.output_text.delta",
                 with_seq(j, "response.output_text.delta",
-                         json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->item_id, "output_index",
+                         json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id", j->item_id, "output_index",
                                    j->out_index - 1, "content_index", 0, "delta", jstrn(s, n),
-                                   "logprobs")));
+                                   "logprobs", lp ? lp : json_array())));
+        else
+            json_decref(lp);
         break;
     }
 }
@@ -417,6 +468,9 @@ static char *final_body(struct server *sv, struct job *j) {
                       "chat.completion", "created", (json_int_t)j->created, "model", model_of(sv),
                       "system_fingerprint", "moestream", "choices", "index", 0, "message", msg,
                       "logprobs", "finish_reason", openai_finish(j), "usage", usage_openai(j));
+        if (o && j->logprobs >= 0)
+            json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs",
+                                lp_choice(j, j->lp_sent ? json_copy(j->lp_sent) : json_array()));
         break;
     }
     case API_COMPLETIONS:
@@ -424,6 +478,10 @@ static char *final_body(struct server *sv, struct job *j) {
                       "text_completion", "created", (json_int_t)j->created, "model", model_of(sv),
                       "choices", "text", jstrn(j->content.p, j->content.len), "index", 0, "logprobs",
                       "finish_reason", openai_finish(j), "usage", usage_openai(j));
+        j->lp_offset = 0;
+        if (o && j->logprobs >= 0)
+            json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs",
+                                lp_choice(j, j->lp_sent ? json_copy(j->lp_sent) : json_array()));
         break;
     case API_MESSAGES: {
         json_t *content = json_array();
@@ -516,9 +574,9 @@ void fmt_end(struct server *sv, struct job *j) {
             job_emit(j, "data: [DONE]\n\n", 14);
             break;
         case API_COMPLETIONS:
-            sse(j, NULL, completion_chunk(sv, j, "", 0, openai_finish(j)));
+            sse(j, NULL, completion_chunk(sv, j, "", 0, openai_finish(j), NULL));
             if (j->include_usage) {
-                json_t *u = completion_chunk(sv, j, "", 0, NULL);
+                json_t *u = completion_chunk(sv, j, "", 0, NULL, NULL);
                 json_object_set_new(u, "choices", json_array());
                 json_object_set_new(u, "usage", usage_openai(j));
                 sse(j, NULL, u);

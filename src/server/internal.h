@@ -76,6 +76,13 @@ struct job {
     bool one_call;      /* parallel_tool_calls false / disable_parallel_tool_use:
                            the block is closed after its first call */
     bool ignore_eos;    /* llama.cpp's extension: never sample end of sentence */
+    /* log-probabilities (logprobs.c): -1 off, else how many alternatives
+     * each token lists (top_logprobs, completions' logprobs: 0 .. 20) */
+    int logprobs;
+    bool echo;          /* completions: the reply's text starts with the prompt */
+    bool prompt_lp;     /* echo with logprobs: the prompt's tokens are scored too */
+    size_t echo_off;    /* prompt bytes and tokens the server added before */
+    size_t echo_tok;    /*   the client's prompt (a BOS), not echoed */
 
     /* results (worker) */
     int64_t n_prompt, n_cached, n_completion, n_reasoning;
@@ -86,6 +93,12 @@ struct job {
     json_t *items;      /* Responses: output items closed so far */
     struct ms_buf cur;     /* Responses: text of the open item */
     int n_calls;
+    /* log-probability entries (logprobs.c): those of the text not sent
+     * yet, all sent (the non-streaming reply; Responses: of the open
+     * message item), the prompt's (echo), and the byte offset of the next
+     * token's text in the reply (completions' text_offset) */
+    json_t *lp_pending, *lp_sent, *lp_prompt;
+    size_t lp_offset;
     char *error;        /* a failure after the response started */
     double t_queued, t_start, t_first, t_end;
     uint64_t arrival;   /* arrival order (the queue is kept sorted by it) */
@@ -209,6 +222,34 @@ void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n);
 void fmt_content(struct server *sv, struct job *j, const char *s, size_t n);
 void fmt_tool_call(struct server *sv, struct job *j, const char *name, const char *args);
 void fmt_end(struct server *sv, struct job *j);
+/* A generated token's log-probability entry (steals e): it goes out with
+ * the next content the formatters send, or is dropped by fmt_logprob_drop
+ * (text held back and then not sent: a tool-call block's opening). */
+void fmt_logprob(struct job *j, json_t *e);
+void fmt_logprob_drop(struct job *j);
+
+/* ---- logprobs.c ---- */
+
+/* Most alternatives a token may list (OpenAI's top_logprobs bound). */
+#define LP_TOP_MAX 20
+
+/* The entry of token tok drawn from logits[0 .. n_vocab): {"token",
+ * "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}] x
+ * n_top} (OpenAI chat's shape). logprob is log softmax of the raw logits
+ * (temperature 1, before any filter), computed in double; a token the model
+ * rules out (-inf) reads -9999.0, as OpenAI writes it; the alternatives
+ * are the n_top most likely, ties to the lower id. "token" is the piece
+ * as valid UTF-8 (a partial character as U+FFFD), "bytes" its raw bytes.
+ * NULL on OOM or when every logit is NaN or -inf. */
+json_t *lp_entry(const struct ms_tokenizer *t, const float *logits, int32_t tok, int n_top);
+/* The entry of a prompt's first token, which has no context: logprob and
+ * top_logprobs null. */
+json_t *lp_entry_first(const struct ms_tokenizer *t, int32_t tok);
+/* Entries in the legacy completions shape: {"tokens", "token_logprobs",
+ * "top_logprobs": [{token: logprob}] (null where the entry has none),
+ * "text_offset"}, offsets counted in bytes from *offset, which advances by
+ * each token's bytes. NULL on OOM. */
+json_t *lp_completions(const json_t *entries, size_t *offset);
 
 /* Appends SSE bytes to the job's output and wakes its connection. */
 void job_emit(struct job *j, const char *s, size_t n);

@@ -331,6 +331,53 @@ static int eval_prompt(struct server *sv, const struct job *j, const int32_t *to
     return rc;
 }
 
+/* Logits one scoring eval holds at a time (eval_scored): 64 positions at
+ * DeepSeek V4's 129,280-token vocabulary. Outside the memory plan, which
+ * has room for kept states of far more. */
+#define SCORE_LOGITS_BYTES (32u << 20)
+
+/* Prefills j's whole prompt into the (empty) session keeping each token's
+ * log-probability under the tokens before it (completions echo with
+ * logprobs): j->lp_prompt gets one entry (lp_entry) per echoed token, the
+ * first of a prompt without a BOS having none (lp_entry_first). The
+ * prompt goes in chunks of SCORE_LOGITS_BYTES of logits; a streamed model
+ * reads its routed weights once per chunk, so scoring a long prompt costs
+ * that many passes. Errors: ms_session_eval's, OOM. */
+static int eval_scored(struct server *sv, struct job *j, ms_err *err) {
+    const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
+    const int64_t n = (int64_t)j->n_ids;
+    int64_t chunk = (int64_t)(SCORE_LOGITS_BYTES / (n_vocab * sizeof(float)));
+    if (chunk < 1) chunk = 1;
+    if (chunk > n) chunk = n;
+    float *logits = malloc((size_t)chunk * n_vocab * sizeof *logits);
+    j->lp_prompt = json_array();
+    if (!logits || !j->lp_prompt) {
+        free(logits);
+        return ms_err_set(err, "out of memory");
+    }
+    if (j->echo_tok == 0) json_array_append_new(j->lp_prompt, lp_entry_first(sv->tok, j->ids[0]));
+    struct prefill_log p = {.j = j, .n = n, .next = 1, .t0 = now_s()};
+    for (int64_t at = 0; at < n; at += chunk) {
+        const int64_t m = n - at < chunk ? n - at : chunk;
+        if (ms_session_eval(sv->s, j->ids + at, m, logits, err)) {
+            free(logits);
+            return -1;
+        }
+        /* position at + k predicts token at + k + 1 */
+        for (int64_t k = 0; k < m && at + k + 1 < n; k++)
+            if (at + k + 1 >= (int64_t)j->echo_tok &&
+                json_array_append_new(j->lp_prompt, lp_entry(sv->tok, logits + (size_t)k * n_vocab,
+                                                             j->ids[at + k + 1], j->logprobs))) {
+                free(logits);
+                return ms_err_set(err, "out of memory, or a non-finite logit at position %lld",
+                                  (long long)(at + k));
+            }
+        if (n >= PREFILL_LOG_MIN_TOKENS) prefill_log_progress(&p, at + m, n);
+    }
+    free(logits);
+    return 0;
+}
+
 /* Session state after prepare: tokens of the prompt now in the session and
  * how many of them were reused (not prefilled). */
 struct prepared {
@@ -359,6 +406,21 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
     int64_t base = 0;              /* tokens in the session before ids[from] (disk restore) */
     size_t text_from = 0;          /* prompt bytes the session holds before ids[from] */
     snap_check(sv);
+    if (j->prompt_lp) {
+        /* every position's logits are needed, and neither a reused state
+         * nor a checkpoint has them: the whole prompt, from empty */
+        keep_states(sv);
+        ms_session_reset(sv->s);
+        sv->live.len = 0;
+        sv->live_disk_n = -1;
+        pthread_mutex_lock(&sv->mu);
+        sv->m.full_prefills++;
+        pthread_mutex_unlock(&sv->mu);
+        out->reused = 0;
+        out->n_prompt = n;
+        if (eval_scored(sv, j, err)) goto broken;
+        goto evaluated;
+    }
     if (sv->live.p && ms_session_n_past(sv->s) > 0 && extends(j, sv->live.p, sv->live.len) &&
         same_controls(sv, j, ms_session_n_past(sv->s), sv->live.len)) {
         from = cut_at(j, sv->live.len);
@@ -463,6 +525,7 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
     if (eval_prompt(sv, j, ids + from, n - from, err)) goto broken;
     if (n - from > 0) sv->live_disk_n = -1;
     free(suffix);
+evaluated:
     if (live_set(sv, j->prompt, j->prompt_len)) {
         ms_err_set(err, "out of memory");
         goto broken_freed;
@@ -692,6 +755,15 @@ static void run_job(struct server *sv, struct job *j) {
     j->n_prompt = pp.n_prompt;
     j->n_cached = pp.reused;
     fmt_begin(sv, j);
+    if (j->echo) {
+        /* the client's prompt starts the text, with its tokens' entries */
+        if (j->lp_prompt) {
+            json_t *e;
+            size_t i;
+            json_array_foreach(j->lp_prompt, i, e) fmt_logprob(j, json_incref(e));
+        }
+        fmt_content(sv, j, j->prompt + j->echo_off, j->prompt_len - j->echo_off);
+    }
     struct ms_sampler *smp = NULL;
     if (ms_sampler_new(&smp, &j->sp, (int32_t)ms_tokenizer_n_vocab(sv->tok), &err)) {
         j->error = strdup(err.msg);
@@ -732,6 +804,7 @@ static void run_job(struct server *sv, struct job *j) {
             j->error = strdup("no logits (empty prompt)");
             break;
         }
+        const float *raw = logits; /* the model's: what logprobs report */
         if (j->ignore_eos && sv->eos >= 0) {
             if (!masked) masked = malloc(n_vocab * sizeof *masked);
             if (masked) {
@@ -761,9 +834,17 @@ static void run_job(struct server *sv, struct job *j) {
         if (ms_tokenizer_token_type(sv->tok, tok) == MS_TOKEN_CONTROL && tok != sv->think_tok &&
             tok != sv->end_think_tok && !memmem(piece, plen, "DSML", 4))
             slen = 0;
+        /* its log-probability goes out with the content its text becomes:
+         * not reasoning, not the thinking markers, not a tool-call block */
+        if (j->logprobs >= 0 && slen > 0 &&
+            (!j->parse_output || (g.parser.state == MS_DSML_CONTENT_STATE && tok != sv->end_think_tok &&
+                                  !memmem(piece, plen, "DSML", 4))))
+            fmt_logprob(j, lp_entry(sv->tok, raw, tok, j->logprobs));
         bool last = false;
         if (j->parse_output) {
             const enum ms_dsml_state st = ms_dsml_feed(&g.parser, shown, slen);
+            /* text held back as a possible block opening that was one */
+            if (st != MS_DSML_CONTENT_STATE) fmt_logprob_drop(j);
             if (st == MS_DSML_REASONING_STATE) j->n_reasoning++;
             if (st == MS_DSML_ERROR_STATE) {
                 j->finish = "stop"; /* a malformed block ends the turn, not the token limit */

@@ -59,6 +59,22 @@ await step("openai completions", async () => {
   check("completions", typeof r.choices[0].text === "string" && r.usage.completion_tokens >= 1, r);
 });
 
+await step("openai logprobs", async () => {
+  // the SDK's stream helper accumulates each chunk's logprobs.content
+  const req = { model: "tiny", messages: [{ role: "user", content: "Logprobs" }], max_tokens: 8, ignore_eos: true,
+                temperature: 0, reasoning_effort: "none", logprobs: true, top_logprobs: 3 };
+  const r = await oa.chat.completions.create(req);
+  const lp = r.choices[0].logprobs?.content ?? [];
+  check("chat logprobs: an entry a token, the greedy token first among its 3", lp.length === 8 &&
+        lp.every((e) => e.top_logprobs.length === 3 && e.top_logprobs[0].logprob === e.logprob && e.logprob <= 0), lp);
+  const fin = await oa.chat.completions.stream(req).finalChatCompletion();
+  check("chat logprobs: the SDK's accumulated stream is the reply's",
+        JSON.stringify(fin.choices[0].logprobs?.content) === JSON.stringify(lp), fin.choices[0].logprobs);
+  const c = await oa.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 0, echo: true, logprobs: 1 });
+  check("completions echo: the prompt scored", c.choices[0].text === "Once upon a time" &&
+        c.choices[0].logprobs.token_logprobs.length === c.usage.prompt_tokens - 1, c.choices[0]);
+});
+
 await step("openai responses", async () => {
   const r = await oa.responses.create({ model: "tiny", instructions: "Be brief.", input: "Hi", max_output_tokens: 6, ignore_eos: true });
   check("responses: object, output_text, usage", r.object === "response" && typeof r.output_text === "string" && r.usage.output_tokens === 6, r);

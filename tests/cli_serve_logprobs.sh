@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# cli_serve_logprobs.sh - log-probabilities from `moestream serve`: chat
+# logprobs/top_logprobs, completions logprobs and echo (prompt scoring),
+# Responses top_logprobs with include, streamed and not. The values are
+# checked against `moestream logits` (an independent path: the CLI's
+# softmax over the same session's logits), greedy tokens against their
+# alternatives, streams against the whole replies, and bad values for 400s.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/server/lib_serve.sh"
+command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
+    { echo "FAIL: curl, jq and python3 are needed (scripts/install-deps.sh)"; exit 1; }
+tiny_model "$TMP/m.gguf" --seed 5
+CT='Content-Type: application/json'
+start_server lp -m "$TMP/m.gguf" -c 1024
+U=$(url lp)
+post() { curl -s -m 300 -H "$CT" "$U$1" -d "$2"; }
+status() { curl -s -m 60 -o /dev/null -w '%{http_code}' -H "$CT" "$U$1" -d "$2"; }
+
+PROMPT="The quick brown fox jumps over the lazy dog"
+# the CLI's next-token probabilities after each position of the same text
+"$BIN" logits -m "$TMP/m.gguf" -t 2 --text "$PROMPT" --full >"$TMP/ref.json" 2>"$TMP/ref.err" ||
+    { echo "FAIL: moestream logits"; cat "$TMP/ref.err"; exit 1; }
+
+# ---- completions: echo scores the prompt
+R=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":0,\"echo\":true,\"logprobs\":3}")
+check "echo, max_tokens 0: the text is the prompt, finish length" \
+    '[ "$(jq -r .choices[0].text <<<"$R")" = "$PROMPT" ] && [ "$(jq -r .choices[0].finish_reason <<<"$R")" = length ] && [ "$(jq .usage.completion_tokens <<<"$R")" = 0 ]'
+echo "$R" >"$TMP/echo.json"
+# token i of the prompt (after the BOS the server adds) against the CLI's
+# probability of that id at position i - 1; offsets add up to the text
+check "echo: every prompt token's logprob is the CLI's log p (|dp| < 1e-6), offsets and alternatives consistent" \
+    'python3 - "$TMP/ref.json" "$TMP/echo.json" <<'"'"'EOF'"'"'
+import json, math, sys
+ref = json.load(open(sys.argv[1])); rep = json.load(open(sys.argv[2]))
+lp = rep["choices"][0]["logprobs"]; ids = ref["tokens"]
+assert ids[0] == 0 and len(lp["token_logprobs"]) == len(ids) - 1, (ids, lp["tokens"])
+for i in range(1, len(ids)):
+    p = ref["positions"][i - 1]["probs"][ids[i]]
+    got = lp["token_logprobs"][i - 1]
+    assert abs(math.exp(got) - p) < 1e-6 * max(1.0, p * 100), (i, got, p)
+    top = lp["top_logprobs"][i - 1]
+    best = sorted(ref["positions"][i - 1]["probs"], reverse=True)[:3]
+    assert len(top) <= 3 and abs(math.exp(max(top.values())) - best[0]) < 1e-6, (top, best)
+    assert all(v <= 0 for v in top.values())
+text = rep["choices"][0]["text"]
+assert "".join(lp["tokens"]) == text and lp["text_offset"][0] == 0
+assert all(b > a for a, b in zip(lp["text_offset"], lp["text_offset"][1:]))
+EOF'
+# the sampling settings do not change what is reported: the model's distribution
+R2=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":0,\"echo\":true,\"logprobs\":3,\"temperature\":1.7,\"top_k\":2,\"min_p\":0.3}")
+check "echo: the same values at another temperature, top_k and min_p" \
+    '[ "$(jq -c .choices[0].logprobs <<<"$R")" = "$(jq -c .choices[0].logprobs <<<"$R2")" ]'
+check "echo without logprobs: the prompt, then the completion" \
+    '[ "$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":2,\"echo\":true,\"ignore_eos\":true}" | jq -r ".choices[0].text | startswith(\"$PROMPT\")")" = true ]'
+
+# ---- completions: generated tokens
+R=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":4,\"ignore_eos\":true}")
+echo "$R" >"$TMP/gen.json"
+check "completions: greedy tokens are their top alternative; the first is the CLI's most likely after the prompt" \
+    'python3 - "$TMP/ref.json" "$TMP/gen.json" <<'"'"'EOF'"'"'
+import json, math, sys
+ref = json.load(open(sys.argv[1])); rep = json.load(open(sys.argv[2]))
+lp = rep["choices"][0]["logprobs"]
+n = rep["usage"]["completion_tokens"]
+assert n == 6 and len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
+for t, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+    assert 1 <= len(top) <= 4 and abs(max(top.values()) - l) < 1e-12, (t, l, top)
+    assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-9
+pmax = max(ref["positions"][-1]["probs"])
+assert abs(math.exp(lp["token_logprobs"][0]) - pmax) < 1e-6, (lp["token_logprobs"][0], pmax)
+assert "".join(lp["tokens"]) == rep["choices"][0]["text"] and lp["text_offset"][0] == 0
+EOF'
+S=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":4,\"ignore_eos\":true,\"stream\":true,\"echo\":true}")
+check "completions stream with echo: the chunks' logprobs are the prompt's then the reply's, offsets running on" \
+    '[ "$(grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -c "[.[].choices[0].logprobs | select(. != null) | .token_logprobs[]]")" = "$(jq -c "[.choices[0].logprobs.token_logprobs[]]" "$TMP/echo.json" | sed "s/]\$//"),$(jq -c ".choices[0].logprobs.token_logprobs[]" "$TMP/gen.json" | paste -sd, -)]" ] &&
+     grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -e "[.[].choices[0].logprobs | select(. != null) | .text_offset[]] | . == (. | sort) and .[0] == 0" >/dev/null'
+
+# ---- chat
+CHAT='{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":10,"temperature":0,"logprobs":true,"top_logprobs":2,"reasoning_effort":"none","ignore_eos":true}'
+R=$(post /v1/chat/completions "$CHAT")
+check "chat: one entry per content token, each greedy token its top alternative" \
+    'jq -e "(.choices[0].logprobs.content | length) == .usage.completion_tokens and all(.choices[0].logprobs.content[]; (.top_logprobs | length) == 2 and .top_logprobs[0].logprob == .logprob and .top_logprobs[0].token == .token and .logprob <= 0 and (.bytes | length) > 0) and .choices[0].logprobs.refusal == null" <<<"$R" >/dev/null'
+S=$(post /v1/chat/completions "${CHAT%\}},\"stream\":true}")
+check "chat stream: the chunks' entries are the reply's" \
+    '[ "$(grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -c "[.[].choices[0].logprobs.content // [] | .[]]")" = "$(jq -c .choices[0].logprobs.content <<<"$R")" ]'
+R=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":6,"temperature":0,"logprobs":true}')
+check "chat: reasoning tokens have no entries (thinking on, all reasoning here)" \
+    'jq -e "(.choices[0].message.content // \"\") == \"\" and .choices[0].message.reasoning_content != null and .choices[0].logprobs.content == []" <<<"$R" >/dev/null'
+check "chat without logprobs: null" \
+    '[ "$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}" | jq -c .choices[0].logprobs)" = null ]'
+
+# ---- Responses
+RESP='{"input":"Tell me a story","max_output_tokens":8,"temperature":0,"reasoning":{"effort":"none"},"include":["reasoning.encrypted_content","message.output_text.logprobs"],"top_logprobs":1,"ignore_eos":true}'
+R=$(post /v1/responses "$RESP")
+check "responses: output_text logprobs, one alternative each" \
+    'jq -e "[.output[] | select(.type == \"message\") | .content[0].logprobs[]] | length > 0 and all(.[]; (.top_logprobs | length) == 1 and .top_logprobs[0].logprob == .logprob)" <<<"$R" >/dev/null'
+S=$(post /v1/responses "${RESP%\}},\"stream\":true}")
+check "responses stream: the deltas' logprobs are the item's, and output_text.done has them all" \
+    'D=$(grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -c "[.[] | select(.type == \"response.output_text.delta\") | .logprobs[]]");
+     [ "$D" = "$(jq -c "[.output[] | select(.type == \"message\") | .content[0].logprobs[]]" <<<"$R")" ] &&
+     [ "$D" = "$(grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -c "[.[] | select(.type == \"response.output_text.done\") | .logprobs[]]")" ]'
+check "responses without include: no logprobs listed" \
+    'post /v1/responses "{\"input\":\"Hi\",\"max_output_tokens\":2,\"top_logprobs\":3}" | jq -e "[.output[] | select(.type == \"message\") | .content[0] | has(\"logprobs\")] | all(. == false)" >/dev/null'
+
+# ---- bad values
+check "400: top_logprobs without logprobs" '[ "$(status /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"top_logprobs\":2}")" = 400 ]'
+check "400: top_logprobs 21" '[ "$(status /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,\"top_logprobs\":21}")" = 400 ]'
+check "400: logprobs not a boolean (chat)" '[ "$(status /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":1}")" = 400 ]'
+check "400: completions logprobs -1, 21, true" \
+    'for v in -1 21 true; do [ "$(status /v1/completions "{\"prompt\":\"Hi\",\"logprobs\":$v}")" = 400 ] || exit 1; done'
+check "400: max_tokens 0 without echo" '[ "$(status /v1/completions "{\"prompt\":\"Hi\",\"max_tokens\":0}")" = 400 ]'
+check "400: include not an array of strings" \
+    '[ "$(status /v1/responses "{\"input\":\"Hi\",\"include\":\"x\"}")" = 400 ] && [ "$(status /v1/responses "{\"input\":\"Hi\",\"include\":[1]}")" = 400 ]'
+check "the server is still up" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'
+
+# ---- scripted output: reasoning, content, a tool-call block; only the
+# content's tokens have entries, their text is the content, in both shapes
+stop_server lp
+cat >"$TMP/script.txt" <<'SCRIPT'
+Let me think.</think>Checking now.
+
+<｜DSML｜tool_calls>
+<｜DSML｜invoke name="get_weather">
+<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+</｜DSML｜invoke>
+</｜DSML｜tool_calls>
+SCRIPT
+MOESTREAM_SERVE_SCRIPT="$TMP/script.txt" start_server lps -m "$TMP/m.gguf" -c 1024
+U=$(url lps)
+TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+SC="{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"max_tokens\":1000,\"logprobs\":true,\"top_logprobs\":1}"
+R=$(post /v1/chat/completions "$SC")
+check "scripted chat: a call, reasoning and content as scripted" \
+    'jq -e ".choices[0].finish_reason == \"tool_calls\" and .choices[0].message.reasoning_content == \"Let me think.\" and .choices[0].message.content == \"Checking now.\"" <<<"$R" >/dev/null'
+check "scripted chat: the entries' tokens spell the content, no reasoning or markup" \
+    '[ "$(jq -r "[.choices[0].logprobs.content[].token] | join(\"\")" <<<"$R")" = "Checking now." ]'
+S=$(post /v1/chat/completions "${SC%\}},\"stream\":true}")
+check "scripted chat stream: the same entries" \
+    '[ "$(grep "^data: {" <<<"$S" | sed "s/^data: //" | jq -s -c "[.[].choices[0].logprobs.content // [] | .[]]")" = "$(jq -c .choices[0].logprobs.content <<<"$R")" ]'
+stop_server lps
+finish cli_serve_logprobs
