@@ -1,0 +1,198 @@
+/*
+ * test_logprobs.c - src/server/logprobs.c on random logits with tails and
+ * on the edges: each entry's logprob against a long-double log softmax, the
+ * alternatives as the n largest (ties to the lower id), NaN logits skipped,
+ * -inf read as -9999, no entry when no logit is finite, the completions
+ * shape (keys, offsets). The vocabulary is a tiny mkmodel model's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "mkmodel/mkmodel.h"
+#include "server/internal.h"
+#include "util/rng.h"
+
+static struct ms_engine *g_e;
+static const struct ms_tokenizer *g_tok;
+static int32_t g_nv;
+
+static int setup(void **state) {
+    (void)state;
+    char path[] = "/tmp/ms-test-logprobs-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    struct mkmodel_opts o;
+    ms_err err;
+    struct ms_engine_params p;
+    if (mkmodel_preset(&o, "tiny", &err) || mkmodel_write(&o, path, &err)) goto fail;
+    p = ms_engine_params_default(path);
+    p.n_threads = 1;
+    p.stream = MS_STREAM_OFF;
+    if (ms_engine_load(&g_e, &p, &err)) goto fail;
+    unlink(path);
+    g_tok = ms_engine_tokenizer(g_e);
+    g_nv = (int32_t)ms_tokenizer_n_vocab(g_tok);
+    return 0;
+fail:
+    unlink(path);
+    return -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ms_engine_free(g_e);
+    return 0;
+}
+
+/* log softmax of x[v] over the non-NaN logits, in long double */
+static long double ref_lp(const float *x, int32_t v) {
+    long double mx = -INFINITY, sum = 0;
+    for (int32_t i = 0; i < g_nv; i++)
+        if (!isnan(x[i]) && x[i] > mx) mx = x[i];
+    for (int32_t i = 0; i < g_nv; i++)
+        if (!isnan(x[i])) sum += expl((long double)x[i] - mx);
+    return (long double)x[v] - mx - logl(sum);
+}
+
+static double num(const json_t *o, const char *k) { return json_real_value(json_object_get(o, k)); }
+
+/* The entry's alternatives are the n largest logits in order, ties to the
+ * lower id, each with its reference logprob; the token's own is right. */
+static void check_entry(const float *x, int32_t tok, int n_top) {
+    json_t *e = lp_entry(g_tok, x, tok, n_top);
+    assert_non_null(e);
+    const double want = isinf(x[tok]) ? -9999.0 : (double)ref_lp(x, tok);
+    assert_true(fabs(num(e, "logprob") - want) < 1e-9);
+    const json_t *alts = json_object_get(e, "top_logprobs");
+    const int n_want = n_top > LP_TOP_MAX ? LP_TOP_MAX : n_top;
+    assert_int_equal(json_array_size(alts), n_want < g_nv ? n_want : g_nv);
+    /* the reference ranking: by value descending, then id ascending */
+    int32_t *ids = malloc((size_t)g_nv * sizeof *ids);
+    assert_non_null(ids);
+    int32_t n = 0;
+    for (int32_t i = 0; i < g_nv; i++)
+        if (!isnan(x[i])) ids[n++] = i;
+    for (int k = 0; k < (int)json_array_size(alts); k++) {
+        int32_t best = k;
+        for (int32_t i = k + 1; i < n; i++)
+            if (x[ids[i]] > x[ids[best]] || (x[ids[i]] == x[ids[best]] && ids[i] < ids[best])) best = i;
+        const int32_t t = ids[best];
+        ids[best] = ids[k];
+        ids[k] = t;
+        const json_t *a = json_array_get(alts, (size_t)k);
+        const char *piece;
+        size_t plen;
+        ms_tokenizer_piece(g_tok, t, true, &piece, &plen);
+        const json_t *bytes = json_object_get(a, "bytes");
+        assert_int_equal(json_array_size(bytes), plen);
+        for (size_t b = 0; b < plen; b++)
+            assert_int_equal(json_integer_value(json_array_get(bytes, b)), (unsigned char)piece[b]);
+        const double wa = isinf(x[t]) ? -9999.0 : (double)ref_lp(x, t);
+        assert_true(fabs(num(a, "logprob") - wa) < 1e-9);
+    }
+    free(ids);
+    json_decref(e);
+}
+
+static void test_random_with_tails(void **state) {
+    (void)state;
+    float *x = malloc((size_t)g_nv * sizeof *x);
+    assert_non_null(x);
+    ms_rng r;
+    ms_rng_seed(&r, 11);
+    for (int round = 0; round < 20; round++) {
+        ms_rng_fill_normal(&r, x, g_nv, round % 2 ? 8.0f : 1.0f);
+        /* tails: a few far above and below, and some exact ties */
+        x[(int32_t)(ms_rng_u64(&r) % (uint64_t)g_nv)] = 40.0f;
+        x[(int32_t)(ms_rng_u64(&r) % (uint64_t)g_nv)] = -60.0f;
+        const int32_t a = (int32_t)(ms_rng_u64(&r) % (uint64_t)g_nv), b = (a + 7) % g_nv;
+        x[a] = x[b] = 20.0f;
+        for (int n_top = 0; n_top <= 25; n_top += 5)
+            check_entry(x, (int32_t)(ms_rng_u64(&r) % (uint64_t)g_nv), n_top);
+    }
+    free(x);
+}
+
+static void test_edges(void **state) {
+    (void)state;
+    float *x = malloc((size_t)g_nv * sizeof *x);
+    assert_non_null(x);
+    for (int32_t i = 0; i < g_nv; i++) x[i] = (float)(i % 13) * 0.25f;
+    x[3] = NAN;         /* skipped, never an alternative */
+    x[5] = -INFINITY;   /* ruled out: -9999 */
+    x[g_nv - 1] = 9.0f; /* the most likely */
+    check_entry(x, 5, 4);
+    check_entry(x, g_nv - 1, 20);
+    /* a NaN token has no probability: -9999 too */
+    json_t *e = lp_entry(g_tok, x, 3, 2);
+    assert_non_null(e);
+    assert_true(num(e, "logprob") == -9999.0);
+    json_decref(e);
+    /* equal logits: a uniform distribution, alternatives in id order */
+    for (int32_t i = 0; i < g_nv; i++) x[i] = 1.5f;
+    e = lp_entry(g_tok, x, 7, 3);
+    assert_true(fabs(num(e, "logprob") + log((double)g_nv)) < 1e-9);
+    const char *p0;
+    size_t n0;
+    ms_tokenizer_piece(g_tok, 0, true, &p0, &n0);
+    assert_int_equal(json_array_size(json_object_get(json_array_get(json_object_get(e, "top_logprobs"), 0), "bytes")),
+                     n0);
+    json_decref(e);
+    /* nothing finite: no distribution, no entry */
+    for (int32_t i = 0; i < g_nv; i++) x[i] = i % 2 ? -INFINITY : NAN;
+    assert_null(lp_entry(g_tok, x, 0, 3));
+    x[1] = INFINITY;
+    assert_null(lp_entry(g_tok, x, 1, 3));
+    free(x);
+}
+
+static void test_completions_shape(void **state) {
+    (void)state;
+    float *x = malloc((size_t)g_nv * sizeof *x);
+    assert_non_null(x);
+    for (int32_t i = 0; i < g_nv; i++) x[i] = (float)((i * 37) % 101) * 0.1f;
+    json_t *entries = json_array();
+    json_array_append_new(entries, lp_entry_first(g_tok, 10));
+    json_array_append_new(entries, lp_entry(g_tok, x, 11, 2));
+    json_array_append_new(entries, lp_entry(g_tok, x, 12, 0));
+    size_t off = 5;
+    json_t *c = lp_completions(entries, &off);
+    assert_non_null(c);
+    const json_t *tl = json_object_get(c, "token_logprobs"), *tops = json_object_get(c, "top_logprobs"),
+                 *offs = json_object_get(c, "text_offset");
+    assert_int_equal(json_array_size(tl), 3);
+    assert_true(json_is_null(json_array_get(tl, 0)));
+    assert_true(json_is_null(json_array_get(tops, 0)));
+    assert_int_equal(json_object_size(json_array_get(tops, 1)), 2);
+    assert_int_equal(json_object_size(json_array_get(tops, 2)), 0);
+    size_t want = 5;
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(json_integer_value(json_array_get(offs, (size_t)k)), want);
+        const char *p;
+        size_t n;
+        ms_tokenizer_piece(g_tok, 10 + k, true, &p, &n);
+        want += n;
+    }
+    assert_int_equal(off, want);
+    json_decref(c);
+    json_decref(entries);
+    free(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_with_tails),
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_completions_shape),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
