@@ -698,6 +698,46 @@ bad:
 
 /* ---- OpenAI completions ---- */
 
+/* A completions prompt given as token ids (a non-empty array of integers,
+ * as OpenAI accepts and evaluation harnesses send): evaluated as given (no
+ * BOS added), its text the tokens' pieces (special tokens as their text),
+ * with clean cuts at its start and end only. Errors: an id outside the
+ * vocabulary, an empty array, OOM. */
+static int prompt_ids(struct server *sv, struct job *j, const json_t *p, struct http_err *e) {
+    const size_t n = json_array_size(p);
+    const json_int_t n_vocab = (json_int_t)ms_tokenizer_n_vocab(sv->tok);
+    if (n == 0) return http_fail(e, 400, "'prompt' is empty");
+    j->ids = malloc(n * sizeof *j->ids);
+    j->cut_off = malloc(2 * sizeof *j->cut_off);
+    j->cut_tok = malloc(2 * sizeof *j->cut_tok);
+    if (!j->ids || !j->cut_off || !j->cut_tok) return http_fail(e, 500, "out of memory");
+    struct ms_buf text = {0};
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab) {
+            ms_buf_free(&text);
+            return http_fail(e, 400, "'prompt[%zu]' must be a token id in [0, %lld)", i, (long long)n_vocab);
+        }
+        j->ids[i] = (int32_t)json_integer_value(v);
+        const char *piece;
+        size_t plen;
+        ms_tokenizer_piece(sv->tok, j->ids[i], true, &piece, &plen);
+        ms_buf_put(&text, piece, plen);
+    }
+    if (!text.p) ms_buf_puts(&text, "");
+    if (!text.p) return http_fail(e, 500, "out of memory");
+    j->n_ids = n;
+    j->prompt = text.p;
+    j->prompt_len = text.len;
+    j->cut_off[0] = 0;
+    j->cut_tok[0] = 0;
+    j->cut_off[1] = text.len;
+    j->cut_tok[1] = n;
+    j->n_cuts = 2;
+    j->ids_given = true;
+    return 0;
+}
+
 static struct job *parse_completions(struct server *sv, json_t *req, struct http_err *e) {
     struct job *j = job_new(sv, API_COMPLETIONS, req);
     int64_t max_tokens = 16, n = 1;
@@ -717,9 +757,15 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
     j->logprobs = (int)lp;
     j->prompt_lp = j->echo && lp >= 0;
     const json_t *p = json_object_get(req, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    if (json_is_array(p)) {
+        if (prompt_ids(sv, j, p, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+        if (max_tokens == 0) j->max_tokens = 0;
+        return j;
+    }
     if (!json_is_string(p)) {
-        http_fail(e, 400, "'prompt' must be a string (or an array of one string)");
+        http_fail(e, 400, "'prompt' must be a string or an array of token ids (or an array of one of them)");
         goto bad;
     }
     struct ms_buf text = {0};

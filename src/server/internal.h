@@ -58,6 +58,8 @@ struct job {
     size_t n_cuts;
     struct ms_chat_span *plain; /* the prompt's request-data runs (plain text), ascending */
     size_t n_plain;
+    bool ids_given;     /* completions: the client sent token ids (its text is
+                           their pieces, and need not tokenize back to them) */
 
     /* generation parameters */
     int64_t max_tokens;

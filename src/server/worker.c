@@ -446,7 +446,9 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
         text_from = sv->live.len;
     } else {
         struct ms_kv_restored kr = {0};
-        if (sv->kv) {
+        /* token ids as sent stay as sent: a checkpoint's rest would be
+         * tokenized from the text */
+        if (sv->kv && !j->ids_given) {
             if (ms_kv_restore_prefix(sv->kv, sv->s, j->prompt, j->prompt_len, j->ids,
                                      (int64_t)j->n_ids, &kr, err))
                 goto broken;
@@ -762,7 +764,11 @@ static void run_job(struct server *sv, struct job *j) {
             size_t i;
             json_array_foreach(j->lp_prompt, i, e) fmt_logprob(j, json_incref(e));
         }
-        fmt_content(sv, j, j->prompt + j->echo_off, j->prompt_len - j->echo_off);
+        /* token ids' pieces need not be whole UTF-8 */
+        struct ms_buf clean = {0};
+        ms_utf8_clean_text(&clean, j->prompt + j->echo_off, j->prompt_len - j->echo_off);
+        fmt_content(sv, j, clean.p ? clean.p : "", clean.len);
+        ms_buf_free(&clean);
     }
     struct ms_sampler *smp = NULL;
     if (ms_sampler_new(&smp, &j->sp, (int32_t)ms_tokenizer_n_vocab(sv->tok), &err)) {
