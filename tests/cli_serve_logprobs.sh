@@ -61,6 +61,43 @@ check "token ids: an id outside the vocabulary, an empty array, a non-integer ar
 check "echo without logprobs: the prompt, then the completion" \
     '[ "$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":2,\"echo\":true,\"ignore_eos\":true}" | jq -r ".choices[0].text | startswith(\"$PROMPT\")")" = true ]'
 
+# ---- the tokenizer endpoints, and a log-likelihood request as evaluation
+# harnesses make it: lm-evaluation-harness's local-completions with its
+# remote tokenizer probes /tokenizer_info and /tokenize, encodes context
+# and continuation apart, sends them as one batch of token ids with
+# max_tokens 1, logprobs 1, echo, and sums token_logprobs[ctxlen:-1]
+check "tokenize / detokenize / tokenizer_info: vLLM's and llama.cpp's shapes" \
+    'jq -e ".eos_token == \"<｜end▁of▁sentence｜>\" and .vocab_size > 0" <<<"$(curl -s -m 5 $U/tokenizer_info)" >/dev/null &&
+     [ "$(post /tokenize "{\"prompt\":\"$PROMPT\"}" | jq -c .tokens)" = "$(jq -c .tokens "$TMP/ref.json")" ] &&
+     [ "$(post /tokenize "{\"content\":\"$PROMPT\"}" | jq -c .tokens)" = "$(jq -c .tokens[1:] "$TMP/ref.json")" ] &&
+     [ "$(post /detokenize "{\"tokens\":$(jq -c .tokens "$TMP/ref.json")}" | jq -r .prompt)" = "<｜begin▁of▁sentence｜>$PROMPT" ] &&
+     [ "$(status /detokenize "{\"tokens\":[1,99999999]}")" = 400 ] && [ "$(status /tokenize "{\"prompt\":[1]}")" = 400 ]'
+check "a harness's log-likelihood request: the continuation's summed logprob is the CLI's, greediness its argmax test" \
+    'python3 - "$U" "$BIN" "$TMP/m.gguf" <<'"'"'EOF'"'"'
+import json, math, subprocess, sys, urllib.request
+url, bin_, model = sys.argv[1:4]
+def call(path, body=None):
+    req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=300))
+assert "eos_token" in call("/tokenizer_info")
+enc = lambda s: call("/tokenize", {"prompt": s, "add_special_tokens": False})["tokens"]
+ctx, cont = enc("The quick brown fox"), enc(" jumps over the lazy dog")
+ids = [0] + ctx + cont  # the harness puts a prefix token (here the BOS) first
+out = call("/v1/completions", {"model": "m", "prompt": [ids], "temperature": 0, "max_tokens": 1,
+                               "logprobs": 1, "seed": 1234, "echo": True})
+ch = out["choices"][0]["logprobs"]
+ctxlen = 1 + len(ctx)
+got = sum(ch["token_logprobs"][ctxlen:-1])
+greedy = all(t == max(top.values()) for t, top in zip(ch["token_logprobs"][ctxlen:-1], ch["top_logprobs"][ctxlen:-1]))
+ref = json.loads(subprocess.run([bin_, "logits", "-m", model, "-t", "2", "--tokens", ",".join(map(str, ids)), "--full"],
+                                capture_output=True, check=True).stdout)
+want = sum(math.log(ref["positions"][i - 1]["probs"][ids[i]]) for i in range(ctxlen, len(ids)))
+want_greedy = all(max(ref["positions"][i - 1]["probs"]) == ref["positions"][i - 1]["probs"][ids[i]] for i in range(ctxlen, len(ids)))
+assert len(ch["token_logprobs"]) == len(ids) + 1 and ch["token_logprobs"][0] is None, ch["token_logprobs"]
+assert abs(got - want) < 1e-4 and greedy == want_greedy, (got, want, greedy, want_greedy)
+EOF'
+
 # ---- completions: generated tokens
 R=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":4,\"ignore_eos\":true}")
 echo "$R" >"$TMP/gen.json"

@@ -341,7 +341,12 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
     enum api_kind k;
     bool count;
     struct http_err e = {0};
-    if (!route_post(url, &k, &count)) {
+    const bool tok = !strcmp(url, "/tokenize") || !strcmp(url, "/v1/tokenize");
+    const bool detok = !strcmp(url, "/detokenize") || !strcmp(url, "/v1/detokenize");
+    if (tok || detok) {
+        k = API_CHAT; /* errors in OpenAI's shape */
+        count = false;
+    } else if (!route_post(url, &k, &count)) {
         http_fail(&e, 404, "no such endpoint: POST %s", url);
         return reply_error(sv, c, API_CHAT, &e);
     }
@@ -359,6 +364,11 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
         if (!cn->body.len) http_fail(&e, 400, "the request has no body (a JSON object is expected)");
         else http_fail(&e, 400, "invalid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
         return reply_error(sv, c, k, &e);
+    }
+    if (tok || detok) {
+        char *body = tok ? api_tokenize(sv, req, &e) : api_detokenize(sv, req, &e);
+        json_decref(req);
+        return body ? reply(sv, c, 200, "application/json", body, NULL) : reply_error(sv, c, k, &e);
     }
     if (count) {
         const int64_t n = api_count_tokens(sv, req, &e);
@@ -412,6 +422,10 @@ static MHD_RESULT handle_get(struct server *sv, struct MHD_Connection *c, const 
         return reply(sv, c, 200, "application/json", models_body(sv), NULL);
     if (!strcmp(url, "/metrics"))
         return reply(sv, c, 200, "text/plain; version=0.0.4", metrics_body(sv), NULL);
+    if (!strcmp(url, "/tokenizer_info") || !strcmp(url, "/v1/tokenizer_info")) {
+        char *body = api_tokenizer_info(sv, &e);
+        return body ? reply(sv, c, 200, "application/json", body, NULL) : reply_error(sv, c, API_CHAT, &e);
+    }
     if (!strncmp(url, "/v1/models/", 11)) {
         if (strcmp(url + 11, sv->model_id)) {
             http_fail(&e, 404, "no such model: %s", url + 11);

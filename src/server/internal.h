@@ -230,6 +230,21 @@ void fmt_end(struct server *sv, struct job *j);
 void fmt_logprob(struct job *j, json_t *e);
 void fmt_logprob_drop(struct job *j);
 
+/* ---- tokenize.c: POST /tokenize, POST /detokenize, GET /tokenizer_info ----
+ * Each returns the 200 reply's body (malloc'd), or NULL with *e.
+ * /tokenize: {"prompt" | "content": text, "add_special_tokens" |
+ *   "add_special": bool (default true with "prompt", false with
+ *   "content")} -> {"tokens": [ids], "count", "max_model_len"}; special-token
+ *   text is parsed, the BOS added (when the model asks) unless the text
+ *   starts with it.
+ * /detokenize: {"tokens": [ids]} -> {"prompt": text, "content": text}
+ *   (special tokens as their text; invalid UTF-8 as U+FFFD).
+ * /tokenizer_info: {"bos_token", "eos_token", "pad_token", their ids,
+ *   "vocab_size", "model_max_length", "add_bos_token", "tokenizer_class"}. */
+char *api_tokenize(struct server *sv, const json_t *req, struct http_err *e);
+char *api_detokenize(struct server *sv, const json_t *req, struct http_err *e);
+char *api_tokenizer_info(struct server *sv, struct http_err *e);
+
 /* ---- logprobs.c ---- */
 
 /* Most alternatives a token may list (OpenAI's top_logprobs bound). */
