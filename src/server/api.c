@@ -707,6 +707,9 @@ static int prompt_ids(struct server *sv, struct job *j, const json_t *p, struct 
     const size_t n = json_array_size(p);
     const json_int_t n_vocab = (json_int_t)ms_tokenizer_n_vocab(sv->tok);
     if (n == 0) return http_fail(e, 400, "'prompt' is empty");
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_array(first) || json_is_string(first))
+        return http_fail(e, 400, "'prompt' holds %zu prompts: a request takes one (send a batch as separate requests)", n);
     j->ids = malloc(n * sizeof *j->ids);
     j->cut_off = malloc(2 * sizeof *j->cut_off);
     j->cut_tok = malloc(2 * sizeof *j->cut_tok);

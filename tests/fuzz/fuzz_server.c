@@ -4,7 +4,8 @@
  * messages, responses, count_tokens); the rest is the request body, parsed
  * as the HTTP layer does (jansson), then validated, rendered through the
  * chat template (tools included) and tokenized with a real vocabulary (a
- * tiny mkmodel model written at start-up). The same bytes also go through
+ * tiny mkmodel model written at start-up); the body also goes to the
+ * /tokenize and /detokenize handlers. The same bytes also go through
  * the DSML parser in two pieces split at a point the input chooses, and the
  * events must equal those of a one-piece feed. Build: make fuzz-server
  * (clang -fsanitize=fuzzer,address,undefined); seeds:
@@ -111,6 +112,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 abort();
             }
             if (!j) free(api_error_body((enum api_kind)(sel % 4), &e));
+        }
+        /* the tokenizer endpoints take any body too: a reply or an error */
+        for (int k = 0; k < 2; k++) {
+            struct http_err te = {0};
+            char *body = k ? api_detokenize(&g_sv, req, &te) : api_tokenize(&g_sv, req, &te);
+            if (!body && (te.status < 400 || te.status > 599 || !te.msg[0])) abort();
+            free(body);
         }
         json_decref(req);
     }
