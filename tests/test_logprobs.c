@@ -3,7 +3,7 @@
  * on the edges: each entry's logprob against a long-double log softmax, the
  * alternatives as the n largest (ties to the lower id), NaN logits skipped,
  * -inf read as -9999, no entry when no logit is finite, the completions
- * shape (keys, offsets). The vocabulary is a tiny mkmodel model's.
+ * shape, and its text offsets over invalid and split characters. The vocabulary is a tiny mkmodel model's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -164,28 +164,60 @@ static void test_completions_shape(void **state) {
     json_array_append_new(entries, lp_entry_first(g_tok, 10));
     json_array_append_new(entries, lp_entry(g_tok, x, 11, 2));
     json_array_append_new(entries, lp_entry(g_tok, x, 12, 0));
-    size_t off = 5;
-    json_t *c = lp_completions(entries, &off);
+    struct lp_text t = {0};
+    json_t *c = lp_completions(entries, &t);
     assert_non_null(c);
-    const json_t *tl = json_object_get(c, "token_logprobs"), *tops = json_object_get(c, "top_logprobs"),
-                 *offs = json_object_get(c, "text_offset");
+    const json_t *tl = json_object_get(c, "token_logprobs"), *tops = json_object_get(c, "top_logprobs");
     assert_int_equal(json_array_size(tl), 3);
     assert_true(json_is_null(json_array_get(tl, 0)));
     assert_true(json_is_null(json_array_get(tops, 0)));
     assert_int_equal(json_object_size(json_array_get(tops, 1)), 2);
     assert_int_equal(json_object_size(json_array_get(tops, 2)), 0);
-    size_t want = 5;
-    for (int k = 0; k < 3; k++) {
-        assert_int_equal(json_integer_value(json_array_get(offs, (size_t)k)), want);
-        const char *p;
-        size_t n;
-        ms_tokenizer_piece(g_tok, 10 + k, true, &p, &n);
-        want += n;
-    }
-    assert_int_equal(off, want);
+    assert_int_equal(json_array_size(json_object_get(c, "text_offset")), 3);
     json_decref(c);
     json_decref(entries);
+    ms_buf_free(&t.raw);
     free(x);
+}
+
+/* Entries with the given bytes (token text and logprob do not matter). */
+static json_t *byte_entries(const char *const *pieces, const size_t *lens, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *b = json_array();
+        for (size_t k = 0; k < lens[i]; k++) json_array_append_new(b, json_integer((unsigned char)pieces[i][k]));
+        json_array_append_new(a, json_pack("{s:s, s:f, s:o, s:[]}", "token", "?", "logprob", -1.0, "bytes", b,
+                                           "top_logprobs"));
+    }
+    return a;
+}
+
+/* text_offset counts bytes of the reply's text, where invalid bytes and
+ * NUL are U+FFFD (3 bytes) and a character split between tokens is one:
+ * "ab" | E4 BD | A0 (together U+4F60) | FF | "c" | NUL reads "ab" U+4F60
+ * U+FFFD "c" U+FFFD, the second token of the split character at its start;
+ * split over two calls (a stream's chunks) the offsets run on. */
+static void test_text_offsets(void **state) {
+    (void)state;
+    static const char *const pieces[] = {"ab", "\xe4\xbd", "\xa0", "\xff", "c", "\0"};
+    static const size_t lens[] = {2, 2, 1, 1, 1, 1};
+    static const json_int_t want[] = {0, 2, 2, 5, 8, 9};
+    for (size_t split = 0; split <= 6; split += 2) {
+        struct lp_text t = {0};
+        json_t *a = byte_entries(pieces, lens, split), *b = byte_entries(pieces + split, lens + split, 6 - split);
+        json_t *ca = lp_completions(a, &t), *cb = lp_completions(b, &t);
+        assert_non_null(ca);
+        assert_non_null(cb);
+        for (size_t i = 0; i < 6; i++) {
+            const json_t *offs = json_object_get(i < split ? ca : cb, "text_offset");
+            assert_int_equal(json_integer_value(json_array_get(offs, i < split ? i : i - split)), want[i]);
+        }
+        json_decref(ca);
+        json_decref(cb);
+        json_decref(a);
+        json_decref(b);
+        ms_buf_free(&t.raw);
+    }
 }
 
 int main(void) {
@@ -193,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_random_with_tails),
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_completions_shape),
+        cmocka_unit_test(test_text_offsets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

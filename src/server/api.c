@@ -547,6 +547,8 @@ void job_release(struct job *j) {
     json_decref(j->lp_pending);
     json_decref(j->lp_sent);
     json_decref(j->lp_prompt);
+    free(j->lp_pend_start);
+    ms_buf_free(&j->lp_text.raw);
     free(j->prompt);
     free(j->ids);
     free(j->cut_off);

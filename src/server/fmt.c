@@ -92,21 +92,45 @@ static const char *anthropic_stop(const struct job *j) {
 
 /* ---- log-probabilities ---- */
 
-void fmt_logprob(struct job *j, json_t *e) {
+void fmt_logprob(struct job *j, json_t *e, int64_t start) {
     if (!e) return;
     if (!j->lp_pending) j->lp_pending = json_array();
-    json_array_append_new(j->lp_pending, e);
+    const size_t n = json_array_size(j->lp_pending);
+    if (n == j->lp_pend_cap) {
+        const size_t cap = n ? 2 * n : 64;
+        int64_t *ns = realloc(j->lp_pend_start, cap * sizeof *ns);
+        if (!ns) {
+            json_decref(e);
+            return;
+        }
+        j->lp_pend_start = ns;
+        j->lp_pend_cap = cap;
+    }
+    if (json_array_append_new(j->lp_pending, e)) return;
+    j->lp_pend_start[n] = start;
 }
 
-void fmt_logprob_drop(struct job *j) { json_array_clear(j->lp_pending); }
-
-/* The entries of the text being sent now (the pending ones, taken; an
- * empty array when there are none), also kept in lp_sent for the final
- * reply. NULL when logprobs are off. */
+/* The entries of the text being sent now: the pending ones whose text
+ * starts before the content's lp_sent_raw bytes (taken; an empty array
+ * when there are none), also kept in lp_sent for the final reply. NULL
+ * when logprobs are off. */
 static json_t *lp_take(struct job *j) {
     if (j->logprobs < 0) return NULL;
-    json_t *a = j->lp_pending ? j->lp_pending : json_array();
-    j->lp_pending = NULL;
+    const size_t n = json_array_size(j->lp_pending);
+    size_t k = 0;
+    while (k < n && j->lp_pend_start[k] < j->lp_sent_raw) k++;
+    json_t *a;
+    if (k == n) { /* the usual case: all of them */
+        a = j->lp_pending ? j->lp_pending : json_array();
+        j->lp_pending = NULL;
+    } else {
+        a = json_array();
+        json_t *rest = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append(i < k ? a : rest, json_array_get(j->lp_pending, i));
+        json_decref(j->lp_pending);
+        j->lp_pending = rest;
+        memmove(j->lp_pend_start, j->lp_pend_start + k, (n - k) * sizeof *j->lp_pend_start);
+    }
     if (!j->lp_sent) j->lp_sent = json_array();
     json_array_extend(j->lp_sent, a);
     return a;
@@ -118,7 +142,7 @@ static json_t *lp_take(struct job *j) {
 static json_t *lp_choice(struct job *j, json_t *a) {
     if (!a) return json_null();
     if (j->kind == API_COMPLETIONS) {
-        json_t *o = lp_completions(a, &j->lp_offset);
+        json_t *o = lp_completions(a, &j->lp_text);
         json_decref(a);
         return o ? o : json_null();
     }
@@ -207,11 +231,14 @@ static void resp_close_item(struct job *j) {
                          json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id", j->item_id, "output_index",
                                    idx, "content_index", 0, "text", jstrn(j->cur.p, j->cur.len),
                                    "logprobs", j->lp_sent ? json_copy(j->lp_sent) : json_array())));
+            json_t *part = json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text", jstrn(j->cur.p, j->cur.len),
+                                     "annotations");
+            if (part && j->logprobs >= 0)
+                json_object_set_new(part, "logprobs", j->lp_sent ? json_copy(j->lp_sent) : json_array());
             sse(j, "response.content_part.done",
                 with_seq(j, "response.content_part.done",
-                         json_pack("{s:s, s:i, s:i, s:{s:s, s:o, s:[]}}", "item_id", j->item_id,
-                                   "output_index", idx, "content_index", 0, "part", "type",
-                                   "output_text", "text", jstrn(j->cur.p, j->cur.len), "annotations")));
+                         json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->item_id, "output_index", idx,
+                                   "content_index", 0, "part", part)));
         }
         sse(j, "response.output_item.done",
             with_seq(j, "response.output_item.done",
@@ -233,12 +260,14 @@ static void resp_open_item(struct job *j, int kind) {
     sse(j, "response.output_item.added",
         with_seq(j, "response.output_item.added",
                  json_pack("{s:i, s:o}", "output_index", idx, "item", resp_item(j, false))));
-    if (kind == 2)
+    if (kind == 2) {
+        json_t *part = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text", "", "annotations");
+        if (part && j->logprobs >= 0) json_object_set_new(part, "logprobs", json_array());
         sse(j, "response.content_part.added",
             with_seq(j, "response.content_part.added",
-                     json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", j->item_id,
-                               "output_index", idx, "content_index", 0, "part", "type",
-                               "output_text", "text", "", "annotations")));
+                     json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->item_id, "output_index", idx,
+                               "content_index", 0, "part", part)));
+    }
 }
 
 static json_t *resp_object(struct server *sv, struct job *j, const char *status) {
@@ -478,7 +507,9 @@ static char *final_body(struct server *sv, struct job *j) {
                       "text_completion", "created", (json_int_t)j->created, "model", model_of(sv),
                       "choices", "text", jstrn(j->content.p, j->content.len), "index", 0, "logprobs",
                       "finish_reason", openai_finish(j), "usage", usage_openai(j));
-        j->lp_offset = 0;
+        /* the offsets of the whole text again */
+        ms_buf_free(&j->lp_text.raw);
+        j->lp_text = (struct lp_text){0};
         if (o && j->logprobs >= 0)
             json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs",
                                 lp_choice(j, j->lp_sent ? json_copy(j->lp_sent) : json_array()));

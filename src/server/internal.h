@@ -95,12 +95,22 @@ struct job {
     json_t *items;      /* Responses: output items closed so far */
     struct ms_buf cur;     /* Responses: text of the open item */
     int n_calls;
-    /* log-probability entries (logprobs.c): those of the text not sent
-     * yet, all sent (the non-streaming reply; Responses: of the open
-     * message item), the prompt's (echo), and the byte offset of the next
-     * token's text in the reply (completions' text_offset) */
+    /* log-probability entries (logprobs.c): those whose text is not sent
+     * yet, with where each token's text starts among the content's raw
+     * bytes (lp_pend_start, -1: goes with the next text sent); all sent
+     * (the non-streaming reply; Responses: of the open message item); the
+     * prompt's (echo); the content's raw bytes sent so far (set by the
+     * worker before each fmt_content); the text the completions offsets
+     * are counted in (lp_text) */
     json_t *lp_pending, *lp_sent, *lp_prompt;
-    size_t lp_offset;
+    int64_t *lp_pend_start;
+    size_t lp_pend_cap;
+    int64_t lp_sent_raw;
+    struct lp_text {
+        struct ms_buf raw; /* the entries' bytes so far */
+        size_t done;       /* raw bytes whose cleaned length is known (a character boundary) */
+        size_t clean;      /* their cleaned length */
+    } lp_text;
     char *error;        /* a failure after the response started */
     double t_queued, t_start, t_first, t_end;
     uint64_t arrival;   /* arrival order (the queue is kept sorted by it) */
@@ -224,11 +234,13 @@ void fmt_reasoning(struct server *sv, struct job *j, const char *s, size_t n);
 void fmt_content(struct server *sv, struct job *j, const char *s, size_t n);
 void fmt_tool_call(struct server *sv, struct job *j, const char *name, const char *args);
 void fmt_end(struct server *sv, struct job *j);
-/* A generated token's log-probability entry (steals e): it goes out with
- * the next content the formatters send, or is dropped by fmt_logprob_drop
- * (text held back and then not sent: a tool-call block's opening). */
-void fmt_logprob(struct job *j, json_t *e);
-void fmt_logprob_drop(struct job *j);
+/* A token's log-probability entry (steals e). start: where the token's
+ * text begins among the content's raw bytes (-1: with the next text sent).
+ * It goes out with the content that sends that byte (fmt_content, once
+ * the worker's lp_sent_raw passes start); an entry whose text is never
+ * sent (a tool-call block's opening, text after a stop string) never goes
+ * out. */
+void fmt_logprob(struct job *j, json_t *e, int64_t start);
 
 /* ---- tokenize.c: POST /tokenize, POST /detokenize, GET /tokenizer_info ----
  * Each returns the 200 reply's body (malloc'd), or NULL with *e.
@@ -264,9 +276,11 @@ json_t *lp_entry(const struct ms_tokenizer *t, const float *logits, int32_t tok,
 json_t *lp_entry_first(const struct ms_tokenizer *t, int32_t tok);
 /* Entries in the legacy completions shape: {"tokens", "token_logprobs",
  * "top_logprobs": [{token: logprob}] (null where the entry has none),
- * "text_offset"}, offsets counted in bytes from *offset, which advances by
- * each token's bytes. NULL on OOM. */
-json_t *lp_completions(const json_t *entries, size_t *offset);
+ * "text_offset"}. The entries' bytes are appended to *t, and each offset
+ * is the byte in the reply's text (the bytes so far as valid UTF-8, each
+ * invalid byte as U+FFFD, NUL too) where the character holding the
+ * token's first byte starts. NULL on OOM. */
+json_t *lp_completions(const json_t *entries, struct lp_text *t);
 
 /* Appends SSE bytes to the job's output and wakes its connection. */
 void job_emit(struct job *j, const char *s, size_t n);

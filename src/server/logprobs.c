@@ -107,7 +107,26 @@ json_t *lp_entry_first(const struct ms_tokenizer *t, int32_t tok) {
     return e;
 }
 
-json_t *lp_completions(const json_t *entries, size_t *offset) {
+/* Where the character holding raw byte `at` of t starts in the cleaned
+ * text (ms_utf8_clean_text's rule: a valid sequence as is, except NUL, and
+ * U+FFFD, three bytes, for every invalid byte). Advances t over the
+ * sequences decided before at; a character still incomplete at the end of
+ * t (its next bytes are in a later token) is not decided yet. */
+static size_t clean_offset(struct lp_text *t, size_t at) {
+    while (t->done < at) {
+        const char *p = t->raw.p + t->done;
+        const size_t left = t->raw.len - t->done;
+        const size_t len = ms_utf8_valid_len(p, left);
+        if (!len && ms_utf8_partial_tail(p, left) == left) break; /* undecided */
+        const size_t step = len ? len : 1;
+        if (t->done + step > at) break; /* at is inside this character */
+        t->clean += len && !(len == 1 && *p == 0) ? len : 3;
+        t->done += step;
+    }
+    return t->clean;
+}
+
+json_t *lp_completions(const json_t *entries, struct lp_text *t) {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     json_t *o = json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                           "text_offset", offs);
@@ -125,13 +144,20 @@ json_t *lp_completions(const json_t *entries, size_t *offset) {
              * share a key: the first, more likely one stays */
             if (m && tk && !json_object_get(m, tk)) json_object_set(m, tk, json_object_get(a, "logprob"));
         }
+        const size_t start = t->raw.len;
+        const json_t *bytes = json_object_get(e, "bytes");
+        size_t b;
+        const json_t *v;
+        json_array_foreach(bytes, b, v) {
+            const char c = (char)json_integer_value(v);
+            ms_buf_put(&t->raw, &c, 1);
+        }
         if (json_array_append(tokens, json_object_get(e, "token")) ||
             json_array_append(lps, json_object_get(e, "logprob")) || json_array_append_new(tops, m) ||
-            json_array_append_new(offs, json_integer((json_int_t)*offset))) {
+            json_array_append_new(offs, json_integer((json_int_t)clean_offset(t, start)))) {
             json_decref(o);
             return NULL;
         }
-        *offset += json_array_size(json_object_get(e, "bytes"));
     }
     return o;
 }

@@ -335,12 +335,17 @@ static int eval_prompt(struct server *sv, const struct job *j, const int32_t *to
  * DeepSeek V4's 129,280-token vocabulary. Outside the memory plan, which
  * has room for kept states of far more. */
 #define SCORE_LOGITS_BYTES (32u << 20)
+/* ... and at most this many positions, so that a small vocabulary still
+ * sees its client's cancellation within a short pass. */
+#define SCORE_CHUNK_MAX 512
 
 /* Prefills j's whole prompt into the (empty) session keeping each token's
  * log-probability under the tokens before it (completions echo with
  * logprobs): j->lp_prompt gets one entry (lp_entry) per echoed token, the
  * first of a prompt without a BOS having none (lp_entry_first). The
- * prompt goes in chunks of SCORE_LOGITS_BYTES of logits; a streamed model
+ * prompt goes in chunks of SCORE_LOGITS_BYTES of logits (at most
+ * SCORE_CHUNK_MAX positions), and stops between chunks when the client has
+ * gone (j->cancel: "cancelled"); a streamed model
  * reads its routed weights once per chunk, so scoring a long prompt costs
  * that many passes. Errors: ms_session_eval's, OOM. */
 static int eval_scored(struct server *sv, struct job *j, ms_err *err) {
@@ -348,6 +353,7 @@ static int eval_scored(struct server *sv, struct job *j, ms_err *err) {
     const int64_t n = (int64_t)j->n_ids;
     int64_t chunk = (int64_t)(SCORE_LOGITS_BYTES / (n_vocab * sizeof(float)));
     if (chunk < 1) chunk = 1;
+    if (chunk > SCORE_CHUNK_MAX) chunk = SCORE_CHUNK_MAX;
     if (chunk > n) chunk = n;
     float *logits = malloc((size_t)chunk * n_vocab * sizeof *logits);
     j->lp_prompt = json_array();
@@ -359,6 +365,12 @@ static int eval_scored(struct server *sv, struct job *j, ms_err *err) {
     struct prefill_log p = {.j = j, .n = n, .next = 1, .t0 = now_s()};
     for (int64_t at = 0; at < n; at += chunk) {
         const int64_t m = n - at < chunk ? n - at : chunk;
+        /* unlike a prefill, which a retry would reuse, a scoring pass is
+         * of use to its client only: stop when it goes away */
+        if (atomic_load(&j->cancel)) {
+            free(logits);
+            return ms_err_set(err, "cancelled");
+        }
         if (ms_session_eval(sv->s, j->ids + at, m, logits, err)) {
             free(logits);
             return -1;
@@ -558,6 +570,9 @@ struct gen {
     bool stopped;       /* a stop string matched or the block closed */
     bool tool_error;
     bool tools_done;
+    int64_t content_in; /* raw content bytes into content_in so far (where
+                           the next token's text starts, with the parser's
+                           held bytes: logprob entries) */
 };
 
 static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush) {
@@ -568,8 +583,12 @@ static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush
      * echoes the answer in its next turn */
     struct ms_buf clean = {0};
     ms_utf8_clean_text(&clean, b->p, n);
-    if (reasoning) fmt_reasoning(g->sv, g->j, clean.p, clean.len);
-    else fmt_content(g->sv, g->j, clean.p, clean.len);
+    if (reasoning) {
+        fmt_reasoning(g->sv, g->j, clean.p, clean.len);
+    } else {
+        g->j->lp_sent_raw += (int64_t)n; /* the entries of these bytes go with them */
+        fmt_content(g->sv, g->j, clean.p, clean.len);
+    }
     ms_buf_free(&clean);
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
@@ -578,6 +597,7 @@ static void out_text(struct gen *g, struct ms_buf *b, bool reasoning, bool flush
 /* Content through the stop strings. */
 static void content_in(struct gen *g, const char *s, size_t n, bool flush) {
     struct job *j = g->j;
+    g->content_in += (int64_t)n;
     ms_buf_put(&g->text, s, n);
     size_t release = g->text.len;
     for (size_t k = 0; k < json_array_size(j->stop); k++) {
@@ -751,6 +771,18 @@ static void run_job(struct server *sv, struct job *j) {
     if (prc) {
         j->error = strdup(err.msg);
         j->finish = "error";
+        if (atomic_load(&j->cancel)) {
+            j->finish = "cancelled";
+            pthread_mutex_lock(&sv->mu);
+            sv->m.cancelled++;
+            const bool stopping = sv->stopping;
+            pthread_mutex_unlock(&sv->mu);
+            if (stopping) { /* retryable elsewhere: a 503 */
+                free(j->error);
+                j->error = strdup("server shutting down");
+            }
+            fprintf(stderr, "serve: %s: scoring cancelled (%s)\n", j->id, stopping ? "server shutting down" : "client gone");
+        }
         fmt_end(sv, j);
         return;
     }
@@ -762,7 +794,7 @@ static void run_job(struct server *sv, struct job *j) {
         if (j->lp_prompt) {
             json_t *e;
             size_t i;
-            json_array_foreach(j->lp_prompt, i, e) fmt_logprob(j, json_incref(e));
+            json_array_foreach(j->lp_prompt, i, e) fmt_logprob(j, json_incref(e), -1);
         }
         /* token ids' pieces need not be whole UTF-8 */
         struct ms_buf clean = {0};
@@ -840,17 +872,15 @@ static void run_job(struct server *sv, struct job *j) {
         if (ms_tokenizer_token_type(sv->tok, tok) == MS_TOKEN_CONTROL && tok != sv->think_tok &&
             tok != sv->end_think_tok && !memmem(piece, plen, "DSML", 4))
             slen = 0;
-        /* its log-probability goes out with the content its text becomes:
-         * not reasoning, not the thinking markers, not a tool-call block */
-        if (j->logprobs >= 0 && slen > 0 &&
-            (!j->parse_output || (g.parser.state == MS_DSML_CONTENT_STATE && tok != sv->end_think_tok &&
-                                  !memmem(piece, plen, "DSML", 4))))
-            fmt_logprob(j, lp_entry(sv->tok, raw, tok, j->logprobs));
+        /* its log-probability goes out with the content that sends its
+         * first byte: none for reasoning, none for text that never reaches
+         * the content (a tool-call block's opening, text after a stop) */
+        if (j->logprobs >= 0 && slen > 0 && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE))
+            fmt_logprob(j, lp_entry(sv->tok, raw, tok, j->logprobs),
+                        g.content_in + (j->parse_output ? (int64_t)g.parser.len : 0));
         bool last = false;
         if (j->parse_output) {
             const enum ms_dsml_state st = ms_dsml_feed(&g.parser, shown, slen);
-            /* text held back as a possible block opening that was one */
-            if (st != MS_DSML_CONTENT_STATE) fmt_logprob_drop(j);
             if (st == MS_DSML_REASONING_STATE) j->n_reasoning++;
             if (st == MS_DSML_ERROR_STATE) {
                 j->finish = "stop"; /* a malformed block ends the turn, not the token limit */
