@@ -24,6 +24,7 @@
 int cmd_mkmodel(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -20,6 +20,7 @@ static const struct command commands[] = {
     {"bench", cmd_bench, "prefill/decode throughput at context frontiers, CSV out"},
     {"inspect", cmd_inspect, "show a GGUF's metadata, tensors, quant types and layout"},
     {"logits", cmd_logits, "next-token probabilities per position, as JSON"},
+    {"perplexity", cmd_perplexity, "perplexity of a text, as llama.cpp's llama-perplexity measures it"},
     {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server"},
     {"mkmodel", cmd_mkmodel, "write a small DeepSeek-V4-architecture GGUF with random weights"},
 };

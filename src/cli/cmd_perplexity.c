@@ -1,0 +1,256 @@
+/*
+ * cmd_perplexity.c - `moestream perplexity`: how well a model predicts a
+ * text, the standard first check of a quantized file against another.
+ *
+ * The method is llama.cpp's llama-perplexity (its default, no stride), so
+ * the two engines' figures on the same GGUF and text compare directly:
+ * the text is tokenized once (BOS first when the model asks for it) and
+ * cut into chunks of n_ctx tokens (-c, default 512; the tokens past the
+ * last whole chunk are not used). Each chunk is evaluated from an empty
+ * session with its first token replaced by the BOS, and only its second
+ * half is scored, so every scored token has at least n_ctx / 2 tokens of
+ * context: the logits after position p (first = n_ctx / 2 <= p <= n_ctx -
+ * 2) score token p + 1, n_ctx - first - 1 tokens a chunk. With NLL the
+ * mean of -log p over the scored tokens (log softmax of the raw logits, in
+ * double), PPL = exp(NLL) and its uncertainty is PPL * sqrt(var(-log p) /
+ * (count - 1)).
+ *
+ * Output: a running estimate after each chunk ("[1]12.3456,[2]..."), then
+ * "Final estimate: PPL = X +/- Y"; with --json one JSON object instead
+ * ({"ppl", "ppl_err", "nll", "tokens_scored", "chunks", "n_ctx",
+ * "chunk_ppl": [...], "seconds"}).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "util/buf.h"
+#include "util/parse.h"
+#include "moestream.h"
+
+/* The chunk size when -c is not given (llama-perplexity's usual one). */
+#define PPL_DEFAULT_CTX 512
+/* Logits held at once while scoring: 64 positions at DeepSeek V4's
+ * 129,280-token vocabulary. */
+#define PPL_LOGITS_BYTES ((size_t)32 << 20)
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moestream perplexity -m MODEL -f FILE [options]\n"
+            "  -f, --file FILE      the text to score (- reads standard input)\n"
+            "      --chunks N       score at most the first N chunks (default: all)\n"
+            "      --json           one JSON object at the end instead of the text lines\n"
+            "  (-c N: tokens per chunk, default %d; the second half of each chunk is scored)\n"
+            ENGINE_HELP,
+            PPL_DEFAULT_CTX);
+}
+
+struct ppl_opts {
+    struct engine_cli eng;
+    const char *file;
+    long chunks; /* 0: all */
+    bool json;
+};
+
+static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
+    static const struct option opts[] = {
+        {"file", required_argument, 0, 'f'}, {"chunks", required_argument, 0, 'N'},
+        {"json", no_argument, 0, 'J'},       {"help", no_argument, 0, 'h'},
+        ENGINE_OPTIONS,                      {0, 0, 0, 0}};
+    *o = (struct ppl_opts){.eng = {.ep = ms_engine_params_default(NULL)}};
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "m:t:c:f:h", opts, NULL)) != -1) {
+        const int r = engine_cli_opt("perplexity", c, optarg, &o->eng);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        switch (c) {
+        case 'f': o->file = optarg; break;
+        case 'N':
+            if (ms_parse_long(optarg, 1, INT32_MAX, &o->chunks)) {
+                fprintf(stderr, "moestream perplexity: --chunks must be an integer >= 1\n");
+                return 2;
+            }
+            break;
+        case 'J': o->json = true; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "moestream perplexity: unknown option or missing value '%s'\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "moestream perplexity: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->eng.ep.model_path) {
+        fprintf(stderr, "moestream perplexity: -m MODEL is required\n");
+        return 2;
+    }
+    if (!o->file) {
+        fprintf(stderr, "moestream perplexity: -f FILE is required\n");
+        return 2;
+    }
+    if (o->eng.ep.n_ctx && o->eng.ep.n_ctx < 4) {
+        fprintf(stderr, "moestream perplexity: -c must be at least 4 (half of each chunk is context)\n");
+        return 2;
+    }
+    if (!o->eng.ep.n_ctx) o->eng.ep.n_ctx = PPL_DEFAULT_CTX;
+    const int chk = engine_cli_check("perplexity", &o->eng);
+    return chk ? chk : CLI_CONTINUE;
+}
+
+/* -log p(tok) under logits[0..V): log sum exp of the finite logits minus
+ * the token's, in double. INFINITY when the token's logit is not finite
+ * (the model rules it out, or the weights hold NaN); NAN when no logit is
+ * finite. */
+static double neg_log_prob(const float *logits, int64_t V, int32_t tok) {
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        if (isfinite(logits[v]) && logits[v] > mx) mx = logits[v];
+    if (!isfinite(mx)) return NAN;
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        if (isfinite(logits[v])) sum += exp((double)logits[v] - mx);
+    if (!isfinite(logits[tok])) return INFINITY;
+    return mx + log(sum) - (double)logits[tok];
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ppl_run(struct ppl_opts *o) {
+    ms_err err = {0};
+    struct ms_engine *e = NULL;
+    struct ms_session *s = NULL;
+    struct ms_buf text = {0};
+    int32_t *tokens = NULL, *chunk = NULL;
+    float *logits = NULL;
+    json_t *chunk_ppl = json_array();
+    int rc = 1;
+    const double t0 = now_s();
+    if (ms_buf_read_file(&text, o->file, MS_PROMPT_FILE_MAX, &err)) goto fail;
+    if (ms_engine_load(&e, &o->eng.ep, &err)) goto fail;
+    engine_cli_after_load("perplexity", &o->eng, e);
+    const struct ms_tokenizer *tok = ms_engine_tokenizer(e);
+    if (!tok) {
+        ms_err_set(&err, "%s has no tokenizer (tokenizer.ggml.* metadata)", o->eng.ep.model_path);
+        goto fail;
+    }
+    size_t n_tok = 0;
+    const bool add_bos = ms_tokenizer_add_bos(tok);
+    if (ms_tokenizer_encode_flags(tok, text.p ? text.p : "", text.len,
+                                  (add_bos ? MS_TOK_BOS : 0) | MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &tokens,
+                                  &n_tok, &err))
+        goto fail;
+    const int64_t n_ctx = o->eng.ep.n_ctx;
+    int64_t n_chunk = (int64_t)n_tok / n_ctx;
+    if (n_chunk < 1) {
+        /* llama-perplexity asks for two chunks; one is enough to score */
+        ms_err_set(&err, "%s is %zu tokens, less than one chunk of -c %lld", o->file, n_tok, (long long)n_ctx);
+        goto fail;
+    }
+    if (o->chunks > 0 && o->chunks < n_chunk) n_chunk = o->chunks;
+    const int64_t V = ms_engine_info(e).n_vocab;
+    const int64_t first = n_ctx / 2;
+    int64_t piece = (int64_t)(PPL_LOGITS_BYTES / ((size_t)V * sizeof *logits));
+    if (piece < 1) piece = 1;
+    if (piece > n_ctx - 1 - first) piece = n_ctx - 1 - first;
+    logits = malloc((size_t)piece * (size_t)V * sizeof *logits);
+    chunk = malloc((size_t)n_ctx * sizeof *chunk);
+    if (!logits || !chunk || !chunk_ppl) {
+        ms_err_set(&err, "out of memory");
+        goto fail;
+    }
+    if (ms_session_new(&s, e, n_ctx, &err)) goto fail;
+    if (!o->json)
+        fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld, %lld scored a chunk\n", n_tok,
+                (long long)n_chunk, (long long)n_ctx, (long long)(n_ctx - first - 1));
+    double nll = 0.0, nll2 = 0.0;
+    int64_t count = 0;
+    for (int64_t c = 0; c < n_chunk; c++) {
+        memcpy(chunk, tokens + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
+        if (add_bos) chunk[0] = ms_tokenizer_bos(tok);
+        ms_session_reset(s);
+        /* the context half, then the scored positions with their logits
+         * (the last token is never input: nothing after it is scored) */
+        if (ms_session_eval(s, chunk, first, NULL, &err)) goto fail;
+        double c_nll = 0.0;
+        for (int64_t p = first; p < n_ctx - 1; p += piece) {
+            const int64_t m = n_ctx - 1 - p < piece ? n_ctx - 1 - p : piece;
+            if (ms_session_eval(s, chunk + p, m, logits, &err)) goto fail;
+            for (int64_t k = 0; k < m; k++) {
+                const double l = neg_log_prob(logits + (size_t)k * (size_t)V, V, chunk[p + k + 1]);
+                if (!isfinite(l)) {
+                    ms_err_set(&err, "chunk %lld, position %lld: %s", (long long)c + 1, (long long)(p + k),
+                               isnan(l) ? "no finite logit (the weights or activations hold NaN or infinity)"
+                                        : "the model gives the text's next token no probability (a -inf "
+                                          "or NaN logit)");
+                    goto fail;
+                }
+                c_nll += l;
+                nll2 += l * l;
+            }
+        }
+        nll += c_nll;
+        count += n_ctx - first - 1;
+        json_array_append_new(chunk_ppl, json_real(exp(c_nll / (double)(n_ctx - first - 1))));
+        if (!o->json) {
+            printf("[%lld]%.4f,", (long long)c + 1, exp(nll / (double)count));
+            fflush(stdout);
+        }
+    }
+    const double mean = nll / (double)count, ppl = exp(mean);
+    double var = nll2 / (double)count - mean * mean;
+    const double err_ppl = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
+    const double secs = now_s() - t0;
+    int w;
+    if (o->json) {
+        json_t *out = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:f}", "ppl", ppl, "ppl_err", err_ppl,
+                                "nll", mean, "tokens", (json_int_t)n_tok, "tokens_scored", (json_int_t)count,
+                                "chunks", (json_int_t)n_chunk, "n_ctx", (json_int_t)n_ctx, "chunk_ppl",
+                                json_incref(chunk_ppl), "seconds", secs);
+        char *js = out ? json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+        json_decref(out);
+        w = js ? printf("%s\n", js) : -1;
+        free(js);
+    } else {
+        w = printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err_ppl);
+        fprintf(stderr, "perplexity: %lld tokens scored in %.1f s (%.1f tok/s evaluated)\n", (long long)count,
+                secs, (double)(n_chunk * (n_ctx - 1)) / secs);
+    }
+    if (w < 0 || fflush(stdout)) {
+        ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
+        goto fail;
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "moestream perplexity: %s\n", err.msg);
+done:
+    json_decref(chunk_ppl);
+    free(logits);
+    free(chunk);
+    free(tokens);
+    ms_buf_free(&text);
+    ms_session_free(s);
+    ms_engine_free(e);
+    return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    struct ppl_opts o;
+    const int rc = ppl_parse(argc, argv, &o);
+    return rc == CLI_CONTINUE ? ppl_run(&o) : rc;
+}

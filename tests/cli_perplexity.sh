@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# cli_perplexity.sh - `moestream perplexity` against llama.cpp's
+# llama-perplexity (tests/data/oracle/perplexity.json, recorded by
+# scripts/record-perplexity-oracle.sh) on the same tiny models and text:
+# F32 weights and --quality on quantized ones match llama.cpp's exact run
+# (on the F32 twin) to 1e-4; the default fast mode is no farther from it
+# than llama.cpp's own quantized run, plus 1%. Also the chunking and scoring
+# (BOS first, the second half of each chunk) against per-position
+# probabilities from `moestream logits`, and usage errors.
+. "$(dirname "$0")/lib.sh"
+command -v jq >/dev/null && command -v python3 >/dev/null ||
+    { echo "FAIL: jq and python3 are needed (scripts/install-deps.sh)"; exit 1; }
+ORACLE=$SRC/tests/data/oracle/perplexity.json
+head -c 20000 "$SRC/bench/pride-and-prejudice-ch1-19.txt" >"$TMP/text.txt"
+ARGS=(-c 128 --chunks 4 -t 2 --json)
+
+for name in $(jq -r '.models | keys[]' "$ORACLE"); do
+    read -r -a opts <<<"$(jq -r ".models[\"$name\"].mkmodel" "$ORACLE")"
+    "$BIN" mkmodel "${opts[@]}" --force -o "$TMP/$name.gguf" >/dev/null 2>&1 || { fail "mkmodel $name"; continue; }
+    if [ "$(sha256sum "$TMP/$name.gguf" | cut -d' ' -f1)" != "$(jq -r ".models[\"$name\"].sha256" "$ORACLE")" ]; then
+        fail "$name: mkmodel no longer writes the recorded model (rerun scripts/record-perplexity-oracle.sh)"
+        continue
+    fi
+    "$BIN" perplexity -m "$TMP/$name.gguf" -f "$TMP/text.txt" "${ARGS[@]}" >"$TMP/$name.fast.json" 2>"$TMP/$name.err" &&
+        "$BIN" perplexity -m "$TMP/$name.gguf" -f "$TMP/text.txt" "${ARGS[@]}" --quality >"$TMP/$name.exact.json" 2>>"$TMP/$name.err" ||
+        { fail "$name: perplexity failed: $(tail -1 "$TMP/$name.err")"; continue; }
+    REF=$(jq ".models[\"$name\"].ref.ppl" "$ORACLE")
+    LLAMA=$(jq ".models[\"$name\"].llama.ppl" "$ORACLE")
+    EXACT=$(jq .ppl "$TMP/$name.exact.json")
+    FAST=$(jq .ppl "$TMP/$name.fast.json")
+    check "$name: --quality PPL $EXACT is llama.cpp's exact $REF (within 1e-4)" \
+        "python3 -c 'import sys; sys.exit(abs($EXACT / $REF - 1) > 1e-4)'"
+    check "$name: fast PPL $FAST is no farther from $REF than llama.cpp's own $LLAMA, plus 1%" \
+        "python3 -c 'import sys; sys.exit(abs($FAST / $REF - 1) > abs($LLAMA / $REF - 1) + 0.01)'"
+done
+
+# the scoring itself: chunk c of the text's tokens with its first token
+# replaced by the BOS, -log p of tokens 65..127 under the logits after
+# positions 64..126, from `moestream logits` on the same ids
+M=$TMP/f32.gguf
+"$BIN" logits -m "$M" -t 2 --text "$(cat "$TMP/text.txt")" --top 1 2>/dev/null | jq -c .tokens >"$TMP/ids.json"
+check "the PPL is the mean over the chunks' second halves of the CLI's -log p" \
+    'python3 - "$BIN" "$M" "$TMP/ids.json" "$TMP/f32.exact.json" <<'"'"'EOF'"'"'
+import json, math, subprocess, sys
+bin_, model, ids, rep = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+n, chunks, nll = 128, 4, []
+assert rep["chunks"] == chunks and rep["tokens_scored"] == chunks * (n - n // 2 - 1)
+for c in range(chunks):
+    toks = ids[c * n:(c + 1) * n]
+    toks[0] = ids[0]  # the BOS
+    out = json.loads(subprocess.run([bin_, "logits", "-m", model, "-t", "2", "--quality", "--tokens",
+                                     ",".join(map(str, toks)), "--full"], capture_output=True, check=True).stdout)
+    part = [-math.log(out["positions"][p]["probs"][toks[p + 1]]) for p in range(n // 2, n - 1)]
+    assert abs(math.exp(sum(part) / len(part)) / rep["chunk_ppl"][c] - 1) < 1e-5, (c, rep["chunk_ppl"][c])
+    nll += part
+assert abs(math.exp(sum(nll) / len(nll)) / rep["ppl"] - 1) < 1e-5
+EOF'
+
+# usage and input errors: one line, status 2 (usage) or 1 (input)
+"$BIN" perplexity -m "$M" >/dev/null 2>"$TMP/e1"; R1=$?
+"$BIN" perplexity -m "$M" -f "$TMP/text.txt" -c 2 >/dev/null 2>"$TMP/e2"; R2=$?
+"$BIN" perplexity -m "$M" -f "$TMP/text.txt" --chunks 0 >/dev/null 2>"$TMP/e3"; R3=$?
+printf 'too short' >"$TMP/short.txt"
+"$BIN" perplexity -m "$M" -f "$TMP/short.txt" -c 128 >/dev/null 2>"$TMP/e4"; R4=$?
+"$BIN" perplexity -m "$M" -f "$TMP/missing.txt" >/dev/null 2>"$TMP/e5"; R5=$?
+check "no -f, -c 2, --chunks 0: usage errors (2) naming the flag" \
+    '[ $R1 = 2 ] && grep -q -- "-f FILE is required" "$TMP/e1" && [ $R2 = 2 ] && grep -q -- "-c must be at least 4" "$TMP/e2" && [ $R3 = 2 ] && grep -q -- "--chunks" "$TMP/e3"'
+check "a text shorter than a chunk, a missing file: status 1, one line" \
+    '[ $R4 = 1 ] && grep -q "less than one chunk of -c 128" "$TMP/e4" && [ $R5 = 1 ] && [ "$(wc -l <"$TMP/e5")" = 1 ]'
+"$BIN" perplexity -m "$M" -f - -c 64 --chunks 1 <"$TMP/text.txt" >"$TMP/stdin.txt" 2>/dev/null
+check "text from standard input; the text report ends with the final estimate" \
+    'grep -q "^\[1\][0-9.]*,$" "$TMP/stdin.txt" && grep -q "^Final estimate: PPL = [0-9.]* +/- [0-9.]*$" "$TMP/stdin.txt"'
+finish cli_perplexity
