@@ -17,8 +17,9 @@
  *
  * Output: a running estimate after each chunk ("[1]12.3456,[2]..."), then
  * "Final estimate: PPL = X +/- Y"; with --json one JSON object instead
- * ({"ppl", "ppl_err", "nll", "tokens_scored", "chunks", "n_ctx",
- * "chunk_ppl": [...], "seconds"}).
+ * ({"ppl", "ppl_err", "nll", "tokens", "tokens_scored", "chunks", "n_ctx",
+ * "chunk_ppl": [...], "seconds" in all, "eval_seconds" after the model
+ * loaded and the text was tokenized}).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -179,6 +180,7 @@ static int ppl_run(struct ppl_opts *o) {
                 (long long)n_chunk, (long long)n_ctx, (long long)(n_ctx - first - 1));
     double nll = 0.0, nll2 = 0.0;
     int64_t count = 0;
+    const double t_eval = now_s(); /* after the load and the tokenization */
     for (int64_t c = 0; c < n_chunk; c++) {
         memcpy(chunk, tokens + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
         if (add_bos) chunk[0] = ms_tokenizer_bos(tok);
@@ -214,21 +216,21 @@ static int ppl_run(struct ppl_opts *o) {
     const double mean = nll / (double)count, ppl = exp(mean);
     double var = nll2 / (double)count - mean * mean;
     const double err_ppl = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
-    const double secs = now_s() - t0;
+    const double secs = now_s() - t0, eval_secs = now_s() - t_eval;
     int w;
     if (o->json) {
-        json_t *out = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:f}", "ppl", ppl, "ppl_err", err_ppl,
-                                "nll", mean, "tokens", (json_int_t)n_tok, "tokens_scored", (json_int_t)count,
-                                "chunks", (json_int_t)n_chunk, "n_ctx", (json_int_t)n_ctx, "chunk_ppl",
-                                json_incref(chunk_ppl), "seconds", secs);
+        json_t *out = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:f, s:f}", "ppl", ppl, "ppl_err",
+                                err_ppl, "nll", mean, "tokens", (json_int_t)n_tok, "tokens_scored",
+                                (json_int_t)count, "chunks", (json_int_t)n_chunk, "n_ctx", (json_int_t)n_ctx,
+                                "chunk_ppl", json_incref(chunk_ppl), "seconds", secs, "eval_seconds", eval_secs);
         char *js = out ? json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
         json_decref(out);
         w = js ? printf("%s\n", js) : -1;
         free(js);
     } else {
         w = printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err_ppl);
-        fprintf(stderr, "perplexity: %lld tokens scored in %.1f s (%.1f tok/s evaluated)\n", (long long)count,
-                secs, (double)(n_chunk * (n_ctx - 1)) / secs);
+        fprintf(stderr, "perplexity: %lld tokens scored; %.2f s a chunk (%.1f tok/s evaluated), %.1f s in all\n",
+                (long long)count, eval_secs / (double)n_chunk, (double)(n_chunk * (n_ctx - 1)) / eval_secs, secs);
     }
     if (w < 0 || fflush(stdout)) {
         ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
