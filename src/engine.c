@@ -638,6 +638,10 @@ void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx)
     dsv4_session_set_progress(s->s, fn, ctx);
 }
 
+int ms_session_set_logits_sink(struct ms_session *s, ms_logits_fn fn, void *ctx, int64_t from, ms_err *err) {
+    return dsv4_session_set_logits_sink(s->s, fn, ctx, from, err);
+}
+
 int64_t ms_session_n_past(const struct ms_session *s) { return dsv4_session_n_past(s->s); }
 const float *ms_session_logits(const struct ms_session *s) { return dsv4_session_logits(s->s); }
 const int32_t *ms_session_tokens(const struct ms_session *s) { return dsv4_session_token_ids(s->s); }

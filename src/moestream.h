@@ -273,6 +273,20 @@ typedef bool (*ms_progress_fn)(void *ctx, int64_t done, int64_t total);
  * progress and lets it be stopped: cutting the prompt into pieces instead
  * would read the routed weights once per piece when streaming. */
 void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx);
+/* Logits consumer (ms_session_set_logits_sink): logits [n][n_vocab] after
+ * positions pos .. pos + n - 1, valid during the call. Return false to
+ * interrupt the eval. */
+typedef bool (*ms_logits_fn)(void *ctx, int64_t pos, int64_t n, const float *logits);
+/* Installs fn (NULL: none) for s's following evals made with logits NULL:
+ * the logits after every position >= from (absolute) go to fn as each
+ * layer-major pass computes them, 64 rows at most a call, from one buffer
+ * s keeps (about 32 MiB at DeepSeek V4's vocabulary). Scoring every
+ * position of a long text this way needs neither [n][n_vocab] of memory
+ * nor shorter evals, each of which would read a streamed model's routed
+ * weights once more. The values are those ms_session_eval writes to a
+ * logits array. An fn returning false interrupts the eval as a progress
+ * function does (the session is then empty). Errors: OOM. */
+int ms_session_set_logits_sink(struct ms_session *s, ms_logits_fn fn, void *ctx, int64_t from, ms_err *err);
 int64_t ms_session_n_past(const struct ms_session *s);
 /* [n_vocab] logits after the last position, or NULL before any eval. */
 const float *ms_session_logits(const struct ms_session *s);

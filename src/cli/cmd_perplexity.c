@@ -38,9 +38,6 @@
 
 /* The chunk size when -c is not given (llama-perplexity's usual one). */
 #define PPL_DEFAULT_CTX 512
-/* Logits held at once while scoring: 64 positions at DeepSeek V4's
- * 129,280-token vocabulary. */
-#define PPL_LOGITS_BYTES ((size_t)32 << 20)
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -125,6 +122,30 @@ static double neg_log_prob(const float *logits, int64_t V, int32_t tok) {
     return mx + log(sum) - (double)logits[tok];
 }
 
+/* The scoring of one chunk as its logits come (ms_logits_fn). */
+struct ppl_chunk {
+    const int32_t *tok; /* the chunk's tokens */
+    int64_t V;
+    double nll, nll2;   /* sums of -log p and its square */
+    int64_t bad_pos;    /* the first position whose score is not finite, -1 */
+    double bad;
+};
+
+static bool score_rows(void *ctx, int64_t pos, int64_t n, const float *logits) {
+    struct ppl_chunk *c = ctx;
+    for (int64_t k = 0; k < n; k++) {
+        const double l = neg_log_prob(logits + (size_t)k * (size_t)c->V, c->V, c->tok[pos + k + 1]);
+        if (!isfinite(l)) {
+            c->bad_pos = pos + k;
+            c->bad = l;
+            return false;
+        }
+        c->nll += l;
+        c->nll2 += l * l;
+    }
+    return true;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -137,7 +158,6 @@ static int ppl_run(struct ppl_opts *o) {
     struct ms_session *s = NULL;
     struct ms_buf text = {0};
     int32_t *tokens = NULL, *chunk = NULL;
-    float *logits = NULL;
     json_t *chunk_ppl = json_array();
     int rc = 1;
     const double t0 = now_s();
@@ -165,16 +185,17 @@ static int ppl_run(struct ppl_opts *o) {
     if (o->chunks > 0 && o->chunks < n_chunk) n_chunk = o->chunks;
     const int64_t V = ms_engine_info(e).n_vocab;
     const int64_t first = n_ctx / 2;
-    int64_t piece = (int64_t)(PPL_LOGITS_BYTES / ((size_t)V * sizeof *logits));
-    if (piece < 1) piece = 1;
-    if (piece > n_ctx - 1 - first) piece = n_ctx - 1 - first;
-    logits = malloc((size_t)piece * (size_t)V * sizeof *logits);
     chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    if (!logits || !chunk || !chunk_ppl) {
+    if (!chunk || !chunk_ppl) {
         ms_err_set(&err, "out of memory");
         goto fail;
     }
     if (ms_session_new(&s, e, n_ctx, &err)) goto fail;
+    struct ppl_chunk pc = {.tok = chunk, .V = V};
+    /* the scored positions' logits come as the pass computes them: one
+     * eval a chunk (one read of a streamed model's routed weights), no
+     * [n_ctx][n_vocab] array */
+    if (ms_session_set_logits_sink(s, score_rows, &pc, first, &err)) goto fail;
     if (!o->json)
         fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld, %lld scored a chunk\n", n_tok,
                 (long long)n_chunk, (long long)n_ctx, (long long)(n_ctx - first - 1));
@@ -185,29 +206,22 @@ static int ppl_run(struct ppl_opts *o) {
         memcpy(chunk, tokens + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
         if (add_bos) chunk[0] = ms_tokenizer_bos(tok);
         ms_session_reset(s);
-        /* the context half, then the scored positions with their logits
-         * (the last token is never input: nothing after it is scored) */
-        if (ms_session_eval(s, chunk, first, NULL, &err)) goto fail;
-        double c_nll = 0.0;
-        for (int64_t p = first; p < n_ctx - 1; p += piece) {
-            const int64_t m = n_ctx - 1 - p < piece ? n_ctx - 1 - p : piece;
-            if (ms_session_eval(s, chunk + p, m, logits, &err)) goto fail;
-            for (int64_t k = 0; k < m; k++) {
-                const double l = neg_log_prob(logits + (size_t)k * (size_t)V, V, chunk[p + k + 1]);
-                if (!isfinite(l)) {
-                    ms_err_set(&err, "chunk %lld, position %lld: %s", (long long)c + 1, (long long)(p + k),
-                               isnan(l) ? "no finite logit (the weights or activations hold NaN or infinity)"
-                                        : "the model gives the text's next token no probability (a -inf "
-                                          "or NaN logit)");
-                    goto fail;
-                }
-                c_nll += l;
-                nll2 += l * l;
-            }
+        pc.nll = pc.nll2 = 0.0;
+        pc.bad_pos = -1;
+        /* the last token is never input: nothing after it is scored */
+        if (ms_session_eval(s, chunk, n_ctx - 1, NULL, &err)) {
+            if (pc.bad_pos >= 0)
+                ms_err_set(&err, "chunk %lld, position %lld: %s", (long long)c + 1, (long long)pc.bad_pos,
+                           isnan(pc.bad) ? "no finite logit (the weights or activations hold NaN or infinity)"
+                                         : "the model gives the text's next token no probability (a -inf "
+                                           "or NaN logit)");
+            goto fail;
         }
-        nll += c_nll;
-        count += n_ctx - first - 1;
-        json_array_append_new(chunk_ppl, json_real(exp(c_nll / (double)(n_ctx - first - 1))));
+        const int64_t scored = n_ctx - first - 1;
+        nll += pc.nll;
+        nll2 += pc.nll2;
+        count += scored;
+        json_array_append_new(chunk_ppl, json_real(exp(pc.nll / (double)scored)));
         if (!o->json) {
             printf("[%lld]%.4f,", (long long)c + 1, exp(nll / (double)count));
             fflush(stdout);
@@ -242,7 +256,6 @@ fail:
     fprintf(stderr, "moestream perplexity: %s\n", err.msg);
 done:
     json_decref(chunk_ppl);
-    free(logits);
     free(chunk);
     free(tokens);
     ms_buf_free(&text);

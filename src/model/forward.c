@@ -160,6 +160,17 @@ int dsv4_forward(struct dsv4_session *s, const int32_t *tokens, int64_t n, float
         s->sc.resid = s->resid + row * w;
         if (output_head(s, 0, 1, c->logits, err)) return -1;
     }
+    /* the logits consumer's rows, a buffer's worth at a time */
+    for (int64_t u0 = 0; !logits && s->sink && u0 < n; u0 += ub) {
+        const int64_t nu = n - u0 < ub ? n - u0 : ub;
+        s->sc.resid = s->resid + u0 * w;
+        const int64_t pos0 = s->n_past + u0;
+        for (int64_t a = s->sink_from > pos0 ? s->sink_from - pos0 : 0; a < nu; a += DSV4_SINK_ROWS) {
+            const int64_t b = nu - a < DSV4_SINK_ROWS ? nu : a + DSV4_SINK_ROWS;
+            if (output_head(s, a, b, s->sink_buf, err)) return -1;
+            if (!s->sink(s->sink_ctx, pos0 + a, b - a, s->sink_buf)) return ms_err_set(err, "interrupted");
+        }
+    }
     for (int64_t u0 = logits ? 0 : (n - 1) / ub * ub; u0 < n; u0 += ub) {
         const int64_t nu = n - u0 < ub ? n - u0 : ub;
         s->sc.resid = s->resid + u0 * w;

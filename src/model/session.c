@@ -200,6 +200,7 @@ void dsv4_session_free(struct dsv4_session *s) {
     free(s->mm_thread);
     ms_free(s->tokens);
     ms_free(s->logits);
+    ms_free(s->sink_buf);
     free(s);
 }
 
@@ -481,6 +482,25 @@ void dsv4_capture_layer(struct dsv4_session *s, int64_t at, uint32_t il) {
     dst->comp = src->comp;
     dst->idx_keys = src->idx_keys;
     dst->n_comp = src->n_comp;
+}
+
+int dsv4_session_set_logits_sink(struct dsv4_session *s, dsv4_logits_fn fn, void *ctx, int64_t from,
+                                 ms_err *err) {
+    if (!fn) {
+        ms_free(s->sink_buf);
+        s->sink_buf = NULL;
+        s->sink = NULL;
+        s->sink_ctx = NULL;
+        return 0;
+    }
+    if (!s->sink_buf) {
+        s->sink_buf = ms_aligned_alloc(64, (size_t)DSV4_SINK_ROWS * s->m->hp.n_vocab * sizeof(float));
+        if (!s->sink_buf) return ms_err_set(err, "out of memory for %d rows of logits", DSV4_SINK_ROWS);
+    }
+    s->sink = fn;
+    s->sink_ctx = ctx;
+    s->sink_from = from;
+    return 0;
 }
 
 void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx) {

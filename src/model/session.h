@@ -49,6 +49,11 @@ typedef void (*dsv4_route_fn)(void *ctx, uint32_t il, const int32_t *sel, const 
  * eval (dsv4_session_set_progress). */
 typedef bool (*dsv4_progress_fn)(void *ctx, int64_t done, int64_t total);
 
+/* Logits consumer (dsv4_session_set_logits_sink): logits [n][n_vocab] are
+ * the next-token logits after positions pos .. pos + n - 1; valid during
+ * the call only. Returning false interrupts the eval. */
+typedef bool (*dsv4_logits_fn)(void *ctx, int64_t pos, int64_t n, const float *logits);
+
 struct dsv4_session_params {
     int64_t n_ctx;       /* positions the session can hold (> 0) */
     int64_t n_batch;     /* tokens per layer-major pass (a layer's routed weights
@@ -126,6 +131,24 @@ int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, 
 void dsv4_session_set_progress(struct dsv4_session *s, dsv4_progress_fn fn, void *ctx);
 /* The function and context installed (NULL, NULL when none). */
 void dsv4_session_progress(const struct dsv4_session *s, dsv4_progress_fn *fn, void **ctx);
+
+/*
+ * Installs fn (NULL: none, and its buffer is freed) for the session's
+ * following evals made with logits NULL: the next-token logits after every
+ * position >= from (absolute) are handed to fn as each pass computes them,
+ * in position order, DSV4_SINK_ROWS at most a call, from one buffer of
+ * that many rows the session keeps (about 32 MiB at DeepSeek V4's
+ * vocabulary; not in dsv4_session_mem). So a caller that scores every
+ * position of a long evaluation (perplexity, a prompt's log-probabilities)
+ * needs neither [n][n_vocab] of memory nor evals cut short, each of which
+ * would read a streamed model's routed weights once more. The logits are
+ * those of an eval with a logits array, bit for bit. An fn that returns
+ * false interrupts the eval ("interrupted"; the session is reset, as after
+ * any failure in the middle of a step). Errors: OOM (nothing installed).
+ */
+#define DSV4_SINK_ROWS 64
+int dsv4_session_set_logits_sink(struct dsv4_session *s, dsv4_logits_fn fn, void *ctx, int64_t from,
+                                 ms_err *err);
 
 /* Capture positions one eval can keep (dsv4_session_capture_at). */
 #define DSV4_CAPTURE_MAX 16

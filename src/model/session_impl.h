@@ -140,6 +140,12 @@ struct dsv4_session {
     dsv4_progress_fn progress;
     void *progress_ctx;
     int64_t progress_done, progress_total;
+    /* the logits consumer (dsv4_session_set_logits_sink): positions >=
+     * sink_from, through sink_buf [DSV4_SINK_ROWS][n_vocab] */
+    dsv4_logits_fn sink;
+    void *sink_ctx;
+    int64_t sink_from;
+    float *sink_buf;
     /* captures armed for the eval (dsv4_session_capture_at) */
     struct dsv4_capture *cap; /* [n_cap] by position; NULL: none */
     int n_cap;

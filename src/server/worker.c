@@ -303,10 +303,13 @@ struct prefill_log {
     double t0;
 };
 
-/* ms_progress_fn: one line per quarter passed; never interrupts (a client
- * that went away leaves the prompt prefilled for its retry to reuse). */
+/* ms_progress_fn: one line per quarter passed. It interrupts a scoring
+ * pass whose client went away (the scores are of use to it only), never a
+ * prefill (a client that went away leaves the prompt prefilled for its
+ * retry to reuse). */
 static bool prefill_log_progress(void *ctx, int64_t done, int64_t total) {
     struct prefill_log *p = ctx;
+    if (p->j->prompt_lp && atomic_load(&((struct job *)p->j)->cancel)) return false;
     const double tok = (double)p->n * (double)done / (double)total;
     for (; p->next < 4 && tok >= (double)p->n * p->next / 4.0; p->next++) {
         const double dt = now_s() - p->t0;
@@ -331,63 +334,55 @@ static int eval_prompt(struct server *sv, const struct job *j, const int32_t *to
     return rc;
 }
 
-/* Logits one scoring eval holds at a time (eval_scored): 64 positions at
- * DeepSeek V4's 129,280-token vocabulary. Outside the memory plan, which
- * has room for kept states of far more. */
-#define SCORE_LOGITS_BYTES (32u << 20)
-/* ... and at most this many positions, so that a small vocabulary still
- * sees its client's cancellation within a short pass. */
-#define SCORE_CHUNK_MAX 512
+/* The scoring of a prompt as its logits come (ms_logits_fn): the entry
+ * of each echoed token under the logits before it; false (interrupting
+ * the eval) when the client has gone or an entry cannot be made. */
+struct scoring {
+    struct server *sv;
+    struct job *j;
+    int64_t bad_pos; /* the position whose entry failed, -1 */
+};
+
+static bool score_rows(void *ctx, int64_t pos, int64_t n, const float *logits) {
+    struct scoring *sc = ctx;
+    struct job *j = sc->j;
+    const size_t n_vocab = ms_tokenizer_n_vocab(sc->sv->tok);
+    /* unlike a prefill, which a retry would reuse, a scoring pass is of
+     * use to its client only: stop when it goes away */
+    if (atomic_load(&j->cancel)) return false;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t t = pos + k + 1; /* the token these logits predict */
+        if (t < (int64_t)j->echo_tok || t >= (int64_t)j->n_ids) continue;
+        if (json_array_append_new(j->lp_prompt, lp_entry(sc->sv->tok, logits + (size_t)k * n_vocab, j->ids[t],
+                                                         j->logprobs))) {
+            sc->bad_pos = pos + k;
+            return false;
+        }
+    }
+    return true;
+}
 
 /* Prefills j's whole prompt into the (empty) session keeping each token's
  * log-probability under the tokens before it (completions echo with
  * logprobs): j->lp_prompt gets one entry (lp_entry) per echoed token, the
  * first of a prompt without a BOS having none (lp_entry_first). The
- * prompt goes in chunks of SCORE_LOGITS_BYTES of logits (at most
- * SCORE_CHUNK_MAX positions), and stops between chunks when the client has
- * gone (j->cancel: "cancelled"); a streamed model
- * reads its routed weights once per chunk, so scoring a long prompt costs
- * that many passes. Errors: ms_session_eval's, OOM. */
+ * logits come from the pass as it computes them (ms_session_set_logits_sink),
+ * so the prompt is one evaluation as any prefill (one read of a streamed
+ * model's routed weights, checkpoints saved alike), in memory of 64 rows
+ * of logits. Errors: eval_prompt's; "cancelled" when the client went away;
+ * OOM or a non-finite logit. */
 static int eval_scored(struct server *sv, struct job *j, ms_err *err) {
-    const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
-    const int64_t n = (int64_t)j->n_ids;
-    int64_t chunk = (int64_t)(SCORE_LOGITS_BYTES / (n_vocab * sizeof(float)));
-    if (chunk < 1) chunk = 1;
-    if (chunk > SCORE_CHUNK_MAX) chunk = SCORE_CHUNK_MAX;
-    if (chunk > n) chunk = n;
-    float *logits = malloc((size_t)chunk * n_vocab * sizeof *logits);
     j->lp_prompt = json_array();
-    if (!logits || !j->lp_prompt) {
-        free(logits);
-        return ms_err_set(err, "out of memory");
-    }
+    if (!j->lp_prompt) return ms_err_set(err, "out of memory");
     if (j->echo_tok == 0) json_array_append_new(j->lp_prompt, lp_entry_first(sv->tok, j->ids[0]));
-    struct prefill_log p = {.j = j, .n = n, .next = 1, .t0 = now_s()};
-    for (int64_t at = 0; at < n; at += chunk) {
-        const int64_t m = n - at < chunk ? n - at : chunk;
-        /* unlike a prefill, which a retry would reuse, a scoring pass is
-         * of use to its client only: stop when it goes away */
-        if (atomic_load(&j->cancel)) {
-            free(logits);
-            return ms_err_set(err, "cancelled");
-        }
-        if (ms_session_eval(sv->s, j->ids + at, m, logits, err)) {
-            free(logits);
-            return -1;
-        }
-        /* position at + k predicts token at + k + 1 */
-        for (int64_t k = 0; k < m && at + k + 1 < n; k++)
-            if (at + k + 1 >= (int64_t)j->echo_tok &&
-                json_array_append_new(j->lp_prompt, lp_entry(sv->tok, logits + (size_t)k * n_vocab,
-                                                             j->ids[at + k + 1], j->logprobs))) {
-                free(logits);
-                return ms_err_set(err, "out of memory, or a non-finite logit at position %lld",
-                                  (long long)(at + k));
-            }
-        if (n >= PREFILL_LOG_MIN_TOKENS) prefill_log_progress(&p, at + m, n);
-    }
-    free(logits);
-    return 0;
+    struct scoring sc = {.sv = sv, .j = j, .bad_pos = -1};
+    if (ms_session_set_logits_sink(sv->s, score_rows, &sc, 0, err)) return -1;
+    int rc = eval_prompt(sv, j, j->ids, (int64_t)j->n_ids, err);
+    ms_session_set_logits_sink(sv->s, NULL, NULL, 0, err);
+    if (rc && atomic_load(&j->cancel)) rc = ms_err_set(err, "cancelled");
+    else if (rc && sc.bad_pos >= 0)
+        rc = ms_err_set(err, "out of memory, or a non-finite logit at position %lld", (long long)sc.bad_pos);
+    return rc;
 }
 
 /* Session state after prepare: tokens of the prompt now in the session and
