@@ -66,8 +66,18 @@ printf 'too short' >"$TMP/short.txt"
 check "no -f, -c 2, --chunks 0: usage errors (2) naming the flag" \
     '[ $R1 = 2 ] && grep -q -- "-f FILE is required" "$TMP/e1" && [ $R2 = 2 ] && grep -q -- "-c must be at least 4" "$TMP/e2" && [ $R3 = 2 ] && grep -q -- "--chunks" "$TMP/e3"'
 check "a text shorter than a chunk, a missing file: status 1, one line" \
-    '[ $R4 = 1 ] && grep -q "less than one chunk of -c 128" "$TMP/e4" && [ $R5 = 1 ] && [ "$(wc -l <"$TMP/e5")" = 1 ]'
+    '[ $R4 = 1 ] && grep -q "holds [0-9]* tokens with the BOS, fewer than one chunk of -c 128" "$TMP/e4" && [ $R5 = 1 ] && [ "$(wc -l <"$TMP/e5")" = 1 ]'
 "$BIN" perplexity -m "$M" -f - -c 64 --chunks 1 <"$TMP/text.txt" >"$TMP/stdin.txt" 2>/dev/null
 check "text from standard input; the text report ends with the final estimate" \
     'grep -q "^\[1\][0-9.]*,$" "$TMP/stdin.txt" && grep -q "^Final estimate: PPL = [0-9.]* +/- [0-9.]*$" "$TMP/stdin.txt"'
+# weights holding NaN: an error naming it, never a plausible figure from
+# the finite logits alone
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); n = len(b); b[n * 3 // 4:] = b"\xff" * (n - n * 3 // 4); open(sys.argv[2], "wb").write(b)' "$M" "$TMP/nan.gguf"
+"$BIN" perplexity -m "$TMP/nan.gguf" -f "$TMP/text.txt" -c 64 --chunks 1 >/dev/null 2>"$TMP/e6"; R6=$?
+check "NaN weights: status 1 and the reason, no PPL" '[ $R6 = 1 ] && grep -q "a logit is NaN or infinite" "$TMP/e6"'
+# special-token text is plain text, as llama-perplexity reads it: three BOS
+# strings are many tokens, not three BOS tokens
+printf '<｜begin▁of▁sentence｜><｜begin▁of▁sentence｜><｜begin▁of▁sentence｜>' >"$TMP/sp.txt"
+check "special-token strings in the text are plain text" \
+    '[ "$("$BIN" perplexity -m "$M" -f "$TMP/sp.txt" -c 4 --json 2>/dev/null | jq .tokens)" -gt 10 ]'
 finish cli_perplexity

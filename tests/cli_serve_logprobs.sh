@@ -72,6 +72,9 @@ check "tokenize / detokenize / tokenizer_info: vLLM's and llama.cpp's shapes" \
      [ "$(post /tokenize "{\"content\":\"$PROMPT\"}" | jq -c .tokens)" = "$(jq -c .tokens[1:] "$TMP/ref.json")" ] &&
      [ "$(post /detokenize "{\"tokens\":$(jq -c .tokens "$TMP/ref.json")}" | jq -r .prompt)" = "<｜begin▁of▁sentence｜>$PROMPT" ] &&
      [ "$(status /detokenize "{\"tokens\":[1,99999999]}")" = 400 ] && [ "$(status /tokenize "{\"prompt\":[1]}")" = 400 ]'
+check "a GET or PUT that carries a body still gets its reply (200, 405)" \
+    '[ "$(curl -s -m 10 -o /dev/null -w "%{http_code}" -X GET -d "{\"a\":1}" $U/tokenizer_info)" = 200 ] &&
+     [ "$(curl -s -m 10 -o /dev/null -w "%{http_code}" -X PUT -d "{\"a\":1}" $U/tokenize)" = 405 ]'
 check "a harness's log-likelihood request: the continuation's summed logprob is the CLI's, greediness its argmax test" \
     'python3 - "$U" "$BIN" "$TMP/m.gguf" <<'"'"'EOF'"'"'
 import json, math, subprocess, sys, urllib.request
@@ -196,4 +199,15 @@ check "a scoring request whose client left is cancelled" \
 check "the server answers the next request" \
     '[ "$(post /v1/completions "{\"prompt\":\"Hi\",\"max_tokens\":2}" | jq -r .object)" = text_completion ]'
 stop_server lpc
+
+# ---- weights holding NaN: scoring and generation end in an error, never
+# in probabilities of the finite logits alone
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); n = len(b); b[n * 3 // 4:] = b"\xff" * (n - n * 3 // 4); open(sys.argv[2], "wb").write(b)' "$TMP/m.gguf" "$TMP/nan.gguf"
+start_server nan -m "$TMP/nan.gguf" -c 256
+U=$(url nan)
+check "NaN weights: echo scoring is a 500 naming it" \
+    '[ "$(status /v1/completions "{\"prompt\":\"Hello there\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1}")" = 500 ]'
+check "NaN weights: generation is an error naming the non-finite logit" \
+    'post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4}" | jq -e ".error.message | test(\"non-finite logit\")" >/dev/null'
+stop_server nan
 finish cli_serve_logprobs

@@ -1,8 +1,8 @@
 /*
  * test_logprobs.c - src/server/logprobs.c on random logits with tails and
  * on the edges: each entry's logprob against a long-double log softmax, the
- * alternatives as the n largest (ties to the lower id), NaN logits skipped,
- * -inf read as -9999, no entry when no logit is finite, the completions
+ * alternatives as the n largest (ties to the lower id), -inf read as
+ * -9999, no entry when a logit is NaN or +inf or none is finite, the completions
  * shape, and its text offsets over invalid and split characters. The vocabulary is a tiny mkmodel model's.
  */
 #include <setjmp.h>
@@ -53,13 +53,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* log softmax of x[v] over the non-NaN logits, in long double */
+/* log softmax of x[v], in long double */
 static long double ref_lp(const float *x, int32_t v) {
     long double mx = -INFINITY, sum = 0;
     for (int32_t i = 0; i < g_nv; i++)
-        if (!isnan(x[i]) && x[i] > mx) mx = x[i];
-    for (int32_t i = 0; i < g_nv; i++)
-        if (!isnan(x[i])) sum += expl((long double)x[i] - mx);
+        if (x[i] > mx) mx = x[i];
+    for (int32_t i = 0; i < g_nv; i++) sum += expl((long double)x[i] - mx);
     return (long double)x[v] - mx - logl(sum);
 }
 
@@ -127,19 +126,13 @@ static void test_edges(void **state) {
     float *x = malloc((size_t)g_nv * sizeof *x);
     assert_non_null(x);
     for (int32_t i = 0; i < g_nv; i++) x[i] = (float)(i % 13) * 0.25f;
-    x[3] = NAN;         /* skipped, never an alternative */
     x[5] = -INFINITY;   /* ruled out: -9999 */
     x[g_nv - 1] = 9.0f; /* the most likely */
     check_entry(x, 5, 4);
     check_entry(x, g_nv - 1, 20);
-    /* a NaN token has no probability: -9999 too */
-    json_t *e = lp_entry(g_tok, x, 3, 2);
-    assert_non_null(e);
-    assert_true(num(e, "logprob") == -9999.0);
-    json_decref(e);
     /* equal logits: a uniform distribution, alternatives in id order */
     for (int32_t i = 0; i < g_nv; i++) x[i] = 1.5f;
-    e = lp_entry(g_tok, x, 7, 3);
+    json_t *e = lp_entry(g_tok, x, 7, 3);
     assert_true(fabs(num(e, "logprob") + log((double)g_nv)) < 1e-9);
     const char *p0;
     size_t n0;
@@ -147,11 +140,14 @@ static void test_edges(void **state) {
     assert_int_equal(json_array_size(json_object_get(json_array_get(json_object_get(e, "top_logprobs"), 0), "bytes")),
                      n0);
     json_decref(e);
-    /* nothing finite: no distribution, no entry */
-    for (int32_t i = 0; i < g_nv; i++) x[i] = i % 2 ? -INFINITY : NAN;
+    /* one NaN or +inf logit anywhere: the weights hold them, no entry */
+    x[3] = NAN;
     assert_null(lp_entry(g_tok, x, 0, 3));
-    x[1] = INFINITY;
-    assert_null(lp_entry(g_tok, x, 1, 3));
+    x[3] = INFINITY;
+    assert_null(lp_entry(g_tok, x, 0, 0));
+    /* every token ruled out: no distribution */
+    for (int32_t i = 0; i < g_nv; i++) x[i] = -INFINITY;
+    assert_null(lp_entry(g_tok, x, 0, 3));
     free(x);
 }
 

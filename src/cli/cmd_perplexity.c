@@ -106,18 +106,20 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
     return chk ? chk : CLI_CONTINUE;
 }
 
-/* -log p(tok) under logits[0..V): log sum exp of the finite logits minus
- * the token's, in double. INFINITY when the token's logit is not finite
- * (the model rules it out, or the weights hold NaN); NAN when no logit is
- * finite. */
+/* -log p(tok) under logits[0..V): log sum exp of the logits minus the
+ * token's, in double; a -inf logit is a token ruled out. INFINITY when the
+ * token is ruled out; NAN when a logit is NaN or +inf, or none is finite
+ * (the weights or activations hold NaN or infinity: no score means
+ * anything then, so the caller stops rather than skip them). */
 static double neg_log_prob(const float *logits, int64_t V, int32_t tok) {
     double mx = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        if (isfinite(logits[v]) && logits[v] > mx) mx = logits[v];
+    for (int64_t v = 0; v < V; v++) {
+        if (isnan(logits[v]) || logits[v] == INFINITY) return NAN;
+        if (logits[v] > mx) mx = logits[v];
+    }
     if (!isfinite(mx)) return NAN;
     double sum = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        if (isfinite(logits[v])) sum += exp((double)logits[v] - mx);
+    for (int64_t v = 0; v < V; v++) sum += exp((double)logits[v] - mx);
     if (!isfinite(logits[tok])) return INFINITY;
     return mx + log(sum) - (double)logits[tok];
 }
@@ -171,15 +173,20 @@ static int ppl_run(struct ppl_opts *o) {
     }
     size_t n_tok = 0;
     const bool add_bos = ms_tokenizer_add_bos(tok);
+    /* as llama-perplexity: a BOS first when the model asks for one, and the
+     * text as plain text (special-token strings in it are not special
+     * tokens; USER_DEFINED ones are cut out, as llama.cpp always does) */
     if (ms_tokenizer_encode_flags(tok, text.p ? text.p : "", text.len,
-                                  (add_bos ? MS_TOK_BOS : 0) | MS_TOK_SPECIAL | MS_TOK_USER_DEFINED, &tokens,
+                                  (add_bos ? MS_TOK_BOS | MS_TOK_BOS_ALWAYS : 0) | MS_TOK_USER_DEFINED, &tokens,
                                   &n_tok, &err))
         goto fail;
     const int64_t n_ctx = o->eng.ep.n_ctx;
     int64_t n_chunk = (int64_t)n_tok / n_ctx;
     if (n_chunk < 1) {
         /* llama-perplexity asks for two chunks; one is enough to score */
-        ms_err_set(&err, "%s is %zu tokens, less than one chunk of -c %lld", o->file, n_tok, (long long)n_ctx);
+        ms_err_set(&err, "%s holds %zu token%s%s, fewer than one chunk of -c %lld",
+                   strcmp(o->file, "-") ? o->file : "standard input", n_tok, n_tok == 1 ? "" : "s",
+                   add_bos ? " with the BOS" : "", (long long)n_ctx);
         goto fail;
     }
     if (o->chunks > 0 && o->chunks < n_chunk) n_chunk = o->chunks;
@@ -212,9 +219,10 @@ static int ppl_run(struct ppl_opts *o) {
         if (ms_session_eval(s, chunk, n_ctx - 1, NULL, &err)) {
             if (pc.bad_pos >= 0)
                 ms_err_set(&err, "chunk %lld, position %lld: %s", (long long)c + 1, (long long)pc.bad_pos,
-                           isnan(pc.bad) ? "no finite logit (the weights or activations hold NaN or infinity)"
+                           isnan(pc.bad) ? "a logit is NaN or infinite (the weights or activations hold NaN "
+                                           "or infinity)"
                                          : "the model gives the text's next token no probability (a -inf "
-                                           "or NaN logit)");
+                                           "logit)");
             goto fail;
         }
         const int64_t scored = n_ctx - first - 1;

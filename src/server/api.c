@@ -700,6 +700,18 @@ bad:
 
 /* ---- OpenAI completions ---- */
 
+/* check_ctx for completions: echo with max_tokens 0 (the prompt scored,
+ * nothing generated) may fill the whole context. */
+static int completions_ctx(struct server *sv, struct job *j, int64_t max_tokens, struct http_err *e) {
+    if (max_tokens == 0 && j->echo && (int64_t)j->n_ids == sv->n_ctx) {
+        j->max_tokens = 0;
+        return 0;
+    }
+    if (check_ctx(sv, j, max_tokens, e)) return -1;
+    if (max_tokens == 0) j->max_tokens = 0;
+    return 0;
+}
+
 /* A completions prompt given as token ids (a non-empty array of integers,
  * as OpenAI accepts and evaluation harnesses send): evaluated as given (no
  * BOS added), its text the tokens' pieces (special tokens as their text),
@@ -765,8 +777,7 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
     if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
         p = json_array_get(p, 0);
     if (json_is_array(p)) {
-        if (prompt_ids(sv, j, p, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
-        if (max_tokens == 0) j->max_tokens = 0;
+        if (prompt_ids(sv, j, p, e) || completions_ctx(sv, j, max_tokens, e)) goto bad;
         return j;
     }
     if (!json_is_string(p)) {
@@ -792,8 +803,7 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
         http_fail(e, 400, "'prompt' is empty");
         goto bad;
     }
-    if (check_ctx(sv, j, max_tokens, e)) goto bad;
-    if (max_tokens == 0) j->max_tokens = 0; /* echo alone: the prompt scored, nothing generated */
+    if (completions_ctx(sv, j, max_tokens, e)) goto bad;
     return j;
 bad:
     job_release(j);

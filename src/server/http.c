@@ -457,15 +457,18 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         atomic_fetch_add(&sv->active, 1);
         return MHD_YES;
     }
-    if (!strcmp(method, "POST")) {
-        if (*upload_size) {
+    /* a body is read to its end before any reply (libmicrohttpd sends no
+     * reply queued while upload data is still coming): kept for a POST,
+     * dropped for the other methods, which take none */
+    if (*upload_size) {
+        if (!strcmp(method, "POST")) {
             if (cn->body.len + *upload_size > sv->o.max_body) cn->too_large = true;
             else if (ms_buf_put(&cn->body, upload, *upload_size)) cn->too_large = true;
-            *upload_size = 0;
-            return MHD_YES;
         }
-        return handle_post(sv, c, cn, url);
+        *upload_size = 0;
+        return MHD_YES;
     }
+    if (!strcmp(method, "POST")) return handle_post(sv, c, cn, url);
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(sv, c, url);
     if (!strcmp(method, "OPTIONS")) return reply(sv, c, 204, "text/plain", strdup(""), NULL);
     struct http_err e = {0};

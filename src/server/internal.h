@@ -269,7 +269,8 @@ char *api_tokenizer_info(struct server *sv, struct http_err *e);
  * rules out (-inf) reads -9999.0, as OpenAI writes it; the alternatives
  * are the n_top most likely, ties to the lower id. "token" is the piece
  * as valid UTF-8 (a partial character as U+FFFD), "bytes" its raw bytes.
- * NULL on OOM or when every logit is NaN or -inf. */
+ * NULL on OOM, when a logit is NaN or +inf (the weights or activations
+ * hold them: no probability means anything) or every logit is -inf. */
 json_t *lp_entry(const struct ms_tokenizer *t, const float *logits, int32_t tok, int n_top);
 /* The entry of a prompt's first token, which has no context: logprob and
  * top_logprobs null. */

@@ -73,19 +73,18 @@ json_t *lp_entry(const struct ms_tokenizer *t, const float *logits, int32_t tok,
     int n_have = 0;
     for (int32_t v = 0; v < n_vocab; v++) {
         const float x = logits[v];
-        if (isnan(x)) continue;
+        if (isnan(x) || x == INFINITY) return NULL; /* no distribution: the weights hold NaN or infinity */
         if (x > mx) mx = x;
         if (n_top == 0 || (n_have == n_top && !(x > logits[top[n_have - 1]]))) continue;
         int k = n_have < n_top ? n_have++ : n_top - 1;
         for (; k > 0 && x > logits[top[k - 1]]; k--) top[k] = top[k - 1];
         top[k] = v;
     }
-    if (!isfinite(mx)) return NULL; /* all NaN or -inf, or a +inf: no distribution */
+    if (!isfinite(mx)) return NULL; /* every token ruled out */
     double sum = 0.0;
-    for (int32_t v = 0; v < n_vocab; v++)
-        if (!isnan(logits[v])) sum += exp((double)logits[v] - (double)mx);
+    for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - (double)mx);
     const double lse = (double)mx + log(sum);
-    const double lp_tok = tok >= 0 && tok < n_vocab && !isnan(logits[tok]) ? (double)logits[tok] - lse : -INFINITY;
+    const double lp_tok = tok >= 0 && tok < n_vocab ? (double)logits[tok] - lse : -INFINITY;
     json_t *e = token_obj(t, tok, lp_tok);
     json_t *alts = json_array();
     for (int k = 0; e && alts && k < n_have; k++)

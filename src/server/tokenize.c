@@ -43,11 +43,12 @@ char *api_tokenize(struct server *sv, const json_t *req, struct http_err *e) {
         return NULL;
     }
     bool add = !strcmp(field, "prompt");
-    const json_t *a = json_object_get(req, "add_special_tokens");
-    if (!a) a = json_object_get(req, "add_special");
+    const char *akey = "add_special_tokens";
+    const json_t *a = json_object_get(req, akey);
+    if (!a || json_is_null(a)) a = json_object_get(req, akey = "add_special");
     if (a && !json_is_null(a)) {
         if (!json_is_boolean(a)) {
-            http_fail(e, 400, "'add_special_tokens' must be a boolean");
+            http_fail(e, 400, "'%s' must be a boolean", akey);
             return NULL;
         }
         add = json_is_true(a);

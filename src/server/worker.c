@@ -838,6 +838,21 @@ static void run_job(struct server *sv, struct job *j) {
             break;
         }
         const float *raw = logits; /* the model's: what logprobs report */
+        /* NaN or infinite logits (weights or activations holding them) make
+         * every probability meaningless: an error, not whatever the sampler
+         * picks (as `run` does) */
+        int64_t bad = -1;
+        for (size_t v = 0; v < n_vocab && bad < 0; v++)
+            if (isnan(logits[v]) || logits[v] == INFINITY) bad = (int64_t)v;
+        if (bad >= 0) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "the model produced a non-finite logit (%g for token %lld) at position %lld: "
+                     "the weights or activations hold NaN or infinity", (double)logits[bad], (long long)bad,
+                     (long long)ms_session_n_past(sv->s));
+            j->finish = "error";
+            j->error = strdup(msg);
+            break;
+        }
         if (j->ignore_eos && sv->eos >= 0) {
             if (!masked) masked = malloc(n_vocab * sizeof *masked);
             if (masked) {
