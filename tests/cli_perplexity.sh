@@ -70,6 +70,52 @@ check "a text shorter than a chunk, a missing file: status 1, one line" \
 "$BIN" perplexity -m "$M" -f - -c 64 --chunks 1 <"$TMP/text.txt" >"$TMP/stdin.txt" 2>/dev/null
 check "text from standard input; the text report ends with the final estimate" \
     'grep -q "^\[1\][0-9.]*,$" "$TMP/stdin.txt" && grep -q "^Final estimate: PPL = [0-9.]* +/- [0-9.]*$" "$TMP/stdin.txt"'
+# ---- KL-divergence mode: q8_0 against its F32 twin (exact math on the
+# same stored values), on the first 4 chunks of 128
+Q=$TMP/q8_0.gguf
+"$BIN" mkmodel $(jq -r '.models["q8_0"].mkmodel' "$ORACLE") --f32-twin --force -o "$TMP/twin.gguf" >/dev/null 2>&1
+"$BIN" perplexity -m "$TMP/twin.gguf" -f "$TMP/text.txt" "${ARGS[@]}" --kl-base "$TMP/ref.kld" >"$TMP/base.json" 2>"$TMP/kb.err"
+"$BIN" perplexity -m "$TMP/twin.gguf" -f "$TMP/text.txt" "${ARGS[@]}" --kl "$TMP/ref.kld" >"$TMP/self.json" 2>>"$TMP/kb.err"
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" "${ARGS[@]}" --kl "$TMP/ref.kld" >"$TMP/kl.json" 2>>"$TMP/kb.err"
+check "KL: the reference against itself: 0 but for its f16 rounding, the same top token everywhere" \
+    'jq -e ".kld.positions == 252 and .kld.mean < 1e-5 and .kld.same_top == 1 and (.kld.ln_ppl_ratio | fabs) < 1e-6" "$TMP/self.json" >/dev/null'
+check "KL: q8_0 against its twin: the mean KL, top agreement and ln PPL ratio of the CLI's full distributions" \
+    'python3 - "$BIN" "$Q" "$TMP/twin.gguf" "$TMP/ids.json" "$TMP/kl.json" <<'"'"'EOF2'"'"'
+import json, math, subprocess, sys
+bin_, q, ref, ids, rep = sys.argv[1], sys.argv[2], sys.argv[3], json.load(open(sys.argv[4])), json.load(open(sys.argv[5]))["kld"]
+def probs(model, toks):
+    out = subprocess.run([bin_, "logits", "-m", model, "-t", "2", "--tokens", ",".join(map(str, toks)), "--full"],
+                         capture_output=True, check=True).stdout
+    return [p["probs"] for p in json.loads(out)["positions"]]
+n, kls, same, lr = 128, [], 0, []
+for c in range(4):
+    toks = ids[c * n:(c + 1) * n]
+    toks[0] = ids[0]
+    pq, pr = probs(q, toks), probs(ref, toks)
+    for p in range(n // 2, n - 1):
+        kls.append(sum(a * math.log(a / b) for a, b in zip(pr[p], pq[p]) if a > 0))
+        same += max(range(len(pq[p])), key=pq[p].__getitem__) == max(range(len(pr[p])), key=pr[p].__getitem__)
+        lr.append(math.log(pr[p][toks[p + 1]] / pq[p][toks[p + 1]]))
+mean = sum(kls) / len(kls)
+assert rep["positions"] == len(kls)
+assert abs(rep["mean"] - mean) < 0.02 * mean + 2e-6, (rep["mean"], mean)
+assert abs(rep["same_top"] * len(kls) - same) <= 1, (rep["same_top"], same)
+assert abs(rep["ln_ppl_ratio"] - sum(lr) / len(lr)) < 1e-5, (rep["ln_ppl_ratio"], sum(lr) / len(lr))
+EOF2'
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" -c 64 --chunks 2 -t 2 --kl "$TMP/ref.kld" >/dev/null 2>"$TMP/k1"; K1=$?
+head -c 30000 "$SRC/bench/pride-and-prejudice-ch1-19.txt" | tail -c 20000 >"$TMP/other.txt"
+"$BIN" perplexity -m "$Q" -f "$TMP/other.txt" "${ARGS[@]}" --kl "$TMP/ref.kld" >/dev/null 2>"$TMP/k2"; K2=$?
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" -c 128 --chunks 5 -t 2 --kl "$TMP/ref.kld" >/dev/null 2>"$TMP/k3"; K3=$?
+head -c 200000 "$TMP/ref.kld" >"$TMP/cut.kld"
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" "${ARGS[@]}" --kl "$TMP/cut.kld" >/dev/null 2>"$TMP/k4"; K4=$?
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" --kl-base "$TMP/x.kld" --kl "$TMP/ref.kld" >/dev/null 2>"$TMP/k5"; K5=$?
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" --kl-base "$TMP/no/such/dir/x.kld" >/dev/null 2>"$TMP/k6"; K6=$?
+check "KL: another -c, another text, more chunks, a cut file: status 1 naming the difference" \
+    '[ $K1 = 1 ] && grep -q "ran with -c 128, this run -c 64" "$TMP/k1" && [ $K2 = 1 ] && grep -q "ran on other tokens" "$TMP/k2" &&
+     [ $K3 = 1 ] && grep -q "scored 4 chunks, this run 5" "$TMP/k3" && [ $K4 = 1 ] && grep -q "ends early" "$TMP/k4"'
+check "KL: both flags a usage error; an unwritable --kl-base refused before any work" \
+    '[ $K5 = 2 ] && grep -q "exclude each other" "$TMP/k5" && [ $K6 = 1 ] && grep -q -- "--kl-base" "$TMP/k6" && [ ! -e "$TMP/x.kld" ]'
+
 # weights holding NaN: an error naming it, never a plausible figure from
 # the finite logits alone
 python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); n = len(b); b[n * 3 // 4:] = b"\xff" * (n - n * 3 // 4); open(sys.argv[2], "wb").write(b)' "$M" "$TMP/nan.gguf"

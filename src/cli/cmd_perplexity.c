@@ -29,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "cli/kld.h"
 #include "util/buf.h"
 #include "util/parse.h"
 #include "moestream.h"
@@ -45,6 +47,9 @@ static void usage(FILE *f) {
             "  -f, --file FILE      the text to score (- reads standard input)\n"
             "      --chunks N       score at most the first N chunks (default: all)\n"
             "      --json           one JSON object at the end instead of the text lines\n"
+            "      --kl-base FILE   also write every scored position's log-probabilities to FILE\n"
+            "                       (a reference run, e.g. of the F16 or Q8_0 file; ~258 KB a position)\n"
+            "      --kl FILE        compare with that reference: KL divergence, same top token, delta p\n"
             "  (-c N: tokens per chunk, default %d; the second half of each chunk is scored)\n"
             ENGINE_HELP,
             PPL_DEFAULT_CTX);
@@ -55,13 +60,15 @@ struct ppl_opts {
     const char *file;
     long chunks; /* 0: all */
     bool json;
+    const char *kl_base, *kl; /* KL mode: write the reference, or compare with it */
 };
 
 static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
     static const struct option opts[] = {
-        {"file", required_argument, 0, 'f'}, {"chunks", required_argument, 0, 'N'},
-        {"json", no_argument, 0, 'J'},       {"help", no_argument, 0, 'h'},
-        ENGINE_OPTIONS,                      {0, 0, 0, 0}};
+        {"file", required_argument, 0, 'f'},    {"chunks", required_argument, 0, 'N'},
+        {"json", no_argument, 0, 'J'},          {"help", no_argument, 0, 'h'},
+        {"kl-base", required_argument, 0, 'B'}, {"kl", required_argument, 0, 'K'},
+        ENGINE_OPTIONS,                         {0, 0, 0, 0}};
     *o = (struct ppl_opts){.eng = {.ep = ms_engine_params_default(NULL)}};
     int c;
     optind = 1;
@@ -79,6 +86,8 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
             }
             break;
         case 'J': o->json = true; break;
+        case 'B': o->kl_base = optarg; break;
+        case 'K': o->kl = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream perplexity: unknown option or missing value '%s'\n", argv[optind - 1]);
@@ -97,6 +106,12 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
         fprintf(stderr, "moestream perplexity: -f FILE is required\n");
         return 2;
     }
+    if (o->kl_base && o->kl) {
+        fprintf(stderr, "moestream perplexity: --kl-base and --kl exclude each other: write the reference "
+                        "in one run, compare in another\n");
+        return 2;
+    }
+    if (o->kl_base && cli_check_writable("perplexity", "--kl-base", o->kl_base)) return 1;
     if (o->eng.ep.n_ctx && o->eng.ep.n_ctx < 4) {
         fprintf(stderr, "moestream perplexity: -c must be at least 4 (half of each chunk is context)\n");
         return 2;
@@ -106,22 +121,21 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
     return chk ? chk : CLI_CONTINUE;
 }
 
-/* -log p(tok) under logits[0..V): log sum exp of the logits minus the
- * token's, in double; a -inf logit is a token ruled out. INFINITY when the
- * token is ruled out; NAN when a logit is NaN or +inf, or none is finite
- * (the weights or activations hold NaN or infinity: no score means
- * anything then, so the caller stops rather than skip them). */
-static double neg_log_prob(const float *logits, int64_t V, int32_t tok) {
+/* log sum exp of logits[0..V) in double into *lse; false when a logit is
+ * NaN or +inf or none is finite (the weights or activations hold NaN or
+ * infinity: no score means anything then, so the caller stops rather than
+ * skip them). A -inf logit is a token ruled out. */
+static bool row_lse(const float *logits, int64_t V, double *lse) {
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; v++) {
-        if (isnan(logits[v]) || logits[v] == INFINITY) return NAN;
+        if (isnan(logits[v]) || logits[v] == INFINITY) return false;
         if (logits[v] > mx) mx = logits[v];
     }
-    if (!isfinite(mx)) return NAN;
+    if (!isfinite(mx)) return false;
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++) sum += exp((double)logits[v] - mx);
-    if (!isfinite(logits[tok])) return INFINITY;
-    return mx + log(sum) - (double)logits[tok];
+    *lse = mx + log(sum);
+    return true;
 }
 
 /* The scoring of one chunk as its logits come (ms_logits_fn). */
@@ -129,21 +143,31 @@ struct ppl_chunk {
     const int32_t *tok; /* the chunk's tokens */
     int64_t V;
     double nll, nll2;   /* sums of -log p and its square */
-    int64_t bad_pos;    /* the first position whose score is not finite, -1 */
-    double bad;
+    struct kld *kld;    /* KL mode: the reference being written or read */
+    int64_t bad_pos;    /* the position that stopped the chunk, -1 */
+    bool ruled_out;     /* ... because its token has no probability (else a
+                           NaN / infinite logit, or kld's error in err) */
+    ms_err err;
 };
 
 static bool score_rows(void *ctx, int64_t pos, int64_t n, const float *logits) {
     struct ppl_chunk *c = ctx;
     for (int64_t k = 0; k < n; k++) {
-        const double l = neg_log_prob(logits + (size_t)k * (size_t)c->V, c->V, c->tok[pos + k + 1]);
-        if (!isfinite(l)) {
+        const float *row = logits + (size_t)k * (size_t)c->V;
+        const int32_t t = c->tok[pos + k + 1];
+        double lse;
+        if (!row_lse(row, c->V, &lse) || !isfinite(row[t])) {
             c->bad_pos = pos + k;
-            c->bad = l;
+            c->ruled_out = row_lse(row, c->V, &lse);
             return false;
         }
+        const double l = lse - (double)row[t];
         c->nll += l;
         c->nll2 += l * l;
+        if (c->kld && kld_row(c->kld, row, lse, t, &c->err)) {
+            c->bad_pos = pos + k;
+            return false;
+        }
     }
     return true;
 }
@@ -159,7 +183,8 @@ static int ppl_run(struct ppl_opts *o) {
     struct ms_engine *e = NULL;
     struct ms_session *s = NULL;
     struct ms_buf text = {0};
-    int32_t *tokens = NULL, *chunk = NULL;
+    int32_t *tokens = NULL, *chunks = NULL;
+    struct kld *kld = NULL;
     json_t *chunk_ppl = json_array();
     int rc = 1;
     const double t0 = now_s();
@@ -192,13 +217,23 @@ static int ppl_run(struct ppl_opts *o) {
     if (o->chunks > 0 && o->chunks < n_chunk) n_chunk = o->chunks;
     const int64_t V = ms_engine_info(e).n_vocab;
     const int64_t first = n_ctx / 2;
-    chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    if (!chunk || !chunk_ppl) {
+    /* every chunk's tokens as evaluated (the BOS in front): the reference
+     * file of the KL mode records them, and a compared run must match */
+    chunks = malloc((size_t)(n_chunk * n_ctx) * sizeof *chunks);
+    if (!chunks || !chunk_ppl) {
         ms_err_set(&err, "out of memory");
         goto fail;
     }
+    memcpy(chunks, tokens, (size_t)(n_chunk * n_ctx) * sizeof *chunks);
+    for (int64_t c = 0; add_bos && c < n_chunk; c++) chunks[c * n_ctx] = ms_tokenizer_bos(tok);
+    if (o->kl_base && kld_create(&kld, o->kl_base, (uint32_t)V, (uint32_t)n_ctx, (uint32_t)n_chunk,
+                                 (uint32_t)first, chunks, &err))
+        goto fail;
+    if (o->kl && kld_open(&kld, o->kl, (uint32_t)V, (uint32_t)n_ctx, (uint32_t)n_chunk, (uint32_t)first, chunks,
+                          &err))
+        goto fail;
     if (ms_session_new(&s, e, n_ctx, &err)) goto fail;
-    struct ppl_chunk pc = {.tok = chunk, .V = V};
+    struct ppl_chunk pc = {.V = V, .kld = kld};
     /* the scored positions' logits come as the pass computes them: one
      * eval a chunk (one read of a streamed model's routed weights), no
      * [n_ctx][n_vocab] array */
@@ -210,19 +245,18 @@ static int ppl_run(struct ppl_opts *o) {
     int64_t count = 0;
     const double t_eval = now_s(); /* after the load and the tokenization */
     for (int64_t c = 0; c < n_chunk; c++) {
-        memcpy(chunk, tokens + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
-        if (add_bos) chunk[0] = ms_tokenizer_bos(tok);
+        pc.tok = chunks + c * n_ctx;
         ms_session_reset(s);
         pc.nll = pc.nll2 = 0.0;
         pc.bad_pos = -1;
         /* the last token is never input: nothing after it is scored */
-        if (ms_session_eval(s, chunk, n_ctx - 1, NULL, &err)) {
+        if (ms_session_eval(s, pc.tok, n_ctx - 1, NULL, &err)) {
             if (pc.bad_pos >= 0)
                 ms_err_set(&err, "chunk %lld, position %lld: %s", (long long)c + 1, (long long)pc.bad_pos,
-                           isnan(pc.bad) ? "a logit is NaN or infinite (the weights or activations hold NaN "
-                                           "or infinity)"
-                                         : "the model gives the text's next token no probability (a -inf "
-                                           "logit)");
+                           pc.err.msg[0] ? pc.err.msg
+                           : pc.ruled_out ? "the model gives the text's next token no probability (a -inf logit)"
+                                          : "a logit is NaN or infinite (the weights or activations hold NaN "
+                                            "or infinity)");
             goto fail;
         }
         const int64_t scored = n_ctx - first - 1;
@@ -239,18 +273,37 @@ static int ppl_run(struct ppl_opts *o) {
     double var = nll2 / (double)count - mean * mean;
     const double err_ppl = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
     const double secs = now_s() - t0, eval_secs = now_s() - t_eval;
+    struct kld_summary ks = {0};
+    if (o->kl && kld_summary(kld, &ks, &err)) goto fail;
     int w;
     if (o->json) {
         json_t *out = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:f, s:f}", "ppl", ppl, "ppl_err",
                                 err_ppl, "nll", mean, "tokens", (json_int_t)n_tok, "tokens_scored",
                                 (json_int_t)count, "chunks", (json_int_t)n_chunk, "n_ctx", (json_int_t)n_ctx,
                                 "chunk_ppl", json_incref(chunk_ppl), "seconds", secs, "eval_seconds", eval_secs);
+        if (out && o->kl)
+            json_object_set_new(
+                out, "kld",
+                json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "positions",
+                          (json_int_t)ks.n, "mean", ks.kld_mean, "mean_err", ks.kld_err, "median", ks.kld_median,
+                          "p99", ks.kld_p99, "max", ks.kld_max, "same_top", ks.same_top, "same_top_err",
+                          ks.same_top_err, "rms_dp", ks.rms_dp, "ppl_ref", exp(ks.nll_ref), "ln_ppl_ratio",
+                          ks.ln_ratio, "ln_ppl_ratio_err", ks.ln_ratio_err));
         char *js = out ? json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
         json_decref(out);
         w = js ? printf("%s\n", js) : -1;
         free(js);
     } else {
         w = printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err_ppl);
+        if (w >= 0 && o->kl)
+            w = printf("KL divergence from the reference %s, %lld positions:\n"
+                       "  PPL(reference) = %.4f, ln(PPL / PPL(reference)) = %.6f +/- %.6f\n"
+                       "  Mean KLD = %.6f +/- %.6f, median %.6f, 99%% %.6f, maximum %.6f\n"
+                       "  Same top token: %.3f%% +/- %.3f%%\n"
+                       "  RMS delta p of the text's token: %.3f%%\n",
+                       o->kl, (long long)ks.n, exp(ks.nll_ref), ks.ln_ratio, ks.ln_ratio_err, ks.kld_mean,
+                       ks.kld_err, ks.kld_median, ks.kld_p99, ks.kld_max, 100.0 * ks.same_top,
+                       100.0 * ks.same_top_err, 100.0 * ks.rms_dp);
         fprintf(stderr, "perplexity: %lld tokens scored; %.2f s a chunk (%.1f tok/s evaluated), %.1f s in all\n",
                 (long long)count, eval_secs / (double)n_chunk, (double)(n_chunk * (n_ctx - 1)) / eval_secs, secs);
     }
@@ -258,13 +311,20 @@ static int ppl_run(struct ppl_opts *o) {
         ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
         goto fail;
     }
+    if (kld_close(kld, &err)) {
+        kld = NULL;
+        if (o->kl_base) unlink(o->kl_base); /* a cut reference must not be compared against */
+        goto fail;
+    }
+    kld = NULL;
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "moestream perplexity: %s\n", err.msg);
+    kld_discard(kld);
 done:
     json_decref(chunk_ppl);
-    free(chunk);
+    free(chunks);
     free(tokens);
     ms_buf_free(&text);
     ms_session_free(s);
