@@ -172,6 +172,10 @@ static bool score_rows(void *ctx, int64_t pos, int64_t n, const float *logits) {
     return true;
 }
 
+/* A JSON number, or null where it is not finite (a KL divergence is
+ * infinite where the model rules out a token the reference does not). */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -284,11 +288,12 @@ static int ppl_run(struct ppl_opts *o) {
         if (out && o->kl)
             json_object_set_new(
                 out, "kld",
-                json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "positions",
-                          (json_int_t)ks.n, "mean", ks.kld_mean, "mean_err", ks.kld_err, "median", ks.kld_median,
-                          "p99", ks.kld_p99, "max", ks.kld_max, "same_top", ks.same_top, "same_top_err",
-                          ks.same_top_err, "rms_dp", ks.rms_dp, "ppl_ref", exp(ks.nll_ref), "ln_ppl_ratio",
-                          ks.ln_ratio, "ln_ppl_ratio_err", ks.ln_ratio_err));
+                json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "positions",
+                          (json_int_t)ks.n, "mean", jnum(ks.kld_mean), "mean_err", jnum(ks.kld_err), "median",
+                          jnum(ks.kld_median), "p99", jnum(ks.kld_p99), "max", jnum(ks.kld_max), "same_top",
+                          jnum(ks.same_top), "same_top_err", jnum(ks.same_top_err), "rms_dp", jnum(ks.rms_dp),
+                          "ppl_ref", jnum(exp(ks.nll_ref)), "ln_ppl_ratio", jnum(ks.ln_ratio), "ln_ppl_ratio_err",
+                          jnum(ks.ln_ratio_err)));
         char *js = out ? json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
         json_decref(out);
         w = js ? printf("%s\n", js) : -1;
