@@ -74,6 +74,7 @@ check "text from standard input; the text report ends with the final estimate" \
 # same stored values), on the first 4 chunks of 128
 Q=$TMP/q8_0.gguf
 "$BIN" mkmodel $(jq -r '.models["q8_0"].mkmodel' "$ORACLE") --f32-twin --force -o "$TMP/twin.gguf" >/dev/null 2>&1
+rm -f "$TMP/ref.kld"
 "$BIN" perplexity -m "$TMP/twin.gguf" -f "$TMP/text.txt" "${ARGS[@]}" --kl-base "$TMP/ref.kld" >"$TMP/base.json" 2>"$TMP/kb.err"
 "$BIN" perplexity -m "$TMP/twin.gguf" -f "$TMP/text.txt" "${ARGS[@]}" --kl "$TMP/ref.kld" >"$TMP/self.json" 2>>"$TMP/kb.err"
 "$BIN" perplexity -m "$Q" -f "$TMP/text.txt" "${ARGS[@]}" --kl "$TMP/ref.kld" >"$TMP/kl.json" 2>>"$TMP/kb.err"
@@ -113,6 +114,12 @@ head -c 200000 "$TMP/ref.kld" >"$TMP/cut.kld"
 check "KL: another -c, another text, more chunks, a cut file: status 1 naming the difference" \
     '[ $K1 = 1 ] && grep -q "ran with -c 128, this run -c 64" "$TMP/k1" && [ $K2 = 1 ] && grep -q "ran on other tokens" "$TMP/k2" &&
      [ $K3 = 1 ] && grep -q "scored 4 chunks, this run 5" "$TMP/k3" && [ $K4 = 1 ] && grep -q "ends early" "$TMP/k4"'
+cp "$TMP/text.txt" "$TMP/keep.txt"
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" --chunks 1 --kl-base "$TMP/keep.txt" >/dev/null 2>"$TMP/k7"; K7=$?
+cmp -s "$TMP/keep.txt" "$TMP/text.txt"; KEPT=$?
+"$BIN" perplexity -m "$Q" -f "$TMP/text.txt" -c 64 --chunks 1 --kl-base "$TMP/keep.txt" --force >/dev/null 2>&1; K8=$?
+check "KL: --kl-base refuses an existing file (it is left as it was), replaces it with --force" \
+    '[ $K7 = 1 ] && grep -q "already exists; pass --force" "$TMP/k7" && [ $KEPT = 0 ] && [ $K8 = 0 ] && [ "$(head -c 8 "$TMP/keep.txt")" = MSKLD01 ]'
 check "KL: both flags a usage error; an unwritable --kl-base refused before any work" \
     '[ $K5 = 2 ] && grep -q "exclude each other" "$TMP/k5" && [ $K6 = 1 ] && grep -q -- "--kl-base" "$TMP/k6" && [ ! -e "$TMP/x.kld" ]'
 

@@ -156,7 +156,13 @@ check "400: top_logprobs 21" '[ "$(status /v1/chat/completions "{\"messages\":[{
 check "400: logprobs not a boolean (chat)" '[ "$(status /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":1}")" = 400 ]'
 check "400: completions logprobs -1, 21, true" \
     'for v in -1 21 true; do [ "$(status /v1/completions "{\"prompt\":\"Hi\",\"logprobs\":$v}")" = 400 ] || exit 1; done'
-check "400: max_tokens 0 without echo" '[ "$(status /v1/completions "{\"prompt\":\"Hi\",\"max_tokens\":0}")" = 400 ]'
+check "400: max_tokens 0 without echo, saying it goes with echo" \
+    'post /v1/completions "{\"prompt\":\"Hi\",\"max_tokens\":0}" | jq -e ".error.message | test(\"echo\")" >/dev/null'
+check "echo with max_tokens 0 may fill the whole context (1024 ids), not one more" \
+    'python3 -c "import json; print(json.dumps({\"prompt\": [5] * 1024, \"max_tokens\": 0, \"echo\": True}))" >"$TMP/full.json" &&
+     [ "$(curl -s -m 60 -H "$CT" "$U/v1/completions" -d @"$TMP/full.json" | jq .usage.prompt_tokens)" = 1024 ] &&
+     python3 -c "import json; print(json.dumps({\"prompt\": [5] * 1025, \"max_tokens\": 0, \"echo\": True}))" >"$TMP/over.json" &&
+     curl -s -m 60 -H "$CT" "$U/v1/completions" -d @"$TMP/over.json" | jq -e ".error.code == \"context_length_exceeded\" and (.error.message | test(\"1025 tokens > 1024\"))" >/dev/null'
 check "400: include not an array of strings" \
     '[ "$(status /v1/responses "{\"input\":\"Hi\",\"include\":\"x\"}")" = 400 ] && [ "$(status /v1/responses "{\"input\":\"Hi\",\"include\":[1]}")" = 400 ]'
 check "the server is still up" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'

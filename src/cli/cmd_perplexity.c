@@ -50,6 +50,7 @@ static void usage(FILE *f) {
             "      --kl-base FILE   also write every scored position's log-probabilities to FILE\n"
             "                       (a reference run, e.g. of the F16 or Q8_0 file; ~258 KB a position)\n"
             "      --kl FILE        compare with that reference: KL divergence, same top token, delta p\n"
+            "      --force          let --kl-base replace an existing file\n"
             "  (-c N: tokens per chunk, default %d; the second half of each chunk is scored)\n"
             ENGINE_HELP,
             PPL_DEFAULT_CTX);
@@ -61,6 +62,7 @@ struct ppl_opts {
     long chunks; /* 0: all */
     bool json;
     const char *kl_base, *kl; /* KL mode: write the reference, or compare with it */
+    bool force;               /* --kl-base may replace an existing file */
 };
 
 static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
@@ -68,7 +70,8 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
         {"file", required_argument, 0, 'f'},    {"chunks", required_argument, 0, 'N'},
         {"json", no_argument, 0, 'J'},          {"help", no_argument, 0, 'h'},
         {"kl-base", required_argument, 0, 'B'}, {"kl", required_argument, 0, 'K'},
-        ENGINE_OPTIONS,                         {0, 0, 0, 0}};
+        {"force", no_argument, 0, 'F'},         ENGINE_OPTIONS,
+        {0, 0, 0, 0}};
     *o = (struct ppl_opts){.eng = {.ep = ms_engine_params_default(NULL)}};
     int c;
     optind = 1;
@@ -88,6 +91,7 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
         case 'J': o->json = true; break;
         case 'B': o->kl_base = optarg; break;
         case 'K': o->kl = optarg; break;
+        case 'F': o->force = true; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream perplexity: unknown option or missing value '%s'\n", argv[optind - 1]);
@@ -110,6 +114,13 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
         fprintf(stderr, "moestream perplexity: --kl-base and --kl exclude each other: write the reference "
                         "in one run, compare in another\n");
         return 2;
+    }
+    /* as mkmodel's -o: a --kl-base typed for --kl must not destroy the
+     * reference (or any other file) */
+    if (o->kl_base && !o->force && access(o->kl_base, F_OK) == 0) {
+        fprintf(stderr, "moestream perplexity: --kl-base: %s already exists; pass --force to replace it "
+                        "(--kl FILE compares with a reference)\n", o->kl_base);
+        return 1;
     }
     if (o->kl_base && cli_check_writable("perplexity", "--kl-base", o->kl_base)) return 1;
     if (o->eng.ep.n_ctx && o->eng.ep.n_ctx < 4) {

@@ -703,9 +703,17 @@ bad:
 /* check_ctx for completions: echo with max_tokens 0 (the prompt scored,
  * nothing generated) may fill the whole context. */
 static int completions_ctx(struct server *sv, struct job *j, int64_t max_tokens, struct http_err *e) {
-    if (max_tokens == 0 && j->echo && (int64_t)j->n_ids == sv->n_ctx) {
-        j->max_tokens = 0;
-        return 0;
+    if (max_tokens == 0 && !j->echo)
+        return http_fail(e, 400, "'max_tokens' must be at least 1 (0, nothing generated, goes with 'echo': true "
+                                 "to score the prompt)");
+    if (max_tokens == 0 && (int64_t)j->n_ids >= sv->n_ctx) {
+        if ((int64_t)j->n_ids == sv->n_ctx) {
+            j->max_tokens = 0;
+            return 0;
+        }
+        e->code = "context_length_exceeded";
+        return http_fail(e, 400, "prompt is too long: %zu tokens > %lld maximum (the server's context; nothing "
+                         "is generated with max_tokens 0)", j->n_ids, (long long)sv->n_ctx);
     }
     if (check_ctx(sv, j, max_tokens, e)) return -1;
     if (max_tokens == 0) j->max_tokens = 0;
@@ -765,8 +773,7 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
     const json_t *so = json_object_get(req, "stream_options");
     int64_t lp = -1;
     if (get_bool(req, "stream", &j->stream, e) || get_int(req, "n", 1, 1, &n, e) ||
-        get_bool(req, "echo", &j->echo, e) ||
-        get_int(req, "max_tokens", j->echo ? 0 : 1, INT32_MAX, &max_tokens, e) ||
+        get_bool(req, "echo", &j->echo, e) || get_int(req, "max_tokens", 0, INT32_MAX, &max_tokens, e) ||
         (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
         get_int(req, "logprobs", 0, LP_TOP_MAX, &lp, e) || parse_sampling(req, j, e) ||
         parse_stop(req, "stop", j, e))
