@@ -241,6 +241,8 @@ bad_req 400 POST /v1/completions '{"prompt":5}'
 bad_req 404 GET /v1/nothing '' "unknown GET"
 bad_req 404 POST /v1/unknown '{}' "unknown POST"
 bad_req 405 DELETE /v1/models '' "DELETE"
+bad_req 405 GET /v1/chat/completions '' "GET on a POST endpoint"
+bad_req 405 POST /v1/models '{}' "POST on a GET endpoint"
 bad_req 413 POST $C "$(head -c 40000 /dev/zero | tr '\0' ' ')" "body over --max-body"
 check "malformed requests answered with the right status and a JSON error ($bad)" '[ $bad -ge 40 ]'
 check "server alive after malformed requests" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'

@@ -302,6 +302,22 @@ static bool route_post(const char *url, enum api_kind *k, bool *count) {
     return true;
 }
 
+/* Whether url is an endpoint the server answers on GET (so a POST to it
+ * is a 405, not a 404). */
+static bool get_endpoint(const char *url) {
+    return !strcmp(url, "/health") || !strcmp(url, "/v1/health") || !strcmp(url, "/v1/models") ||
+           !strcmp(url, "/models") || !strcmp(url, "/metrics") || !strcmp(url, "/tokenizer_info") ||
+           !strcmp(url, "/v1/tokenizer_info") || !strncmp(url, "/v1/models/", 11);
+}
+
+/* Whether url is an endpoint the server answers on POST. */
+static bool post_endpoint(const char *url) {
+    enum api_kind k;
+    bool count;
+    return route_post(url, &k, &count) || !strcmp(url, "/tokenize") || !strcmp(url, "/v1/tokenize") ||
+           !strcmp(url, "/detokenize") || !strcmp(url, "/v1/detokenize");
+}
+
 /* Waits for a non-streaming job, cancelling it if the client goes away. */
 static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, struct conn *cn,
                                  struct job *j) {
@@ -347,6 +363,10 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
         k = API_CHAT; /* errors in OpenAI's shape */
         count = false;
     } else if (!route_post(url, &k, &count)) {
+        if (get_endpoint(url)) {
+            http_fail(&e, 405, "method POST is not allowed for %s (it takes GET)", url);
+            return reply_error(sv, c, API_CHAT, &e);
+        }
         http_fail(&e, 404, "no such endpoint: POST %s", url);
         return reply_error(sv, c, API_CHAT, &e);
     }
@@ -436,6 +456,10 @@ static MHD_RESULT handle_get(struct server *sv, struct MHD_Connection *c, const 
         char *s = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         return reply(sv, c, 200, "application/json", s, NULL);
+    }
+    if (post_endpoint(url)) {
+        http_fail(&e, 405, "method GET is not allowed for %s (it takes POST)", url);
+        return reply_error(sv, c, API_CHAT, &e);
     }
     http_fail(&e, 404, "no such endpoint: GET %s", url);
     return reply_error(sv, c, API_CHAT, &e);
