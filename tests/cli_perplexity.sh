@@ -125,7 +125,7 @@ check "KL: both flags a usage error; an unwritable --kl-base refused before any 
 
 # weights holding NaN: an error naming it, never a plausible figure from
 # the finite logits alone
-python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); n = len(b); b[n * 3 // 4:] = b"\xff" * (n - n * 3 // 4); open(sys.argv[2], "wb").write(b)' "$M" "$TMP/nan.gguf"
+nan_model "$M" "$TMP/nan.gguf"
 "$BIN" perplexity -m "$TMP/nan.gguf" -f "$TMP/text.txt" -c 64 --chunks 1 >/dev/null 2>"$TMP/e6"; R6=$?
 check "NaN weights: status 1 and the reason, no PPL" '[ $R6 = 1 ] && grep -q "a logit is NaN or infinite" "$TMP/e6"'
 # special-token text is plain text, as llama-perplexity reads it: three BOS

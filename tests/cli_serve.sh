@@ -15,14 +15,6 @@ CT='Content-Type: application/json'
 start_server main -m "$TMP/m.gguf" -c 1024 --alias tiny-test --max-body 30000
 U=$(url main)
 post() { curl -s -m 300 -H "$CT" "$U$1" -d "$2"; }
-# waits (bounded, 120 s) until metric $1 of /metrics is >= $2
-wait_metric() {
-    for _ in $(seq 1 1200); do
-        [ "$(curl -s -m 5 "$U/metrics" | awk -v k="$1" '$1 == k {print $2}')" -ge "$2" ] 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # ---- GET endpoints
 check "health" '[ "$(curl -s -m 5 $U/health | jq -r .status)" = ok ]'

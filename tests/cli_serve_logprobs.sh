@@ -199,7 +199,6 @@ start_server lpc -m "$TMP/m.gguf" -c 20000
 U=$(url lpc)
 python3 -c 'import json; print(json.dumps({"prompt": [(i * 7919) % 400 + 2 for i in range(19000)], "max_tokens": 0, "echo": True, "logprobs": 5}))' >"$TMP/long.json"
 curl -s -m 1 -H "$CT" "$U/v1/completions" -d @"$TMP/long.json" >/dev/null
-wait_metric() { for _ in $(seq 1 300); do [ "$(curl -s -m 5 "$U/metrics" | awk -v k="$1" '$1 == k {print $2}')" -ge "$2" ] 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 check "a scoring request whose client left is cancelled" \
     'wait_metric moestream_requests_cancelled_total 1 && grep -q "scoring cancelled (client gone)" "$TMP/lpc.log" && ! grep -q "19000 tokens.*finish length" "$TMP/lpc.log"'
 check "the server answers the next request" \
@@ -208,7 +207,7 @@ stop_server lpc
 
 # ---- weights holding NaN: scoring and generation end in an error, never
 # in probabilities of the finite logits alone
-python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); n = len(b); b[n * 3 // 4:] = b"\xff" * (n - n * 3 // 4); open(sys.argv[2], "wb").write(b)' "$TMP/m.gguf" "$TMP/nan.gguf"
+nan_model "$TMP/m.gguf" "$TMP/nan.gguf"
 start_server nan -m "$TMP/nan.gguf" -c 256
 U=$(url nan)
 check "NaN weights: echo scoring is a 500 naming it" \

@@ -18,15 +18,15 @@
 
 #include "mkmodel/mkmodel.h"
 #include "moestream.h"
+#include "test_util.h"
 
 #define N_TOK 70
-static char g_path[] = "/tmp/ms-test-logits-sink-XXXXXX";
+static const char *g_path;
 
 static int setup(void **state) {
     (void)state;
-    const int fd = mkstemp(g_path);
-    if (fd < 0) return -1;
-    close(fd);
+    if (test_tmp_setup("test_logits_sink")) return -1;
+    g_path = tmp_path("m.gguf");
     struct mkmodel_opts o;
     ms_err err;
     return mkmodel_preset(&o, "tiny", &err) || mkmodel_write(&o, g_path, &err) ? -1 : 0;

@@ -19,6 +19,7 @@
 #include "mkmodel/mkmodel.h"
 #include "server/internal.h"
 #include "util/rng.h"
+#include "test_util.h"
 
 static struct ms_engine *g_e;
 static const struct ms_tokenizer *g_tok;
@@ -26,10 +27,8 @@ static int32_t g_nv;
 
 static int setup(void **state) {
     (void)state;
-    char path[] = "/tmp/ms-test-logprobs-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return -1;
-    close(fd);
+    if (test_tmp_setup("test_logprobs")) return -1;
+    const char *path = tmp_path("m.gguf");
     struct mkmodel_opts o;
     ms_err err;
     struct ms_engine_params p;

@@ -221,12 +221,40 @@ static void test_non_finite_and_errors(void **state) {
     assert_int_equal(ms_sampler_new(&bad, &q, 10, &err), -1);
 }
 
+/* ms_log_sum_exp against a long-double sum on random logits with tails
+ * and ruled-out (-inf) tokens; NaN, +inf and all -inf give false. */
+static void test_log_sum_exp(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    static float x[N];
+    ms_rng r;
+    ms_rng_seed(&r, 5);
+    for (int round = 0; round < 10; round++) {
+        ms_rng_fill_normal(&r, x, N, round % 2 ? 10.0f : 1.0f);
+        x[ms_rng_u64(&r) % N] = 60.0f;
+        x[ms_rng_u64(&r) % N] = -INFINITY;
+        long double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < N; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < N; i++) sum += expl((long double)x[i] - mx);
+        double lse;
+        assert_true(ms_log_sum_exp(x, N, &lse));
+        assert_true(fabsl((long double)lse - (mx + logl(sum))) < 1e-9L);
+    }
+    x[7] = NAN;
+    double lse;
+    assert_false(ms_log_sum_exp(x, N, &lse));
+    x[7] = INFINITY;
+    assert_false(ms_log_sum_exp(x, N, &lse));
+    for (int i = 0; i < N; i++) x[i] = -INFINITY;
+    assert_false(ms_log_sum_exp(x, N, &lse));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax),     cmocka_unit_test(test_top_k_1_is_greedy),
         cmocka_unit_test(test_top_p_sets),           cmocka_unit_test(test_min_p_sets),
         cmocka_unit_test(test_order_and_temperature), cmocka_unit_test(test_seed_reproducible),
-        cmocka_unit_test(test_frequencies_chi_square), cmocka_unit_test(test_non_finite_and_errors),
+        cmocka_unit_test(test_frequencies_chi_square), cmocka_unit_test(test_non_finite_and_errors), cmocka_unit_test(test_log_sum_exp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

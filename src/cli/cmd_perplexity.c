@@ -34,6 +34,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/kld.h"
+#include "sample/sampler.h"
 #include "util/buf.h"
 #include "util/parse.h"
 #include "moestream.h"
@@ -132,23 +133,6 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
     return chk ? chk : CLI_CONTINUE;
 }
 
-/* log sum exp of logits[0..V) in double into *lse; false when a logit is
- * NaN or +inf or none is finite (the weights or activations hold NaN or
- * infinity: no score means anything then, so the caller stops rather than
- * skip them). A -inf logit is a token ruled out. */
-static bool row_lse(const float *logits, int64_t V, double *lse) {
-    double mx = -INFINITY;
-    for (int64_t v = 0; v < V; v++) {
-        if (isnan(logits[v]) || logits[v] == INFINITY) return false;
-        if (logits[v] > mx) mx = logits[v];
-    }
-    if (!isfinite(mx)) return false;
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++) sum += exp((double)logits[v] - mx);
-    *lse = mx + log(sum);
-    return true;
-}
-
 /* The scoring of one chunk as its logits come (ms_logits_fn). */
 struct ppl_chunk {
     const int32_t *tok; /* the chunk's tokens */
@@ -167,9 +151,9 @@ static bool score_rows(void *ctx, int64_t pos, int64_t n, const float *logits) {
         const float *row = logits + (size_t)k * (size_t)c->V;
         const int32_t t = c->tok[pos + k + 1];
         double lse;
-        if (!row_lse(row, c->V, &lse) || !isfinite(row[t])) {
+        if (!ms_log_sum_exp(row, (int32_t)c->V, &lse) || !isfinite(row[t])) {
             c->bad_pos = pos + k;
-            c->ruled_out = row_lse(row, c->V, &lse);
+            c->ruled_out = ms_log_sum_exp(row, (int32_t)c->V, &lse);
             return false;
         }
         const double l = lse - (double)row[t];

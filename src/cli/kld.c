@@ -20,6 +20,7 @@ struct kld {
     char *path;
     uint32_t n_vocab;
     uint16_t *row;  /* [n_vocab] f16 log-probabilities */
+    float *lrow;    /* [n_vocab] the same as f32 (comparing) */
     /* comparison sums */
     double *kl;     /* [n] per position, for the median and percentiles */
     int64_t n, cap;
@@ -40,9 +41,11 @@ static struct kld *kld_new(const char *path, bool writing, uint32_t n_vocab) {
     k->n_vocab = n_vocab;
     k->path = strdup(path);
     k->row = malloc((size_t)n_vocab * sizeof *k->row);
-    if (!k->path || !k->row) {
+    k->lrow = writing ? NULL : malloc((size_t)n_vocab * sizeof *k->lrow);
+    if (!k->path || !k->row || (!writing && !k->lrow)) {
         free(k->path);
         free(k->row);
+        free(k->lrow);
         free(k);
         return NULL;
     }
@@ -54,6 +57,7 @@ static void kld_free(struct kld *k) {
     if (k->f) fclose(k->f);
     free(k->path);
     free(k->row);
+    free(k->lrow);
     free(k->kl);
     free(k);
 }
@@ -140,15 +144,16 @@ static int compare_row(struct kld *k, const float *logits, double lse, int32_t t
     if (fread(&nll_ref, sizeof nll_ref, 1, k->f) != 1 || fread(k->row, 2, k->n_vocab, k->f) != k->n_vocab)
         return io_error(k, err, "read");
     /* the reference renormalized after its f16 rounding */
+    float *lr = k->lrow;
     double s = 0.0;
-    for (uint32_t v = 0; v < k->n_vocab; v++) s += exp((double)ms_fp16_to_fp32(k->row[v]));
+    for (uint32_t v = 0; v < k->n_vocab; v++) s += exp((double)(lr[v] = ms_fp16_to_fp32(k->row[v])));
     const double lsb = log(s);
     double kl = 0.0;
     uint32_t top_ref = 0, top = 0;
     for (uint32_t v = 0; v < k->n_vocab; v++) {
-        const double lb = (double)ms_fp16_to_fp32(k->row[v]) - lsb;
+        const double lb = (double)lr[v] - lsb;
         const double lq = (double)logits[v] - lse;
-        if (ms_fp16_to_fp32(k->row[v]) > ms_fp16_to_fp32(k->row[top_ref])) top_ref = v;
+        if (lr[v] > lr[top_ref]) top_ref = v;
         if (logits[v] > logits[top]) top = v;
         if (isinf(lb)) continue; /* p_ref = 0 */
         kl += exp(lb) * (lb - lq);
@@ -168,9 +173,9 @@ static int compare_row(struct kld *k, const float *logits, double lse, int32_t t
     const double dp = exp(-nll) - exp(-(double)nll_ref);
     k->sum_dp2 += dp * dp;
     k->sum_nll_ref += nll_ref;
-    const double lr = nll - (double)nll_ref;
-    k->sum_lr += lr;
-    k->sum_lr2 += lr * lr;
+    const double ratio = nll - (double)nll_ref;
+    k->sum_lr += ratio;
+    k->sum_lr2 += ratio * ratio;
     return 0;
 }
 

@@ -185,3 +185,16 @@ void ms_sampler_candidates(struct ms_sampler *s, const float *logits, int32_t *i
         probs[i] = s->prob[i];
     }
 }
+
+bool ms_log_sum_exp(const float *logits, int32_t n, double *lse) {
+    float mx = -INFINITY;
+    for (int32_t v = 0; v < n; v++) {
+        if (isnan(logits[v]) || logits[v] == INFINITY) return false;
+        if (logits[v] > mx) mx = logits[v];
+    }
+    if (mx == -INFINITY) return false;
+    double sum = 0.0;
+    for (int32_t v = 0; v < n; v++) sum += exp((double)logits[v] - (double)mx);
+    *lse = (double)mx + log(sum);
+    return true;
+}

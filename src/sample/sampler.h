@@ -18,6 +18,7 @@
 #ifndef MS_SAMPLE_SAMPLER_H
 #define MS_SAMPLE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/err.h"
@@ -51,5 +52,13 @@ int32_t ms_sampler_sample(struct ms_sampler *s, const float *logits);
  * tests and for showing what a setting does. */
 void ms_sampler_candidates(struct ms_sampler *s, const float *logits, int32_t *ids, double *probs,
                            int32_t *n);
+
+/* The log sum exp of logits[0..n) in double into *lse, so that
+ * logits[v] - *lse is token v's log-probability (log softmax at
+ * temperature 1: the model's distribution, what perplexity and logprobs
+ * report). A -inf logit is a token ruled out. false, *lse unset, when a
+ * logit is NaN or +inf (weights or activations holding them: no
+ * probability means anything) or every logit is -inf. */
+bool ms_log_sum_exp(const float *logits, int32_t n, double *lse);
 
 #endif

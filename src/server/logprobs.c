@@ -65,25 +65,20 @@ json_t *lp_entry(const struct ms_tokenizer *t, const float *logits, int32_t tok,
     const int32_t n_vocab = (int32_t)ms_tokenizer_n_vocab(t);
     if (n_top > LP_TOP_MAX) n_top = LP_TOP_MAX;
     if (n_top < 0) n_top = 0;
-    /* the largest finite-or-+inf logit, then log sum exp around it; the
-     * n_top largest in one pass (insertion into a short sorted list: a
-     * later id enters only above an equal value, so ties keep the lower) */
-    float mx = -INFINITY;
+    double lse;
+    if (!ms_log_sum_exp(logits, n_vocab, &lse)) return NULL;
+    /* the n_top largest in one pass: insertion into a short sorted list,
+     * a later id entering only above an equal value, so ties keep the
+     * lower */
     int32_t top[LP_TOP_MAX];
     int n_have = 0;
-    for (int32_t v = 0; v < n_vocab; v++) {
+    for (int32_t v = 0; n_top > 0 && v < n_vocab; v++) {
         const float x = logits[v];
-        if (isnan(x) || x == INFINITY) return NULL; /* no distribution: the weights hold NaN or infinity */
-        if (x > mx) mx = x;
-        if (n_top == 0 || (n_have == n_top && !(x > logits[top[n_have - 1]]))) continue;
+        if (n_have == n_top && !(x > logits[top[n_have - 1]])) continue;
         int k = n_have < n_top ? n_have++ : n_top - 1;
         for (; k > 0 && x > logits[top[k - 1]]; k--) top[k] = top[k - 1];
         top[k] = v;
     }
-    if (!isfinite(mx)) return NULL; /* every token ruled out */
-    double sum = 0.0;
-    for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - (double)mx);
-    const double lse = (double)mx + log(sum);
     const double lp_tok = tok >= 0 && tok < n_vocab ? (double)logits[tok] - lse : -INFINITY;
     json_t *e = token_obj(t, tok, lp_tok);
     json_t *alts = json_array();

@@ -5,6 +5,7 @@
 #   stop_server NAME            SIGTERM, waits (bounded), checks exit status 0
 #   url NAME                    http://127.0.0.1:PORT
 #   wait_busy 0|1               waits (bounded, 120 s) until $U/health's busy flag is that
+#   wait_metric NAME N          waits (bounded, 120 s) until metric NAME of $U/metrics is >= N
 declare -A SRV_PID SRV_PORT
 start_server() {
     local name=$1; shift
@@ -26,6 +27,13 @@ wait_busy() {
     for _ in $(seq 1 2400); do
         [ "$(curl -s -m 5 "$U/health" | jq -r .busy)" = "$1" ] && return 0
         sleep 0.05
+    done
+    return 1
+}
+wait_metric() {
+    for _ in $(seq 1 1200); do
+        [ "$(curl -s -m 5 "$U/metrics" | awk -v k="$1" '$1 == k {print $2}')" -ge "$2" ] 2>/dev/null && return 0
+        sleep 0.1
     done
     return 1
 }
