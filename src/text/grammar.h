@@ -1,0 +1,139 @@
+/*
+ * grammar.h - constrained decoding: a context-free grammar in GBNF (the
+ * grammar notation of llama.cpp's `--grammar` and its server's "grammar"
+ * field) and a matcher that says, after any prefix of output text, which
+ * tokens may come next.
+ *
+ * The notation (docs/structured-output.md has the whole of it):
+ *
+ *   root   ::= object                       # the start rule is "root"
+ *   object ::= "{" ws ( pair ( "," ws pair )* )? "}"
+ *   pair   ::= string ":" ws value
+ *   ws     ::= [ \t\n]{0,20}
+ *
+ * Rule names are [A-Za-z0-9_-]+. A rule's body is alternatives separated
+ * by "|", each a sequence of: "literal" strings (escapes \n \r \t \\ \"
+ * \' \[ \] \/ \xHH \uHHHH \UHHHHHHHH), character classes [a-z0-9_] and
+ * negated ones [^"\\], "." (any character), rule names, and ( groups ),
+ * each optionally followed by *, +, ?, {m}, {m,}, {m,n} (n at most
+ * MS_GRAMMAR_MAX_REPEAT). "#" starts a comment to the end of the line. A
+ * body continues over newlines inside parentheses or after "|" and "::=";
+ * otherwise a newline ends the rule. Characters are Unicode code points
+ * (the text is UTF-8); classes compare code points.
+ *
+ * Left recursion (a rule that can reach itself before matching any
+ * character) is refused at parse time, since a matcher would never settle
+ * on it; every other context-free grammar is accepted.
+ *
+ * The matcher is an Earley-free pushdown recogniser in the manner of
+ * llama.cpp's llama-grammar: its state is a set of stacks of positions
+ * inside rule bodies, each stack's top a character class; a code point
+ * advances every stack whose top matches it. Bytes are fed as they come
+ * out of the tokenizer, so a token may end in the middle of a character:
+ * the matcher keeps those bytes and checks the classes against the range of
+ * code points they can still become.
+ *
+ * A parsed grammar is immutable and may be shared by threads; a matcher
+ * is one thread's.
+ */
+#ifndef MS_TEXT_GRAMMAR_H
+#define MS_TEXT_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/tokenizer.h"
+#include "util/err.h"
+
+#define MS_GRAMMAR_MAX_REPEAT 10000 /* the largest m or n of {m,n} */
+
+struct ms_grammar;
+
+/*
+ * Parses GBNF text src[0..len) (UTF-8; need not be NUL-terminated). The
+ * start rule is "root". Errors (with the line and column, or the rule
+ * named): a syntax error, an undefined rule, no root rule, a rule defined
+ * twice, left recursion, a repeat count past MS_GRAMMAR_MAX_REPEAT,
+ * invalid UTF-8 in a literal or class, OOM. *out is owned by the caller
+ * (ms_grammar_free).
+ */
+int ms_grammar_parse(struct ms_grammar **out, const char *src, size_t len, ms_err *err);
+void ms_grammar_free(struct ms_grammar *g);
+
+struct ms_grammar_matcher;
+
+/* A matcher at the start of the text (nothing accepted yet). It borrows
+ * g, which must outlive it. Errors: OOM. */
+int ms_grammar_matcher_new(struct ms_grammar_matcher **out, const struct ms_grammar *g, ms_err *err);
+void ms_grammar_matcher_free(struct ms_grammar_matcher *m);
+
+/*
+ * Feeds bytes[0..n) of output text. 1: the grammar allows them (the
+ * matcher has moved past them; a trailing partial UTF-8 character is
+ * kept for the next call); 0: it does not, or they are not UTF-8, and the
+ * matcher is unchanged; -1 with err on OOM or when the grammar is so
+ * ambiguous here that the matcher would track more than
+ * MS_GRAMMAR_MAX_STACKS alternatives (the matcher is then unchanged too).
+ */
+#define MS_GRAMMAR_MAX_STACKS 4096
+int ms_grammar_matcher_accept(struct ms_grammar_matcher *m, const char *bytes, size_t n, ms_err *err);
+
+/* Whether the text accepted so far is a whole sentence of the grammar
+ * (the root rule matched all of it, no partial character pending): the
+ * output may end here. */
+bool ms_grammar_matcher_complete(const struct ms_grammar_matcher *m);
+
+/* Whether some further character is allowed. A matcher that is complete
+ * and cannot continue allows only the end of the output. */
+bool ms_grammar_matcher_can_continue(const struct ms_grammar_matcher *m);
+
+/* Whether the whole of text[0..n) is a sentence of g: 1 yes, 0 no, -1 with
+ * err (OOM, too ambiguous). For tests and for checking a reply. */
+int ms_grammar_match(const struct ms_grammar *g, const char *text, size_t n, ms_err *err);
+
+/*
+ * Token masks. A vocabulary index holds every token's piece sorted by its
+ * bytes, so one walk over it shares the work of tokens with a common
+ * prefix and skips every token under a prefix the grammar refuses.
+ */
+struct ms_grammar_vocab;
+
+/* Index of t's vocabulary (t must outlive it). Only NORMAL, BYTE and
+ * USER_DEFINED tokens with a non-empty piece are text a grammar can
+ * allow; the others (control tokens such as EOS) are the caller's to
+ * allow or not. Errors: OOM. */
+int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenizer *t, ms_err *err);
+void ms_grammar_vocab_free(struct ms_grammar_vocab *v);
+
+/*
+ * Sets logits[id] = -INFINITY for every token id in [0, n_vocab) that the
+ * matcher does not allow next: text tokens whose piece it refuses, and
+ * every token that is not text, except eos (when eos >= 0) while the
+ * matcher is complete. logits has the vocabulary's n_vocab entries. The
+ * matcher is not moved (feed the chosen token's piece with
+ * ms_grammar_matcher_accept). Returns the number of tokens left allowed
+ * (0: nothing can follow, which a grammar that cannot continue and is not
+ * complete never gives once it has been fed only allowed text), or -1 with
+ * err (OOM, too ambiguous).
+ */
+int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
+                        int32_t eos, ms_err *err);
+
+/*
+ * As ms_grammar_mask, for a sampler that keeps at most k tokens before
+ * anything else looks at the distribution (top_k = k; k = 1 for greedy):
+ * only the k allowed tokens of highest logit (ties: the lower id) stay
+ * finite. Those are the tokens such a sampler keeps after the whole mask,
+ * with the same logits, so what it draws is the same; but inside free text,
+ * where nearly every token is allowed, this checks a few dozen tokens
+ * instead of walking the vocabulary (docs/structured-output.md has the
+ * figures). When the best few times k tokens hold fewer than k allowed
+ * ones, and when k <= 0 or above a quarter of the vocabulary, this is the
+ * whole mask (such a sampler then cuts it to the same k). Returns the
+ * number of tokens left finite, or -1 with err as ms_grammar_mask.
+ */
+int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
+                            int32_t eos, int32_t k, ms_err *err);
+
+#endif
