@@ -1,0 +1,91 @@
+/*
+ * json_schema.h - JSON Schema to GBNF: the grammar (text/grammar.h notation)
+ * of the JSON texts a schema accepts, for constrained decoding of OpenAI
+ * response_format json_schema / json_object, Anthropic output_config.format
+ * and the CLI's --json-schema.
+ *
+ * The start rule is "root". Output is JSON as a model would write it:
+ *
+ *   - Whitespace: "ws" (at most 20 of space, tab, newline) before the value
+ *     and after every token inside objects and arrays ("{", "[", ",", ":",
+ *     each key and value); none after the top value, so the text ends where
+ *     the value ends.
+ *   - Object keys come in the order of "properties" (required ones always,
+ *     optional ones each present or not), then keys listed in "required"
+ *     but not in "properties", then, unless additionalProperties is false,
+ *     any number of further pairs whose keys are none of those (values per
+ *     the additionalProperties schema). So a listed key cannot come back
+ *     later with another value, but keys out of the schema's order are
+ *     refused although JSON Schema allows them.
+ *   - Numbers: JSON syntax with at most 16 integer digits, 16 fraction
+ *     digits and 3 exponent digits, so digits cannot run on forever.
+ *   - const / enum values: their exact compact serialization (no spaces,
+ *     object keys in the schema's order, reals in their shortest form).
+ *   - Strings with a pattern or format, and keys excluded from the extra
+ *     pairs, are written in plain form: each character raw unless JSON
+ *     requires an escape (", \, U+0000-U+001F).
+ *
+ * Supported: true / false / {} schemas, type (one or a list; inferred from
+ * the keywords when absent), enum, const, properties (a false property:
+ * the key may not appear), required, additionalProperties, items,
+ * prefixItems, items as an array with additionalItems (drafts 4-7),
+ * minItems, maxItems, minLength, maxLength (characters; an escape is one),
+ * format date, time, date-time, uuid (RFC 3339 / RFC 4122), pattern (an
+ * ECMA-262 subset: literals, escapes, classes, ".", groups, "|", greedy or
+ * lazy quantifiers, "^" / "$" at the ends; an unanchored end admits any
+ * characters), anyOf, oneOf (as anyOf), allOf (merged: properties and
+ * required joined, a property in two members must match both, other
+ * keywords from the first member that has them), keywords beside anyOf /
+ * oneOf / allOf (they apply to each branch / are merged), $ref to local
+ * JSON pointers ("#", "#/$defs/NAME", "#/definitions/NAME", ..., with ~0
+ * ~1 and %XX escapes; each referenced schema becomes one rule, recursion
+ * allowed), nullable (OpenAPI), integer minimum / maximum /
+ * exclusiveMinimum / exclusiveMaximum (draft 4 boolean and draft 6 number
+ * forms; exact decimal ranges; a bound past 18 digits is no bound).
+ *
+ * Dropped with a warning (the grammar is looser than the schema there):
+ * constraining keywords it does not know (not, if/then/else,
+ * patternProperties, propertyNames, uniqueItems, multipleOf,
+ * minProperties, contains, dependentRequired, ...), other formats, bounds
+ * on "number", patterns using lookaround, backreferences, \b, \p or
+ * anchors inside, lengths beside a pattern or format (and a format beside
+ * a pattern), oneOf's exclusivity, conflicting allOf members (the first
+ * wins), keywords beside $ref, counts past MS_GRAMMAR_MAX_REPEAT
+ * (maxLength / maxItems become unbounded, minLength / minItems that
+ * limit). Annotations (title, description, $schema, $id, default,
+ * examples, $comment, deprecated, readOnly, writeOnly, strict, ...) are
+ * ignored silently.
+ */
+#ifndef MS_TEXT_JSON_SCHEMA_H
+#define MS_TEXT_JSON_SCHEMA_H
+
+#include <jansson.h>
+
+#include "util/buf.h"
+#include "util/err.h"
+
+/* Called once per schema keyword the grammar cannot enforce (it is dropped,
+ * so the grammar is looser than the schema there): the keyword's name and
+ * the JSON pointer of the subschema holding it ("" is the root). Both
+ * strings are valid during the call only. */
+typedef void (*ms_json_schema_warn_fn)(void *ctx, const char *keyword, const char *where);
+
+/*
+ * Appends to out the GBNF grammar of the JSON texts valid under schema
+ * (borrowed, not changed; the grammar text is the caller's, in out).
+ * warn may be NULL. Returns 0, or -1 with err naming the JSON pointer of
+ * the offending subschema ("(root)" for the root) and out unchanged.
+ * Errors: a schema that is neither an object nor a boolean, a keyword of
+ * the wrong type ("/properties/age: 'minimum' must be a number"), an
+ * unknown type name, a schema that allows nothing (false outside anyOf, an
+ * empty integer range, minItems > maxItems, a required key that is false
+ * or that additionalProperties false forbids), a $ref that is not a local
+ * JSON pointer or not found, a $ref cycle that never reaches a value
+ * ({"$ref": "#"}), nesting deeper than 64 schemas, more than 50000
+ * subschemas to expand (allOf / anyOf merging can multiply them), a pattern
+ * that is not a regex, OOM.
+ */
+int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_schema_warn_fn warn, void *warn_ctx,
+                           ms_err *err);
+
+#endif
