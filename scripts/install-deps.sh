@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libcmocka-dev libpcre2-dev libjansson-dev libmicrohttpd-dev
-      liburing-dev libedit-dev libssl-dev curl jq python3 libxxhash-dev)
+      liburing-dev libedit-dev libssl-dev curl jq python3 python3-jsonschema libxxhash-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

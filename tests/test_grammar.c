@@ -80,7 +80,8 @@ static void test_parse_errors(void **state) {
     expect_parse_error("root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive");
     expect_parse_error("root ::= x\nx ::= y \"a\"\ny ::= x | \"b\"", "left-recursive");
     expect_parse_error("root ::= e root \"a\" | \"b\"\ne ::= \"\" | \"c\"", "left-recursive");
-    expect_parse_error("root ::= (\"a\"?)* \"b\"", "left-recursive");
+    expect_parse_error("root ::= b \"x\"\nb ::= root | \"y\"", "left-recursive");
+    expect_parse_error("root ::= (\"a\"? root)* \"b\"", "left-recursive");
     /* right recursion is fine */
     struct ms_grammar *g = parse_ok("root ::= \"a\" root | \"b\"");
     assert_int_equal(match(g, "aaab"), 1);
@@ -126,6 +127,13 @@ static void test_constructs(void **state) {
                 (struct case_[]){{"", 1}, {"abba", 1}, {"abc", 0}, {NULL, 0}});
     /* a rule named like a generated one cannot meet it */
     check_cases("root ::= (\"a\")* root-0\nroot-0 ::= \"z\"", (struct case_[]){{"aaz", 1}, {"aa", 0}, {NULL, 0}});
+    /* repeats of what can match nothing, and cycles of tail calls: no left
+     * recursion (the matcher notices it is back where it was) */
+    check_cases("root ::= (\"a\"?)* \"b\"", (struct case_[]){{"b", 1}, {"aab", 1}, {"aa", 0}, {NULL, 0}});
+    check_cases("root ::= x*\nx ::= \"a\"?", (struct case_[]){{"", 1}, {"aaa", 1}, {"b", 0}, {NULL, 0}});
+    check_cases("root ::= (\"a\" | \"\" | \"bc\"?)+ \"!\"", (struct case_[]){{"!", 1}, {"abca!", 1}, {"b!", 0}, {NULL, 0}});
+    check_cases("root ::= a\na ::= b | \"x\"\nb ::= a | \"y\"", (struct case_[]){{"x", 1}, {"y", 1}, {"xy", 0}, {NULL, 0}});
+    check_cases("root ::= (\"(\" (\"a\"? | root)* \")\")+", (struct case_[]){{"()", 1}, {"(a(aa)())", 1}, {"(()", 0}, {NULL, 0}});
     /* ambiguity the matcher must keep track of */
     check_cases("root ::= (\"a\" | \"aa\")* \"b\"", (struct case_[]){{"aaaaab", 1}, {"b", 1}, {"aaaa", 0}, {NULL, 0}});
 }
@@ -139,6 +147,7 @@ static void test_against_pcre2(void **state) {
         {"root ::= \"a\"{1,3} [^a]{2}", "a{1,3}[^a]{2}"},
         {"root ::= x*\nx ::= \"ab\" | \"b\" | \"cab\"", "(?:ab|b|cab)*"},
         {"root ::= (\"a\" \"b\"? \"c\"{0,2})+", "(?:ab?c{0,2})+"},
+        {"root ::= ([ab]? \"c\"?)* \"a\"", "(?:[ab]?c?)*a"},
         {"root ::= ([abc] [abc])* | \"c\" .*", "(?:[abc][abc])*|c.*"},
     };
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
@@ -340,7 +349,7 @@ static void mask_walk(const struct ms_tokenizer *t, const char *src, int steps, 
     struct ms_grammar *g = parse_ok(src);
     struct ms_grammar_vocab *v;
     ms_err err;
-    assert_int_equal(ms_grammar_vocab_new(&v, t, &err), 0);
+    assert_int_equal(ms_grammar_vocab_new(&v, t, NULL, 0, &err), 0);
     const uint32_t n_vocab = ms_tokenizer_n_vocab(t);
     const int32_t eos = ms_tokenizer_eos(t);
     float *logits = malloc(n_vocab * sizeof *logits), *raw = malloc(n_vocab * sizeof *raw);

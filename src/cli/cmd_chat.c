@@ -295,7 +295,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
 
     double t_decode = 0.0;
     out.kv = c->kv;
-    if (gen_decode(c->s, c->smp, c->tok, c->n_predict, true, &g_stop, stdout, &out, &t_decode, err))
+    if (gen_decode(c->s, c->smp, c->tok, NULL, c->n_predict, true, &g_stop, stdout, &out, &t_decode, err))
         goto broken;
     printf("\n");
     fflush(stdout);

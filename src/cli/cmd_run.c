@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "      --stats-json FILE  write that JSON object to FILE\n"
             "      --profile-routing FILE  write the observed routing as an expert hotlist\n"
             GEN_SAMPLING_HELP
+            GEN_GRAMMAR_HELP
             KV_HELP
             ENGINE_HELP);
 }
@@ -44,6 +45,7 @@ struct run_opts {
     struct engine_cli eng;
     struct kv_cli kp;
     struct ms_sampler_params sp;
+    struct gen_grammar gg; /* --grammar / --json-schema and friends */
     bool seeded;
     const char *prompt, *prompt_file, *stats_json, *profile;
     struct ms_buf prompt_buf; /* the prompt read from prompt_file */
@@ -132,7 +134,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         {"no-special", no_argument, 0, OPT_NO_SPECIAL},
         {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
         {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
-        KV_OPTIONS,                              ENGINE_OPTIONS,
+        GEN_GRAMMAR_OPTIONS,                     KV_OPTIONS,                              ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     *o = (struct run_opts){.eng = {.ep = ms_engine_params_default(NULL)},
                            .kp = {.p = ms_kv_params_default(NULL)},
@@ -144,6 +146,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("run", c, optarg, &o->sp, &o->seeded);
+        if (r == 0) r = gen_grammar_opt("run", c, optarg, &o->gg);
         if (r == 0) r = engine_cli_opt("run", c, optarg, &o->eng);
         if (r == 0) r = kv_opt("run", c, optarg, &o->kp);
         if (r < 0) return 2;
@@ -243,6 +246,7 @@ static int run_run(const struct run_opts *o) {
     size_t rlen = 0, n_segs = 0;
     struct ms_chat_seg *segs = NULL;
     struct gen_out out = {0};
+    struct gen_grammar gg = o->gg; /* the options; loaded below */
     struct ms_tokenizer *early = NULL;
     int rc = 1;
     /* Without -c the context holds the prompt and -n tokens (at least the
@@ -298,6 +302,11 @@ static int run_run(const struct run_opts *o) {
         goto fail;
     }
     if (ms_sampler_new(&smp, &o->sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
+    /* the sampler keeps at most top_k tokens first (one when greedy): the
+     * grammar need only find those; a thinking chat turn answers in it */
+    gg.top_k = o->sp.temp <= 0 ? 1 : o->sp.top_k;
+    gg.after_think = o->chat && o->think;
+    if (gen_grammar_load(&gg, tok, &err)) goto fail;
     if (kv_open_opt(&kv, e, &o->kp, &err)) goto fail;
     out.kv = kv;
 
@@ -335,7 +344,7 @@ static int run_run(const struct run_opts *o) {
     const double t_prefill = gen_now() - t0;
     const struct ms_stream_stats st1 = ms_engine_stream_stats(e);
     double t_decode = 0.0;
-    if (gen_decode(s, smp, tok, o->n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
+    if (gen_decode(s, smp, tok, &gg, o->n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
     if (printf("\n") < 0 || fflush(stdout)) {
         ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
         goto fail;
@@ -383,6 +392,7 @@ done:
     free(segs);
     ms_kv_close(kv);
     ms_sampler_free(smp);
+    gen_grammar_free(&gg);
     ms_session_free(s);
     ms_engine_free(e);
     ms_tokenizer_free(early);

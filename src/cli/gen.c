@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "text/chat_template.h"
+#include "text/json_schema.h"
 #include "util/log.h"
 
 double gen_now(void) {
@@ -206,15 +207,100 @@ void gen_out_free(struct gen_out *o) {
     o->kv = kv;
 }
 
+int gen_grammar_opt(const char *cmd, int c, const char *arg, struct gen_grammar *gg) {
+    if (c < GEN_OPT_GRAMMAR || c > GEN_OPT_JSON_SCHEMA_FILE) return 0;
+    for (int i = 0; i < 4; i++)
+        if (gg->src[i]) {
+            fprintf(stderr, "moestream %s: give one of --grammar, --grammar-file, --json-schema, --json-schema-file\n",
+                    cmd);
+            return -1;
+        }
+    gg->src[c - GEN_OPT_GRAMMAR] = arg;
+    return 1;
+}
+
+static void warn_kw(void *ctx, const char *keyword, const char *where) {
+    (void)ctx;
+    fprintf(stderr, "warning: JSON schema: '%s' at '%s' is not enforced by the grammar\n", keyword, *where ? where : "/");
+}
+
+int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_err *err) {
+    enum { MAX_BYTES = 16 << 20 };
+    struct ms_buf text = {0}, gbnf = {0};
+    json_t *schema = NULL;
+    int rc = -1;
+    const char *what = gg->src[0] ? "--grammar" : gg->src[1] ? "--grammar-file" : gg->src[2] ? "--json-schema"
+                                                                                              : "--json-schema-file";
+    if (!gg->src[0] && !gg->src[1] && !gg->src[2] && !gg->src[3]) return 0;
+    if (gg->src[1] || gg->src[3]) {
+        if (ms_buf_read_file(&text, gg->src[1] ? gg->src[1] : gg->src[3], MAX_BYTES, err)) goto out;
+    } else if (ms_buf_puts(&text, gg->src[0] ? gg->src[0] : gg->src[2])) {
+        ms_err_set(err, "out of memory");
+        goto out;
+    }
+    if (gg->src[2] || gg->src[3]) {
+        json_error_t je;
+        schema = json_loadb(text.p ? text.p : "", text.len, JSON_DECODE_ANY, &je);
+        if (!schema) {
+            ms_err_set(err, "%s: not JSON: %s (line %d, column %d)", what, je.text, je.line, je.column);
+            goto out;
+        }
+        if (ms_json_schema_grammar(schema, &gbnf, warn_kw, NULL, err)) {
+            ms_err_prefix(err, "%s", what);
+            goto out;
+        }
+    } else {
+        gbnf = text;
+        text = (struct ms_buf){0};
+    }
+    if (ms_grammar_parse(&gg->g, gbnf.p ? gbnf.p : "", gbnf.len, err)) {
+        ms_err_prefix(err, "%s", what);
+        goto out;
+    }
+    if (ms_grammar_matcher_new(&gg->m, gg->g, err) || ms_grammar_vocab_new(&gg->v, t, NULL, 0, err)) goto out;
+    rc = 0;
+out:
+    ms_buf_free(&text);
+    ms_buf_free(&gbnf);
+    json_decref(schema);
+    return rc;
+}
+
+void gen_grammar_free(struct gen_grammar *gg) {
+    ms_grammar_matcher_free(gg->m);
+    ms_grammar_vocab_free(gg->v);
+    ms_grammar_free(gg->g);
+    free(gg->masked);
+    gg->m = NULL;
+    gg->v = NULL;
+    gg->g = NULL;
+    gg->masked = NULL;
+}
+
+/* The logits to sample from under gg's grammar: *logits masked into
+ * gg->masked. 1, 0 when only the end is left (the grammar complete, no
+ * token allowed), -1 with err. */
+static int grammar_step(struct gen_grammar *gg, uint32_t n_vocab, int32_t eos, const float **logits, ms_err *err) {
+    if (!gg->masked && !(gg->masked = malloc(n_vocab * sizeof *gg->masked))) return ms_err_set(err, "out of memory");
+    memcpy(gg->masked, *logits, n_vocab * sizeof *gg->masked);
+    const int64_t n = ms_grammar_mask_top(gg->m, gg->v, gg->masked, eos, gg->top_k, err);
+    if (n < 0) return -1;
+    *logits = gg->masked;
+    if (n > 0) return 1;
+    if (ms_grammar_matcher_complete(gg->m)) return 0;
+    return ms_err_set(err, "the grammar allows no token at this point of the output");
+}
+
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
-               int64_t n_max, bool eval_last, volatile sig_atomic_t *stop, FILE *out_f,
-               struct gen_out *out, double *t_decode, ms_err *err) {
+               struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
+               FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err) {
     const double t0 = gen_now();
     const int32_t eos = ms_tokenizer_eos(t);
     /* the thinking markers are shown even where the vocabulary marks them
      * CONTROL, so the reader sees where the reasoning ends */
     const int32_t think = ms_tokenizer_find(t, "<think>", 7);
     const int32_t end_think = ms_tokenizer_find(t, "</think>", 8);
+    bool gr_on = gg && gg->g && !gg->after_think;
     int rc = 0;
     for (int64_t i = 0; i < n_max; i++) {
         if (stop && *stop) {
@@ -238,6 +324,17 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
                 break;
             }
         if (rc) break;
+        if (gr_on) {
+            const int g = grammar_step(gg, V, eos, &logits, err);
+            if (g < 0) {
+                rc = -1;
+                break;
+            }
+            if (g == 0) {
+                out->eos = true;
+                break;
+            }
+        }
         const int32_t tok = ms_sampler_sample(smp, logits);
         if (tok == eos) {
             out->eos = true;
@@ -250,6 +347,11 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
         const char *piece;
         size_t len;
         ms_tokenizer_piece(t, tok, tok == think || tok == end_think, &piece, &len);
+        if (gr_on && ms_grammar_matcher_accept(gg->m, piece, len, err) != 1) {
+            rc = ms_err_set(err, "internal error: a token the grammar refuses was chosen");
+            break;
+        }
+        if (gg && gg->g && tok == end_think) gr_on = true;
         if (fwrite(piece, 1, len, out_f) != len || fflush(out_f)) {
             rc = ms_err_errno(err, errno ? errno : EIO, "cannot write the output");
             break;

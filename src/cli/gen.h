@@ -12,6 +12,7 @@
 
 #include "moestream.h"
 #include "sample/sampler.h"
+#include "text/grammar.h"
 #include "util/parse.h" /* ms_parse_long for the subcommands' own integer options */
 
 /* getopt_long codes of the sampling options (above any short option). */
@@ -65,6 +66,46 @@ int gen_chat_encode_at(const struct ms_tokenizer *t, const char *text,
                        size_t *n, ms_err *err);
 
 
+/* getopt_long codes and help of the structured-output options (`run`). */
+enum { GEN_OPT_GRAMMAR = 1100, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE };
+#define GEN_GRAMMAR_OPTIONS                                                                                 \
+    {"grammar", required_argument, 0, GEN_OPT_GRAMMAR}, {"grammar-file", required_argument, 0, GEN_OPT_GRAMMAR_FILE}, \
+        {"json-schema", required_argument, 0, GEN_OPT_JSON_SCHEMA},                                         \
+        {"json-schema-file", required_argument, 0, GEN_OPT_JSON_SCHEMA_FILE}
+#define GEN_GRAMMAR_HELP                                                                                  \
+    "      --grammar GBNF   the output follows this grammar (GBNF, start rule root)\n"                      \
+    "      --grammar-file F the same, read from file F\n"                                                   \
+    "      --json-schema S  the output is JSON valid under schema S (JSON text)\n"                          \
+    "      --json-schema-file F  the same, read from file F\n"
+
+/*
+ * Structured output for gen_decode: a grammar, its matcher and the
+ * vocabulary index (text/grammar.h). The grammar applies from the first
+ * generated token, or (after_think) from the first token after "</think>",
+ * so a thinking chat turn reasons freely and answers in the format.
+ */
+struct gen_grammar {
+    const char *src[4];          /* the option values, by GEN_OPT_* - GEN_OPT_GRAMMAR (one set at most) */
+    struct ms_grammar *g;        /* NULL: no grammar */
+    struct ms_grammar_vocab *v;
+    struct ms_grammar_matcher *m;
+    int32_t top_k;               /* the sampler keeps at most this many first (1 greedy, 0 no limit) */
+    bool after_think;
+    float *masked;               /* scratch: the masked logits */
+};
+
+/* Handles one structured-output option c (argument arg) into *gg. 1 when c
+ * was one, 0 when not, -1 (after printing "moestream <cmd>: ...") when a
+ * second one is given. */
+int gen_grammar_opt(const char *cmd, int c, const char *arg, struct gen_grammar *gg);
+/* Builds the grammar the options name (reading the file, converting the
+ * schema), its matcher and the index of t's vocabulary; nothing when no
+ * option was given. Schema keywords the grammar cannot enforce are
+ * listed on stderr. Errors: a file that cannot be read, JSON that does
+ * not parse, a schema or grammar that cannot be used, OOM. */
+int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_err *err);
+void gen_grammar_free(struct gen_grammar *gg);
+
 /* The tokens a decode produced (not counting a final end-of-sentence). */
 struct gen_out {
     struct ms_kvstore *kv; /* input: NULL, or the store that gets continued checkpoints */
@@ -85,13 +126,17 @@ struct gen_out {
  * evaluated, not stored), when *stop becomes non-zero, or when the context is
  * full. With out->kv set, a continued checkpoint is saved whenever an eval
  * crosses the store's interval. *t_decode receives the seconds spent.
- * Errors: an eval failure, OOM,
+ * With gg (may be NULL; loaded by gen_grammar_load) each token is drawn
+ * from what its grammar allows, and EOS only once the grammar is
+ * complete; a grammar complete with nothing more allowed ends the output
+ * as EOS does. Errors: an eval failure, OOM,
  * non-finite logits (NaN or infinity anywhere in the distribution to sample:
- * corrupt weights; nothing is sampled from them).
+ * corrupt weights; nothing is sampled from them), a grammar that allows
+ * no token before it is complete.
  */
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
-               int64_t n_max, bool eval_last, volatile sig_atomic_t *stop, FILE *out_f,
-               struct gen_out *out, double *t_decode, ms_err *err);
+               struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
+               FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err);
 void gen_out_free(struct gen_out *o);
 
 #endif

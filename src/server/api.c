@@ -21,6 +21,7 @@
 
 #include "server/conv.h"
 #include "server/internal.h"
+#include "text/grammar.h"
 
 /* ---- small helpers ---- */
 
@@ -556,6 +557,7 @@ void job_release(struct job *j) {
     free(j->plain);
     free(j->stop_seq);
     free(j->force_call);
+    ms_grammar_free(j->grammar);
     free(j->error);
     free(j->body);
     ms_buf_free(&j->reasoning);
@@ -689,7 +691,9 @@ static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e
         http_fail(e, 400, "'response_format' must be an object");
         goto bad;
     }
-    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e) ||
+        structured_from_format(j, cm.response_format, "response_format", e) || structured_from_fields(j, req, e))
+        goto bad;
     conv_free(&c);
     return j;
 bad:
@@ -763,6 +767,14 @@ static int prompt_ids(struct server *sv, struct job *j, const json_t *p, struct 
     return 0;
 }
 
+/* A completion's structured output: llama.cpp's "grammar" / "json_schema",
+ * or a response_format as vLLM takes it there. */
+static int completions_format(const json_t *req, struct job *j, struct http_err *e) {
+    const json_t *rf = json_object_get(req, "response_format");
+    if (rf && !json_is_null(rf) && !json_is_object(rf)) return http_fail(e, 400, "'response_format' must be an object");
+    return structured_from_format(j, rf, "response_format", e) || structured_from_fields(j, req, e) ? -1 : 0;
+}
+
 static struct job *parse_completions(struct server *sv, json_t *req, struct http_err *e) {
     struct job *j = job_new(sv, API_COMPLETIONS, req);
     int64_t max_tokens = 16, n = 1;
@@ -776,7 +788,7 @@ static struct job *parse_completions(struct server *sv, json_t *req, struct http
         get_bool(req, "echo", &j->echo, e) || get_int(req, "max_tokens", 0, INT32_MAX, &max_tokens, e) ||
         (json_is_object(so) && get_bool(so, "include_usage", &j->include_usage, e)) ||
         get_int(req, "logprobs", 0, LP_TOP_MAX, &lp, e) || parse_sampling(req, j, e) ||
-        parse_stop(req, "stop", j, e))
+        parse_stop(req, "stop", j, e) || completions_format(req, j, e))
         goto bad;
     j->logprobs = (int)lp;
     j->prompt_lp = j->echo && lp >= 0;
@@ -979,7 +991,9 @@ static struct job *parse_messages(struct server *sv, json_t *req, struct http_er
         parse_stop(req, "stop_sequences", j, e) || parse_anthropic(sv, req, &c, &cm, e))
         goto bad;
     j->sp.temp = json_is_number(json_object_get(req, "temperature")) ? j->sp.temp : 1.0f;
-    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e) ||
+        structured_from_format(j, cm.response_format, "output_config.format", e))
+        goto bad;
     conv_free(&c);
     return j;
 bad:
@@ -1140,7 +1154,9 @@ static struct job *parse_responses(struct server *sv, json_t *req, struct http_e
         parse_responses_input(req, &c, e) || tools_parse(req, API_RESPONSES, &c, e) ||
         responses_text_format(req, &cm, e) || parse_responses_logprobs(req, j, e))
         goto bad;
-    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e)) goto bad;
+    if (build_prompt(sv, j, &c, &cm, e) || check_ctx(sv, j, max_tokens, e) ||
+        structured_from_format(j, cm.response_format, "text.format", e))
+        goto bad;
     conv_free(&c);
     return j;
 bad:

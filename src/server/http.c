@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "server/internal.h"
+#include "text/grammar.h"
 #include "util/log.h"
 
 #if MHD_VERSION < 0x00097002
@@ -664,6 +665,7 @@ out:
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);
     ms_buf_free(&sv->live);
+    ms_grammar_vocab_free(sv->gvocab);
     free(sv->queue);
     replay_close(sv);
     free(sv);

@@ -41,6 +41,8 @@ int http_fail(struct http_err *e, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 struct tool_rec; /* a recorded tool call (formatters) */
+struct ms_grammar;
+struct ms_grammar_vocab;
 
 struct job {
     enum api_kind kind;
@@ -68,6 +70,9 @@ struct job {
     bool thinking;      /* the prompt ended in "<think>" */
     bool parse_output;  /* reasoning/DSML parsing (not for /v1/completions) */
     bool has_tools;
+    /* structured output (structured.c): the grammar the answer follows
+     * (with a tool-call alternative when has_tools); NULL: free text */
+    struct ms_grammar *grammar;
     /* the tools the model sees under another name or shape (NULL: none):
      * rendered name -> {"name", "namespace" (absent: none), "custom"
      * (true: a free-form tool, its one "input" string goes back as text)} */
@@ -208,6 +213,9 @@ struct server {
     /* worker-only: states kept in memory beside the live one (--kv-ram-mb) */
     struct parked pk;
     bool live_called;       /* the live session's last turn ended in a tool call */
+    /* worker-only: the vocabulary index of structured output, made by the
+     * first request that needs it (NULL before) */
+    struct ms_grammar_vocab *gvocab;
 };
 
 /* ---- api.c: request parsing and response formatting ---- */
@@ -224,6 +232,21 @@ int64_t api_count_tokens(struct server *sv, json_t *req, struct http_err *e);
  * malloc'd (NULL when nothing is left). Errors: tokenizer failures, OOM. */
 int api_tokenize_from(struct server *sv, const struct job *j, size_t from, int32_t **ids,
                       size_t *n, ms_err *err);
+/* ---- structured.c: structured output ---- */
+
+/* From a response format object fmt (may be NULL: nothing to do): type
+ * "text" is free text; "json_object" any JSON object (or fmt.schema when
+ * given); "json_schema" the schema at fmt.json_schema.schema (OpenAI chat)
+ * or fmt.schema (Responses, Anthropic), any object when absent. Sets
+ * j->grammar, with a tool-call alternative when j->has_tools (so call it
+ * after the tools are parsed). field names fmt in errors. 0, or -1 with
+ * *e (400: an unknown type, a schema or grammar that cannot be used). */
+int structured_from_format(struct job *j, const json_t *fmt, const char *field, struct http_err *e);
+/* From llama.cpp's request fields "grammar" (GBNF text) and "json_schema"
+ * (a schema): at most one of them, and not with a response format. 0, or
+ * -1 with *e. */
+int structured_from_fields(struct job *j, const json_t *req, struct http_err *e);
+
 /* The error body of API k (malloc'd JSON). */
 char *api_error_body(enum api_kind k, const struct http_err *e);
 

@@ -30,6 +30,7 @@
 
 #include "server/internal.h"
 #include "text/dsml.h"
+#include "text/grammar.h"
 #include "text/utf8.h"
 
 double now_s(void) {
@@ -756,6 +757,60 @@ static void written_free(struct written *w) {
     free(w->closing);
 }
 
+/* Whether tok is one of DeepSeek V4's DSML marker tokens (a control token
+ * whose text names DSML). */
+static bool dsml_token(const struct server *sv, int32_t tok) {
+    if (ms_tokenizer_token_type(sv->tok, tok) != MS_TOKEN_CONTROL) return false;
+    const char *p;
+    size_t n;
+    ms_tokenizer_piece(sv->tok, tok, true, &p, &n);
+    return memmem(p, n, "DSML", 4) != NULL;
+}
+
+/* The vocabulary index of structured output, made once: the DSML marker
+ * tokens are text to it, so a grammar can let a tool-call block start. */
+static int grammar_vocab(struct server *sv, ms_err *err) {
+    if (sv->gvocab) return 0;
+    const uint32_t n = ms_tokenizer_n_vocab(sv->tok);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) return ms_err_set(err, "out of memory");
+    size_t k = 0;
+    for (uint32_t id = 0; id < n; id++)
+        if (dsml_token(sv, (int32_t)id)) ids[k++] = (int32_t)id;
+    const int rc = ms_grammar_vocab_new(&sv->gvocab, sv->tok, ids, k, err);
+    free(ids);
+    return rc;
+}
+
+/*
+ * Structured output's part of a decode step: restricts logits (copied into
+ * *masked) to what j's grammar allows next. The sampler keeps at most k
+ * tokens first (1 when greedy, top_k), so ms_grammar_mask_top checks only
+ * those where it can. The DSML markers stay allowed only where a request
+ * with tools may call one. 1: *logits now points at the masked copy; 0:
+ * nothing is allowed and the grammar is complete (the answer ends); -1
+ * with err.
+ */
+static int constrain_step(struct server *sv, const struct job *j, struct ms_grammar_matcher *gm, const float **logits,
+                          float **masked, ms_err *err) {
+    const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
+    if (!*masked && !(*masked = malloc(n_vocab * sizeof **masked))) return ms_err_set(err, "out of memory");
+    if (*logits != *masked) memcpy(*masked, *logits, n_vocab * sizeof **masked);
+    const int32_t k = j->sp.temp <= 0 ? 1 : j->sp.top_k;
+    int64_t n = ms_grammar_mask_top(gm, sv->gvocab, *masked, sv->eos, k, err);
+    if (n < 0) return -1;
+    if (!j->has_tools)
+        for (size_t v = 0; v < n_vocab; v++)
+            if (!isinf((*masked)[v]) && (int32_t)v != sv->eos && dsml_token(sv, (int32_t)v)) {
+                (*masked)[v] = -INFINITY;
+                n--;
+            }
+    *logits = *masked;
+    if (n > 0) return 1;
+    if (ms_grammar_matcher_complete(gm)) return 0;
+    return ms_err_set(err, "the response format allows no token at this point of the answer");
+}
+
 static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
@@ -806,6 +861,22 @@ static void run_job(struct server *sv, struct job *j) {
     }
     struct gen g = {.sv = sv, .j = j};
     if (j->parse_output) ms_dsml_init(&g.parser, j->thinking, on_dsml, &g);
+    /* structured output: the matcher of j's grammar, applied to the answer
+     * (the whole output of a completion) until a tool-call block opens or
+     * a token is forced */
+    struct ms_grammar_matcher *gm = NULL;
+    bool gm_on = false;
+    if (j->grammar && sv->o.n_scripted == 0) {
+        if (grammar_vocab(sv, &err) || ms_grammar_matcher_new(&gm, j->grammar, &err)) {
+            j->error = strdup(err.msg);
+            j->finish = "error";
+            ms_sampler_free(smp);
+            if (j->parse_output) ms_dsml_free(&g.parser);
+            fmt_end(sv, j);
+            return;
+        }
+        gm_on = true;
+    }
     int32_t *script = NULL;
     size_t n_script = 0, i_script = 0;
     if (sv->o.n_scripted > 0) {
@@ -862,6 +933,17 @@ static void run_job(struct server *sv, struct job *j) {
             }
         }
         int32_t tok = written_next(&wr, g.close_block);
+        if (tok >= 0) gm_on = false; /* a forced tool call: the grammar is for an answer */
+        const bool constrain = gm_on && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE);
+        if (tok < 0 && constrain) {
+            const int rc = constrain_step(sv, j, gm, &logits, &masked, &err);
+            if (rc < 0) {
+                j->finish = "error";
+                j->error = strdup(err.msg);
+                break;
+            }
+            if (rc == 0) tok = sv->eos;
+        }
         if (tok < 0) tok = sv->o.n_scripted > 0 ? (i_script < n_script ? script[i_script++] : sv->eos)
                                                 : ms_sampler_sample(smp, logits);
         /* the turn would end before a forced call: it is written instead */
@@ -875,6 +957,17 @@ static void run_job(struct server *sv, struct job *j) {
         const char *piece, *shown;
         size_t plen, slen;
         ms_tokenizer_piece(sv->tok, tok, true, &piece, &plen);
+        if (constrain) {
+            /* the piece the mask allowed moves the matcher (once a
+             * tool-call block's opening tag is through, the DSML parser
+             * leaves the answer state and the grammar is not applied) */
+            const int rc = ms_grammar_matcher_accept(gm, piece, plen, &err);
+            if (rc <= 0) {
+                j->finish = "error";
+                j->error = strdup(rc < 0 ? err.msg : "internal error: a token the response format refuses was chosen");
+                break;
+            }
+        }
         /* control tokens other than the thinking and DSML markers are not
          * text (their bytes still go into the live text below) */
         shown = piece;
@@ -939,6 +1032,7 @@ static void run_job(struct server *sv, struct job *j) {
     kv_publish(sv);
     free(script);
     written_free(&wr);
+    ms_grammar_matcher_free(gm);
     free(masked);
     ms_buf_free(&g.text);
     ms_buf_free(&g.sig);

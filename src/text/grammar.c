@@ -464,22 +464,56 @@ static int parse_rules(struct parser *ps) {
 
 /* ---- checks and layout ---- */
 
-/* Left recursion: a rule that reaches itself through rule references at
- * the start of alternatives, passing only over rules that can match the
- * empty text. Nullable rules first (a fixed point), then a depth-first
- * search over "can start with" edges. */
+/*
+ * Left recursion. Expanding a rule reference at the start of an
+ * alternative, and the references after rules that can match the empty
+ * text, happens before any character is read: these "start" edges form a
+ * graph between rules. A cycle in it loops the matcher's expansion, with
+ * one exception: an edge from the last element of its alternative (a
+ * tail call) pushes nothing, so going round a cycle made only of those
+ * comes back to the very same (position, stack), which the matcher
+ * notices and skips. That cycle is what "x*" becomes when x can match the
+ * empty text (R ::= x R |). So: strongly connected components of the start
+ * graph (Tarjan's algorithm, iterative), then any non-tail edge inside a
+ * component is left recursion; any tail edge inside one sets
+ * g->tail_cycles, which turns the matcher's check on.
+ */
+struct start_edge {
+    uint32_t from, to;
+    bool tail;
+};
+
+static int start_edges(const struct ms_grammar *g, const bool *nullable, struct start_edge **out, uint32_t *n_out) {
+    uint32_t n = 0, cap = 0;
+    struct start_edge *v = NULL;
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        for (uint32_t a = 0; a < g->rules[r].n_alt; a++)
+            for (const struct gr_elem *e = g->elems + g->alt_start[g->rules[r].first_alt + a]; e->type == GR_RULE; e++) {
+                if (grow((void **)&v, &cap, n + 1, sizeof *v)) {
+                    free(v);
+                    return -1;
+                }
+                v[n++] = (struct start_edge){r, e->val, e[1].type == GR_END};
+                if (!nullable[e->val]) break;
+            }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
 static int check_left_recursion(struct ms_grammar *g, ms_err *err) {
-    bool *nullable = calloc(g->n_rules, sizeof *nullable);
-    uint8_t *color = calloc(g->n_rules, 1);
-    uint32_t *stack = malloc((size_t)g->n_rules * 2 * sizeof *stack);
+    const uint32_t R = g->n_rules;
+    bool *nullable = calloc(R, sizeof *nullable), *on_stack = calloc(R, sizeof *on_stack);
+    uint32_t *first = calloc((size_t)R + 1, sizeof *first), *adj = NULL, *index = malloc(R * sizeof *index),
+             *low = malloc(R * sizeof *low), *comp = malloc(R * sizeof *comp), *stack = malloc(R * sizeof *stack),
+             *call = malloc((size_t)R * 2 * sizeof *call);
+    struct start_edge *edges = NULL;
+    uint32_t n_edges = 0;
     int rc = -1;
-    if (!nullable || !color || !stack) {
-        ms_err_set(err, "grammar: out of memory");
-        goto out;
-    }
+    if (!nullable || !on_stack || !first || !index || !low || !comp || !stack || !call) goto oom;
     for (bool changed = true; changed;) {
         changed = false;
-        for (uint32_t r = 0; r < g->n_rules; r++) {
+        for (uint32_t r = 0; r < R; r++) {
             if (nullable[r]) continue;
             for (uint32_t a = 0; a < g->rules[r].n_alt && !nullable[r]; a++) {
                 const struct gr_elem *e = g->elems + g->alt_start[g->rules[r].first_alt + a];
@@ -488,54 +522,76 @@ static int check_left_recursion(struct ms_grammar *g, ms_err *err) {
             }
         }
     }
-    /* iterative DFS; stack holds (rule, next alternative-element cursor) */
-    for (uint32_t root = 0; root < g->n_rules; root++) {
-        if (color[root]) continue;
-        uint32_t sp = 0;
+    if (start_edges(g, nullable, &edges, &n_edges)) goto oom;
+    /* adjacency in CSR form */
+    if (!(adj = malloc(((size_t)n_edges + 1) * sizeof *adj))) goto oom;
+    for (uint32_t i = 0; i < n_edges; i++) first[edges[i].from + 1]++;
+    for (uint32_t r = 0; r < R; r++) first[r + 1] += first[r];
+    for (uint32_t i = 0, *fill = call; i < R; i++) fill[i] = first[i];
+    for (uint32_t i = 0; i < n_edges; i++) adj[call[edges[i].from]++] = edges[i].to;
+    /* Tarjan: call[] holds (rule, next edge) frames */
+    uint32_t next_index = 0, sp = 0, n_comp = 0;
+    for (uint32_t r = 0; r < R; r++) index[r] = UINT32_MAX;
+    for (uint32_t root = 0; root < R; root++) {
+        if (index[root] != UINT32_MAX) continue;
+        uint32_t fp = 0;
+        call[fp++] = root;
+        call[fp++] = first[root];
+        index[root] = low[root] = next_index++;
         stack[sp++] = root;
-        stack[sp++] = 0;
-        color[root] = 1;
-        while (sp) {
-            const uint32_t r = stack[sp - 2];
-            uint32_t *cur = &stack[sp - 1];
-            /* the cursor walks (alternative, element) pairs flattened:
-             * every element that starts its alternative or follows only
-             * nullable rules is an edge */
-            bool pushed = false;
-            while (*cur < g->rules[r].n_alt && !pushed) {
-                const struct gr_elem *e = g->elems + g->alt_start[g->rules[r].first_alt + *cur];
-                (*cur)++;
-                for (; e->type == GR_RULE; e++) {
-                    const uint32_t t = e->val;
-                    if (color[t] == 1) {
-                        rc = ms_err_set(err, "grammar: rule '%s' is left-recursive (it can reach itself before "
-                                        "matching any character)", g->rules[t].name);
-                        goto out;
-                    }
-                    if (color[t] == 0) {
-                        color[t] = 1;
-                        stack[sp++] = t;
-                        stack[sp++] = 0;
-                        pushed = true;
-                        /* the rest of this alternative is looked at when t
-                         * is done: rewind the cursor to it */
-                        (*cur)--;
-                        break;
-                    }
-                    if (!nullable[t]) break;
+        on_stack[root] = true;
+        while (fp) {
+            const uint32_t v = call[fp - 2];
+            if (call[fp - 1] < first[v + 1]) {
+                const uint32_t w = adj[call[fp - 1]++];
+                if (index[w] == UINT32_MAX) {
+                    index[w] = low[w] = next_index++;
+                    stack[sp++] = w;
+                    on_stack[w] = true;
+                    call[fp++] = w;
+                    call[fp++] = first[w];
+                } else if (on_stack[w] && index[w] < low[v]) {
+                    low[v] = index[w];
                 }
+                continue;
             }
-            if (!pushed) {
-                color[r] = 2;
-                sp -= 2;
+            fp -= 2;
+            if (fp && low[v] < low[call[fp - 2]]) low[call[fp - 2]] = low[v];
+            if (low[v] == index[v]) {
+                uint32_t w;
+                do {
+                    w = stack[--sp];
+                    on_stack[w] = false;
+                    comp[w] = n_comp;
+                } while (w != v);
+                n_comp++;
             }
         }
     }
+    for (uint32_t i = 0; i < n_edges; i++) {
+        if (comp[edges[i].from] != comp[edges[i].to]) continue;
+        if (!edges[i].tail) {
+            rc = ms_err_set(err, "grammar: rule '%s' is left-recursive (it can reach itself before matching any "
+                            "character)", g->rules[edges[i].to].name);
+            goto out;
+        }
+        g->tail_cycles = true;
+    }
     rc = 0;
+    goto out;
+oom:
+    ms_err_set(err, "grammar: out of memory");
 out:
     free(nullable);
-    free(color);
+    free(on_stack);
+    free(first);
+    free(adj);
+    free(index);
+    free(low);
+    free(comp);
     free(stack);
+    free(call);
+    free(edges);
     return rc;
 }
 
@@ -590,6 +646,10 @@ static int layout(struct parser *ps, struct ms_grammar *g, uint32_t root) {
 }
 
 int ms_grammar_parse(struct ms_grammar **out, const char *src, size_t len, ms_err *err) {
+    return ms_grammar_parse_root(out, src, len, "root", err);
+}
+
+int ms_grammar_parse_root(struct ms_grammar **out, const char *src, size_t len, const char *root_name, ms_err *err) {
     *out = NULL;
     struct parser ps = {.s = src, .p = src, .end = src + len, .err = err};
     struct ms_grammar *g = calloc(1, sizeof *g);
@@ -601,10 +661,10 @@ int ms_grammar_parse(struct ms_grammar **out, const char *src, size_t len, ms_er
             ms_err_set(err, "grammar: rule '%s' is used but never defined", ps.rules[i].name);
             goto fail;
         }
-        if (!strcmp(ps.rules[i].name, "root")) root = i;
+        if (!strcmp(ps.rules[i].name, root_name)) root = i;
     }
     if (root < 0) {
-        ms_err_set(err, "grammar: no 'root' rule");
+        ms_err_set(err, "grammar: no '%s' rule", root_name);
         goto fail;
     }
     if (layout(&ps, g, (uint32_t)root)) goto fail;

@@ -59,6 +59,9 @@ struct ms_grammar;
  * (ms_grammar_free).
  */
 int ms_grammar_parse(struct ms_grammar **out, const char *src, size_t len, ms_err *err);
+/* As ms_grammar_parse with the start rule named root (a wrapper that adds
+ * alternatives around a client's grammar starts at a rule of its own). */
+int ms_grammar_parse_root(struct ms_grammar **out, const char *src, size_t len, const char *root, ms_err *err);
 void ms_grammar_free(struct ms_grammar *g);
 
 struct ms_grammar_matcher;
@@ -99,11 +102,16 @@ int ms_grammar_match(const struct ms_grammar *g, const char *text, size_t n, ms_
  */
 struct ms_grammar_vocab;
 
-/* Index of t's vocabulary (t must outlive it). Only NORMAL, BYTE and
+/* Index of t's vocabulary (t must outlive it). NORMAL, BYTE and
  * USER_DEFINED tokens with a non-empty piece are text a grammar can
- * allow; the others (control tokens such as EOS) are the caller's to
- * allow or not. Errors: OOM. */
-int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenizer *t, ms_err *err);
+ * allow, and so are the n_special tokens special[] (control tokens, by
+ * their text: DeepSeek V4's tool-call marker, which a grammar may allow
+ * where a tool call can start); the others (EOS and the remaining control
+ * tokens) are never allowed, except EOS as ms_grammar_mask says. Feed a
+ * special token's text (ms_tokenizer_piece with special true) to the
+ * matcher when one is chosen. Errors: OOM. */
+int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenizer *t, const int32_t *special,
+                         size_t n_special, ms_err *err);
 void ms_grammar_vocab_free(struct ms_grammar_vocab *v);
 
 /*

@@ -48,6 +48,10 @@ struct ms_grammar {
     struct gr_class *classes;
     uint32_t n_classes;
     struct gr_range *ranges;
+    /* a cycle of tail-call references that matches nothing (x* with x
+     * nullable): the matcher must notice when an expansion comes back to
+     * where it was (grammar.c's left-recursion check says why) */
+    bool tail_cycles;
 };
 
 /* Whether class c matches code point cp. */

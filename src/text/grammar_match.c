@@ -65,6 +65,10 @@ struct ms_grammar_matcher {
     uint32_t cap_depth;
     uint32_t compact_at; /* node count at which to compact next */
     uint32_t *work; /* expansion work list: (pos, tail, node) triples */
+    /* grammars with tail cycles: the (rule reference, tail) pairs one
+     * expansion has entered, stamped with the expansion's number */
+    struct seen { uint32_t pos, tail, stamp; } *seen;
+    uint32_t cap_seen, n_seen, stamp;
     uint32_t cap_work;
     ms_err *err; /* where the current operation reports */
 };
@@ -115,9 +119,43 @@ static int add_stack(struct ms_grammar_matcher *m, uint32_t off, uint32_t s) {
  * top is a class, added to the set at sets[off..). node, when not 0, is an
  * existing node (pos, tail) that can be reused as it is.
  */
+/* Whether this expansion has entered the reference at pos with stack tail
+ * below before (then it would only repeat itself); marks it entered. A
+ * table with linear probing, kept at most half full. */
+static int seen_before(struct ms_grammar_matcher *m, uint32_t pos, uint32_t tail) {
+    if (2 * (m->n_seen + 1) > m->cap_seen) {
+        const uint32_t cap = m->cap_seen ? 2 * m->cap_seen : 256;
+        struct seen *t = calloc(cap, sizeof *t);
+        if (!t) return oom(m);
+        for (uint32_t i = 0; i < m->cap_seen; i++) {
+            const struct seen e = m->seen[i];
+            if (e.stamp != m->stamp) continue;
+            uint32_t h = (e.pos * 2654435761u ^ e.tail * 40503u) & (cap - 1);
+            while (t[h].stamp == m->stamp) h = (h + 1) & (cap - 1);
+            t[h] = e;
+        }
+        free(m->seen);
+        m->seen = t;
+        m->cap_seen = cap;
+    }
+    uint32_t h = (pos * 2654435761u ^ tail * 40503u) & (m->cap_seen - 1);
+    for (; m->seen[h].stamp == m->stamp; h = (h + 1) & (m->cap_seen - 1))
+        if (m->seen[h].pos == pos && m->seen[h].tail == tail) return 1;
+    m->seen[h] = (struct seen){pos, tail, m->stamp};
+    m->n_seen++;
+    return 0;
+}
+
 static int expand(struct ms_grammar_matcher *m, uint32_t off, uint32_t pos, uint32_t tail, uint32_t node) {
     const struct ms_grammar *g = m->g;
     uint32_t n_work = 0, steps = 0;
+    if (g->tail_cycles) { /* a new stamp empties the table */
+        if (++m->stamp == 0) {
+            memset(m->seen, 0, (size_t)m->cap_seen * sizeof *m->seen);
+            m->stamp = 1;
+        }
+        m->n_seen = 0;
+    }
 #define PUSH_WORK(p_, t_, n_)                                                                              \
     do {                                                                                                   \
         if (grow((void **)&m->work, &m->cap_work, (uint64_t)n_work + 3, sizeof *m->work)) return oom(m); \
@@ -146,6 +184,11 @@ static int expand(struct ms_grammar_matcher *m, uint32_t off, uint32_t pos, uint
                 PUSH_WORK(m->nodes[tail].pos, m->nodes[tail].next, tail);
             }
         } else {
+            if (g->tail_cycles) {
+                const int seen = seen_before(m, pos, tail);
+                if (seen < 0) return -1;
+                if (seen) continue;
+            }
             uint32_t cont = tail;
             if (g->elems[pos + 1].type != GR_END) {
                 const int64_t k = new_node(m, pos + 1, tail);
@@ -316,6 +359,7 @@ void ms_grammar_matcher_free(struct ms_grammar_matcher *m) {
     free(m->sets);
     free(m->depth);
     free(m->work);
+    free(m->seen);
     free(m);
 }
 
@@ -376,7 +420,7 @@ struct ms_grammar_vocab {
     uint32_t n_vocab;
     int32_t *order;   /* text tokens sorted by piece */
     uint32_t *lcp;    /* bytes order[i]'s piece shares with order[i - 1]'s */
-    uint8_t *is_text; /* per id: a token a grammar can allow */
+    uint8_t *is_text; /* per id: 0 never allowed, 1 text, 2 a special token read as its text */
     uint32_t n_text;  /* entries of order */
     uint32_t max_len; /* the longest piece */
 };
@@ -400,7 +444,8 @@ static bool is_text_token(const struct ms_tokenizer *t, int32_t id) {
     return ty == MS_TOKEN_NORMAL || ty == MS_TOKEN_BYTE || ty == MS_TOKEN_USER_DEFINED;
 }
 
-int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenizer *t, ms_err *err) {
+int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenizer *t, const int32_t *special,
+                         size_t n_special, ms_err *err) {
     *out = NULL;
     struct ms_grammar_vocab *v = calloc(1, sizeof *v);
     const uint32_t n = ms_tokenizer_n_vocab(t);
@@ -416,11 +461,16 @@ int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenize
         ms_grammar_vocab_free(v);
         return ms_err_set(err, "grammar: out of memory");
     }
+    for (size_t i = 0; i < n_special; i++)
+        if (special[i] >= 0 && (uint32_t)special[i] < n) v->is_text[special[i]] = 2;
     for (uint32_t id = 0; id < n; id++) {
         struct piece_ref r = {.id = (int32_t)id};
-        ms_tokenizer_piece(t, r.id, false, &r.p, &r.len);
-        if (!is_text_token(t, r.id) || r.len == 0) continue;
-        v->is_text[id] = 1;
+        ms_tokenizer_piece(t, r.id, v->is_text[id] == 2, &r.p, &r.len);
+        if ((v->is_text[id] != 2 && !is_text_token(t, r.id)) || r.len == 0) {
+            v->is_text[id] = 0;
+            continue;
+        }
+        v->is_text[id] = v->is_text[id] ? v->is_text[id] : 1;
         refs[v->n_text++] = r;
         if (r.len > v->max_len) v->max_len = (uint32_t)r.len;
     }
@@ -461,7 +511,7 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
         dead = 0;
         const char *p;
         size_t len;
-        ms_tokenizer_piece(v->tok, id, false, &p, &len);
+        ms_tokenizer_piece(v->tok, id, v->is_text[id] == 2, &p, &len);
         uint32_t d = v->lcp[i] < valid ? v->lcp[i] : valid;
         m->n_nodes = m->depth[d].nodes_end;
         m->n_sets = m->depth[d].sets_end;
@@ -568,7 +618,7 @@ int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_gramma
         } else if (v->is_text[id]) {
             const char *p;
             size_t len;
-            ms_tokenizer_piece(v->tok, id, false, &p, &len);
+            ms_tokenizer_piece(v->tok, id, v->is_text[id] == 2, &p, &len);
             ok = allows(m, p, len);
             if (ok < 0) {
                 free(h);
