@@ -6,7 +6,7 @@ DEMO_MODEL  ?= models/demo.gguf
 FUZZ_SECONDS ?= 600
 ORACLE_DIR  ?= $(HOME)/.cache/moestream/oracle
 
-.PHONY: all deps build build-release demo test test-asan test-clang fuzz fuzz-server fuzz-smoke oracle clean
+.PHONY: all deps build build-release demo test test-asan test-clang fuzz fuzz-server fuzz-grammar fuzz-smoke oracle clean
 
 all: build
 
@@ -70,9 +70,19 @@ build-fuzz/fuzz_server: deps
 fuzz-server: build-fuzz/fuzz_server
 	FUZZ_CORPUS=tests/fuzz/corpus_server scripts/fuzz.sh build-fuzz/fuzz_server $(FUZZ_SECONDS)
 
-# Bounded run used by CI.
-fuzz-smoke: build-fuzz/fuzz_gguf
+build-fuzz/fuzz_grammar: deps
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_grammar
+
+# libFuzzer on the GBNF parser and matcher and the JSON Schema converter:
+# make fuzz-grammar FUZZ_SECONDS=600
+fuzz-grammar: build-fuzz/fuzz_grammar
+	FUZZ_CORPUS=tests/fuzz/corpus_grammar scripts/fuzz.sh build-fuzz/fuzz_grammar $(FUZZ_SECONDS)
+
+# Bounded runs used by CI.
+fuzz-smoke: build-fuzz/fuzz_gguf build-fuzz/fuzz_grammar
 	scripts/fuzz.sh build-fuzz/fuzz_gguf 45
+	FUZZ_CORPUS=tests/fuzz/corpus_grammar scripts/fuzz.sh build-fuzz/fuzz_grammar 30
 
 # Live llama.cpp check (downloads node-llama-cpp, ~1 GB, into ORACLE_DIR).
 oracle: build

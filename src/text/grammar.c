@@ -171,9 +171,9 @@ static int cmp_range(const void *a, const void *b) {
 
 /* Closes the class whose ranges start at ranges[first]: sorted, merged. */
 static int end_class(struct parser *ps, uint32_t first, bool negated, uint32_t *id) {
-    struct gr_range *r = ps->ranges + first;
     uint32_t n = ps->n_ranges - first, m = 0;
-    qsort(r, n, sizeof *r, cmp_range);
+    struct gr_range *r = n ? ps->ranges + first : NULL;
+    if (n) qsort(r, n, sizeof *r, cmp_range);
     for (uint32_t i = 0; i < n; i++) {
         if (m > 0 && r[i].lo <= r[m - 1].hi + 1) {
             if (r[i].hi > r[m - 1].hi) r[m - 1].hi = r[i].hi;
@@ -595,6 +595,32 @@ out:
     return rc;
 }
 
+/* Whether the start rule derives some text at all: rules are productive
+ * when one of their alternatives holds only classes and productive rules
+ * (a fixed point). "root ::= a, a ::= root" parses (a cycle of tail
+ * calls) but matches nothing, which is a mistake worth a clear error. */
+static int check_productive(const struct ms_grammar *g, ms_err *err) {
+    bool *prod = calloc(g->n_rules, sizeof *prod);
+    if (!prod) return ms_err_set(err, "grammar: out of memory");
+    for (bool changed = true; changed && !prod[0];) {
+        changed = false;
+        for (uint32_t r = 0; r < g->n_rules; r++) {
+            if (prod[r]) continue;
+            for (uint32_t a = 0; a < g->rules[r].n_alt && !prod[r]; a++) {
+                const struct gr_elem *e = g->elems + g->alt_start[g->rules[r].first_alt + a];
+                while (e->type == GR_CLASS || (e->type == GR_RULE && prod[e->val])) e++;
+                if (e->type == GR_END) prod[r] = changed = true;
+            }
+        }
+    }
+    const bool ok = prod[0];
+    free(prod);
+    if (!ok)
+        return ms_err_set(err, "grammar: rule '%s' matches no text (each of its alternatives needs itself)",
+                          g->rules[0].name);
+    return 0;
+}
+
 static void free_parser(struct parser *ps) {
     for (uint32_t i = 0; i < ps->n_rules; i++) {
         free(ps->rules[i].name);
@@ -673,7 +699,7 @@ int ms_grammar_parse_root(struct ms_grammar **out, const char *src, size_t len, 
     g->ranges = ps.ranges;
     ps.classes = NULL;
     ps.ranges = NULL;
-    if (check_left_recursion(g, err)) goto fail;
+    if (check_left_recursion(g, err) || check_productive(g, err)) goto fail;
     free_parser(&ps);
     *out = g;
     return 0;

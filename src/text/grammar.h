@@ -22,10 +22,13 @@
  * (the text is UTF-8); classes compare code points.
  *
  * Left recursion (a rule that can reach itself before matching any
- * character) is refused at parse time, since a matcher would never settle
- * on it; every other context-free grammar is accepted.
+ * character, with something left to match after the return) is refused at
+ * parse time, since a matcher would never settle on it; so is a start
+ * rule that matches no text at all. Every other context-free grammar is
+ * accepted, including repeats of what can match nothing ("x"?)* and
+ * rules that call each other as their last element.
  *
- * The matcher is an Earley-free pushdown recogniser in the manner of
+ * The matcher is a pushdown recogniser in the manner of
  * llama.cpp's llama-grammar: its state is a set of stacks of positions
  * inside rule bodies, each stack's top a character class; a code point
  * advances every stack whose top matches it. Bytes are fed as they come
@@ -54,7 +57,8 @@ struct ms_grammar;
  * Parses GBNF text src[0..len) (UTF-8; need not be NUL-terminated). The
  * start rule is "root". Errors (with the line and column, or the rule
  * named): a syntax error, an undefined rule, no root rule, a rule defined
- * twice, left recursion, a repeat count past MS_GRAMMAR_MAX_REPEAT,
+ * twice, left recursion, a root that matches no text, a repeat count past
+ * MS_GRAMMAR_MAX_REPEAT, more than 4 Mi elements once repeats are expanded,
  * invalid UTF-8 in a literal or class, OOM. *out is owned by the caller
  * (ms_grammar_free).
  */

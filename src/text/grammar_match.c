@@ -381,7 +381,7 @@ int ms_grammar_matcher_accept(struct ms_grammar_matcher *m, const char *bytes, s
         a = b;
     }
     /* the new set to the front of the set array; its nodes stay */
-    memmove(m->sets, m->sets + a.set_off, a.set_len * sizeof *m->sets);
+    if (a.set_len) memmove(m->sets, m->sets + a.set_off, a.set_len * sizeof *m->sets);
     a.set_off = 0;
     a.sets_end = m->n_sets = a.set_len;
     a.nodes_end = m->n_nodes;
