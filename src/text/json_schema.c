@@ -967,7 +967,6 @@ static bool rx_seq(struct rx *r, struct ms_buf *o, bool top, bool *anchored, boo
             if (q && n >= 0 && m > n) ok = false, r->bad = "quantifier {m,n} with m > n";
             if (q && m > MS_GRAMMAR_MAX_REPEAT) ok = false, r->unsupported = true;
             if (q && n > MS_GRAMMAR_MAX_REPEAT) n = -1, r->loosened = true;
-            if (q && n < 0 && an) ok = false, r->unsupported = true; /* grammar.h: left recursion */
             if (ok && n != 0 && a.len) {                             /* x{0}: nothing */
                 const bool wrap = q && a.p[a.len - 1] == '?';
                 put(r->c, o, wrap ? "( " : ""), put(r->c, o, a.p), put(r->c, o, wrap ? " )" : "");
