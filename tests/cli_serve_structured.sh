@@ -114,6 +114,21 @@ for seed in 1 2 3 4 5 6; do
 done
 check "with tools: some replies answered in the format" '[ $n_json -ge 2 ]'
 
+# what the caller rules out stays out: the DSML marker without tools (here
+# the greedy choice, a prompt full of it), EOS under ignore_eos once the
+# grammar is complete; reasoning cannot end a reply that owes a format
+R=$(post /v1/completions '{"prompt":"p11 ｜DSML｜ ｜DSML｜ ｜DSML｜","max_tokens":60,"temperature":0,"json_schema":{"type":"string","maxLength":8}}')
+check "greedy under a format with the DSML marker the best token: a valid string" \
+    'validate "$(jq -r .choices[0].text <<<"$R")" "{\"type\":\"string\",\"maxLength\":8}"'
+R=$(post /v1/completions '{"prompt":"x","max_tokens":5,"ignore_eos":true,"grammar":"root ::= \"ok\""}')
+check "ignore_eos with a finished grammar: the text, finish stop" \
+    '[ "$(jq -r .choices[0].text <<<"$R")" = ok ] && [ "$(jq -r .choices[0].finish_reason <<<"$R")" = stop ]'
+for seed in 1 2 3 4; do
+    R=$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Say YES\"}],\"max_tokens\":300,\"seed\":$seed,\"grammar\":\"root ::= \\\"YES\\\"\"}")
+    check "thinking, seed $seed: the reply ends with the answer YES, or runs to max_tokens reasoning" \
+        '[ "$(jq -r .choices[0].message.content <<<"$R")" = YES ] || [ "$(jq -r .choices[0].finish_reason <<<"$R")" = length ]'
+done
+
 # ---- what cannot be used is a 400 naming it
 bad() { # name, endpoint, body, text the error must hold
     local r code body needle=$4
@@ -130,6 +145,8 @@ bad "an unknown format type" /v1/chat/completions "{$MSG,\"response_format\":{\"
 bad "grammar and json_schema together" /v1/completions '{"prompt":"x","grammar":"root ::= \"a\"","json_schema":{}}' "cannot both"
 bad "a grammar that is not a string" /v1/completions '{"prompt":"x","grammar":5}' "'grammar' must be a string"
 bad "a schema that is not an object" /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":[1]}}}" "JSON Schema"
+bad "a response_format type that is not a string" /v1/chat/completions "{$MSG,\"response_format\":{\"type\":5}}" "must be a string"
+bad "with tools, a grammar error names the client's own line" /v1/chat/completions "{$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"grammar\":\"root ::= \\\"a\\\" |\\nx ::= (\"}" "line 2, column 3"
 check "the server still answers after the 400s" \
     '[ "$(post /v1/completions "{\"prompt\":\"x\",\"max_tokens\":3,\"grammar\":\"root ::= \\\"ok\\\"\"}" | jq -r .choices[0].text)" = ok ]'
 stop_server st

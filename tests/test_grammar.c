@@ -82,6 +82,8 @@ static void test_parse_errors(void **state) {
     expect_parse_error("root ::= e root \"a\" | \"b\"\ne ::= \"\" | \"c\"", "left-recursive");
     expect_parse_error("root ::= b \"x\"\nb ::= root | \"y\"", "left-recursive");
     expect_parse_error("root ::= (\"a\"? root)* \"b\"", "left-recursive");
+    expect_parse_error("root ::= a\na ::= root", "rule 'root' matches no text");
+    expect_parse_error("root ::= \"x\" a\na ::= \"y\" a", "matches no text");
     /* right recursion is fine */
     struct ms_grammar *g = parse_ok("root ::= \"a\" root | \"b\"");
     assert_int_equal(match(g, "aaab"), 1);
@@ -464,6 +466,53 @@ static void test_mask_dsv3_vocab(void **state) {
     ms_tokenizer_free(t);
 }
 
+/* Tokens the caller has ruled out (-inf: EOS under ignore_eos, a marker
+ * the request may not use) stay out and are not counted, by both masks. */
+static void test_mask_ruled_out(void **state) {
+    (void)state;
+    struct ms_vocab_spec vs;
+    ms_err err;
+    if (ms_vocab_build(512, &vs, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(write_vocab_gguf(&vs, tmp_path("grammar-tiny2.gguf")), 0);
+    ms_vocab_spec_free(&vs);
+    struct ms_tokenizer *t = load_tok(tmp_path("grammar-tiny2.gguf"));
+    assert_non_null(t);
+    struct ms_grammar *g = parse_ok("root ::= \"a\" [a-z]?");
+    struct ms_grammar_vocab *v;
+    struct ms_grammar_matcher *m;
+    assert_int_equal(ms_grammar_vocab_new(&v, t, NULL, 0, &err), 0);
+    assert_int_equal(ms_grammar_matcher_new(&m, g, &err), 0);
+    const uint32_t n = ms_tokenizer_n_vocab(t);
+    const int32_t eos = ms_tokenizer_eos(t), a = ms_tokenizer_find(t, "a", 1);
+    assert_true(eos >= 0 && a >= 0);
+    float *l = malloc(n * sizeof *l);
+    bool *allowed = calloc(n, sizeof *allowed);
+    for (uint32_t i = 0; i < n; i++) l[i] = (float)(i % 7);
+    assert_true(ms_grammar_mask(m, v, l, eos, &err) > 0);
+    for (uint32_t i = 0; i < n; i++) allowed[i] = !isinf(l[i]);
+    assert_true(allowed[a]);
+    for (int k = 0; k < 3; k++) { /* the whole mask, then top-k with k = 1 and 40 */
+        for (uint32_t i = 0; i < n; i++) l[i] = allowed[i] ? -INFINITY : (float)(i % 7); /* all ruled out */
+        const int64_t got = k == 0 ? ms_grammar_mask(m, v, l, eos, &err) : ms_grammar_mask_top(m, v, l, eos, k == 1 ? 1 : 40, &err);
+        assert_int_equal(got, 0);
+        for (uint32_t i = 0; i < n; i++) assert_true(isinf(l[i]));
+    }
+    assert_int_equal(ms_grammar_matcher_accept(m, "a", 1, &err), 1);
+    for (int k = 0; k < 3; k++) { /* complete: EOS allowed, unless ruled out */
+        for (uint32_t i = 0; i < n; i++) l[i] = (float)(i % 7);
+        l[eos] = -INFINITY;
+        const int64_t got = k == 0 ? ms_grammar_mask(m, v, l, eos, &err) : ms_grammar_mask_top(m, v, l, eos, k == 1 ? 1 : 40, &err);
+        assert_true(got > 0);
+        assert_true(isinf(l[eos]));
+    }
+    free(l);
+    free(allowed);
+    ms_grammar_matcher_free(m);
+    ms_grammar_vocab_free(v);
+    ms_grammar_free(g);
+    ms_tokenizer_free(t);
+}
+
 static int setup(void **state) {
     (void)state;
     return test_tmp_setup("grammar");
@@ -475,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_against_pcre2),     cmocka_unit_test(test_nested),
         cmocka_unit_test(test_bytewise_and_refusal), cmocka_unit_test(test_long_text),
         cmocka_unit_test(test_mask_tiny_vocab),   cmocka_unit_test(test_mask_dsv3_vocab),
+        cmocka_unit_test(test_mask_ruled_out),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -324,6 +324,16 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
                 break;
             }
         if (rc) break;
+        if (gg && gg->g && !gr_on && eos >= 0) {
+            /* reasoning before a format: it must reach the answer */
+            if (!gg->masked && !(gg->masked = malloc(V * sizeof *gg->masked))) {
+                rc = ms_err_set(err, "out of memory");
+                break;
+            }
+            memcpy(gg->masked, logits, V * sizeof *gg->masked);
+            gg->masked[eos] = -INFINITY;
+            logits = gg->masked;
+        }
         if (gr_on) {
             const int g = grammar_step(gg, V, eos, &logits, err);
             if (g < 0) {

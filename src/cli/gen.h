@@ -82,7 +82,8 @@ enum { GEN_OPT_GRAMMAR = 1100, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OP
  * Structured output for gen_decode: a grammar, its matcher and the
  * vocabulary index (text/grammar.h). The grammar applies from the first
  * generated token, or (after_think) from the first token after "</think>",
- * so a thinking chat turn reasons freely and answers in the format.
+ * so a thinking chat turn reasons freely and answers in the format (the
+ * reasoning cannot end the output: EOS is ruled out until "</think>").
  */
 struct gen_grammar {
     const char *src[4];          /* the option values, by GEN_OPT_* - GEN_OPT_GRAMMAR (one set at most) */

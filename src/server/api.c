@@ -686,7 +686,11 @@ static struct job *parse_chat(struct server *sv, json_t *req, struct http_err *e
     const json_t *rf = json_object_get(req, "response_format");
     if (json_is_object(rf)) {
         const char *t = json_string_value(json_object_get(rf, "type"));
-        if (t && strcmp(t, "text")) cm.response_format = (json_t *)rf;
+        if (!t) {
+            http_fail(e, 400, "'response_format.type' must be a string");
+            goto bad;
+        }
+        if (strcmp(t, "text")) cm.response_format = (json_t *)rf;
     } else if (rf && !json_is_null(rf)) {
         http_fail(e, 400, "'response_format' must be an object");
         goto bad;

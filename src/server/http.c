@@ -666,6 +666,7 @@ out:
     free(sv->snap_text);
     ms_buf_free(&sv->live);
     ms_grammar_vocab_free(sv->gvocab);
+    free(sv->dsml_ids);
     free(sv->queue);
     replay_close(sv);
     free(sv);

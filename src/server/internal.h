@@ -216,6 +216,8 @@ struct server {
     /* worker-only: the vocabulary index of structured output, made by the
      * first request that needs it (NULL before) */
     struct ms_grammar_vocab *gvocab;
+    int32_t *dsml_ids; /* the DSML marker tokens, n_dsml of them */
+    size_t n_dsml;
 };
 
 /* ---- api.c: request parsing and response formatting ---- */

@@ -34,7 +34,7 @@
  * only, so not past the tag). A client grammar that defines this name gets
  * "defined twice". */
 #define TOOLS_ROOT "moestream-reply-or-tool-call"
-static const char tools_alt[] = "\n" TOOLS_ROOT " ::= root | [ \\t\\n]{0,20} \"" MS_DSML_CALLS_OPEN "\" [^\\x00]*\n";
+static const char tools_alt[] = TOOLS_ROOT " ::= root | [ \\t\\n]{0,20} \"" MS_DSML_CALLS_OPEN "\" [^\\x00]*\n";
 
 struct warn_ctx {
     const struct job *j;
@@ -48,19 +48,26 @@ static void warn_kw(void *ctx, const char *keyword, const char *where) {
                 keyword, *where ? where : "/");
 }
 
-/* Parses gbnf (plus the tool-call alternative when j has tools) into
- * j->grammar. field names the request field for errors. */
+/* Parses gbnf into j->grammar; with tools, the wrapper rule goes first
+ * (its own line, so nothing of the client's text can continue it) after
+ * the client's text has parsed alone (so its errors name its own lines).
+ * field names the request field for errors. */
 static int set_grammar(struct job *j, const char *gbnf, size_t len, const char *field, struct http_err *e) {
-    struct ms_buf b = {0};
-    if (ms_buf_put(&b, gbnf, len) || (j->has_tools && ms_buf_puts(&b, tools_alt))) {
-        ms_buf_free(&b);
-        return http_fail(e, 500, "out of memory");
-    }
     ms_err err;
     struct ms_grammar *g = NULL;
-    const int rc = ms_grammar_parse_root(&g, b.p, b.len, j->has_tools ? TOOLS_ROOT : "root", &err);
-    ms_buf_free(&b);
-    if (rc) return http_fail(e, 400, "'%s': %s", field, err.msg);
+    if (ms_grammar_parse(&g, gbnf, len, &err)) return http_fail(e, 400, "'%s': %s", field, err.msg);
+    if (j->has_tools) {
+        ms_grammar_free(g);
+        g = NULL;
+        struct ms_buf b = {0};
+        if (ms_buf_puts(&b, tools_alt) || ms_buf_put(&b, gbnf, len)) {
+            ms_buf_free(&b);
+            return http_fail(e, 500, "out of memory");
+        }
+        const int rc = ms_grammar_parse_root(&g, b.p, b.len, TOOLS_ROOT, &err);
+        ms_buf_free(&b);
+        if (rc) return http_fail(e, 400, "'%s' with tools: %s", field, err.msg);
+    }
     ms_grammar_free(j->grammar);
     j->grammar = g;
     return 0;
@@ -82,7 +89,8 @@ static int set_schema(struct job *j, const json_t *schema, const char *field, st
 int structured_from_format(struct job *j, const json_t *fmt, const char *field, struct http_err *e) {
     if (!json_is_object(fmt)) return 0;
     const char *t = json_string_value(json_object_get(fmt, "type"));
-    if (!t || !strcmp(t, "text")) return 0;
+    if (!t) return http_fail(e, 400, "'%s.type' must be a string", field);
+    if (!strcmp(t, "text")) return 0;
     char where[96];
     if (!strcmp(t, "json_object") && json_is_object(json_object_get(fmt, "schema"))) {
         snprintf(where, sizeof where, "%s.schema", field); /* llama.cpp's server takes one there */

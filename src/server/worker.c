@@ -767,45 +767,47 @@ static bool dsml_token(const struct server *sv, int32_t tok) {
     return memmem(p, n, "DSML", 4) != NULL;
 }
 
-/* The vocabulary index of structured output, made once: the DSML marker
- * tokens are text to it, so a grammar can let a tool-call block start. */
+/* The vocabulary index of structured output, made once, and the DSML
+ * marker tokens: they are text to the index, so a grammar can let a
+ * tool-call block start. */
 static int grammar_vocab(struct server *sv, ms_err *err) {
     if (sv->gvocab) return 0;
     const uint32_t n = ms_tokenizer_n_vocab(sv->tok);
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!ids) return ms_err_set(err, "out of memory");
-    size_t k = 0;
+    free(sv->dsml_ids);
+    sv->n_dsml = 0;
+    sv->dsml_ids = malloc((n ? n : 1) * sizeof *sv->dsml_ids);
+    if (!sv->dsml_ids) return ms_err_set(err, "out of memory");
     for (uint32_t id = 0; id < n; id++)
-        if (dsml_token(sv, (int32_t)id)) ids[k++] = (int32_t)id;
-    const int rc = ms_grammar_vocab_new(&sv->gvocab, sv->tok, ids, k, err);
-    free(ids);
-    return rc;
+        if (dsml_token(sv, (int32_t)id)) sv->dsml_ids[sv->n_dsml++] = (int32_t)id;
+    return ms_grammar_vocab_new(&sv->gvocab, sv->tok, sv->dsml_ids, sv->n_dsml, err);
 }
 
 /*
- * Structured output's part of a decode step: restricts logits (copied into
- * *masked) to what j's grammar allows next. The sampler keeps at most k
- * tokens first (1 when greedy, top_k), so ms_grammar_mask_top checks only
- * those where it can. The DSML markers stay allowed only where a request
- * with tools may call one. 1: *logits now points at the masked copy; 0:
- * nothing is allowed and the grammar is complete (the answer ends); -1
- * with err.
+ * Structured output's part of a decode step: the logits to sample from,
+ * copied into *masked and restricted. While the model reasons, only the
+ * end of sentence is ruled out (a reply with a format must reach its
+ * answer). In the answer, the DSML markers are ruled out unless the
+ * request has tools (and EOS already is under ignore_eos), then the
+ * grammar's mask: the sampler keeps at most k tokens first (1 when
+ * greedy, top_k), so ms_grammar_mask_top checks only those where it can.
+ * 1: *logits points at the masked copy; 0: nothing is allowed and the
+ * grammar is complete (the answer ends); -1 with err.
  */
-static int constrain_step(struct server *sv, const struct job *j, struct ms_grammar_matcher *gm, const float **logits,
-                          float **masked, ms_err *err) {
+static int constrain_step(struct server *sv, const struct job *j, struct ms_grammar_matcher *gm, bool answer,
+                          const float **logits, float **masked, ms_err *err) {
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
     if (!*masked && !(*masked = malloc(n_vocab * sizeof **masked))) return ms_err_set(err, "out of memory");
     if (*logits != *masked) memcpy(*masked, *logits, n_vocab * sizeof **masked);
-    const int32_t k = j->sp.temp <= 0 ? 1 : j->sp.top_k;
-    int64_t n = ms_grammar_mask_top(gm, sv->gvocab, *masked, sv->eos, k, err);
-    if (n < 0) return -1;
-    if (!j->has_tools)
-        for (size_t v = 0; v < n_vocab; v++)
-            if (!isinf((*masked)[v]) && (int32_t)v != sv->eos && dsml_token(sv, (int32_t)v)) {
-                (*masked)[v] = -INFINITY;
-                n--;
-            }
     *logits = *masked;
+    if (!answer) {
+        if (sv->eos >= 0) (*masked)[sv->eos] = -INFINITY;
+        return 1;
+    }
+    if (!j->has_tools)
+        for (size_t i = 0; i < sv->n_dsml; i++) (*masked)[sv->dsml_ids[i]] = -INFINITY;
+    const int32_t k = j->sp.temp <= 0 ? 1 : j->sp.top_k;
+    const int64_t n = ms_grammar_mask_top(gm, sv->gvocab, *masked, sv->eos, k, err);
+    if (n < 0) return -1;
     if (n > 0) return 1;
     if (ms_grammar_matcher_complete(gm)) return 0;
     return ms_err_set(err, "the response format allows no token at this point of the answer");
@@ -935,8 +937,9 @@ static void run_job(struct server *sv, struct job *j) {
         int32_t tok = written_next(&wr, g.close_block);
         if (tok >= 0) gm_on = false; /* a forced tool call: the grammar is for an answer */
         const bool constrain = gm_on && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE);
-        if (tok < 0 && constrain) {
-            const int rc = constrain_step(sv, j, gm, &logits, &masked, &err);
+        const bool reasoning = gm_on && j->parse_output && g.parser.state == MS_DSML_REASONING_STATE;
+        if (tok < 0 && (constrain || reasoning) && sv->o.n_scripted == 0) {
+            const int rc = constrain_step(sv, j, gm, constrain, &logits, &masked, &err);
             if (rc < 0) {
                 j->finish = "error";
                 j->error = strdup(err.msg);

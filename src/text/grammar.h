@@ -124,10 +124,11 @@ void ms_grammar_vocab_free(struct ms_grammar_vocab *v);
  * every token that is not text, except eos (when eos >= 0) while the
  * matcher is complete. logits has the vocabulary's n_vocab entries. The
  * matcher is not moved (feed the chosen token's piece with
- * ms_grammar_matcher_accept). Returns the number of tokens left allowed
- * (0: nothing can follow, which a grammar that cannot continue and is not
- * complete never gives once it has been fed only allowed text), or -1 with
- * err (OOM, too ambiguous).
+ * ms_grammar_matcher_accept). A token whose logit is -INFINITY already
+ * (ruled out by the caller: EOS under ignore_eos, say) stays so and is not
+ * counted. Returns the number of tokens left with a finite logit (0:
+ * nothing can follow; a caller that rules out nothing never sees that
+ * before the grammar is complete), or -1 with err (OOM, too ambiguous).
  */
 int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
                         int32_t eos, ms_err *err);

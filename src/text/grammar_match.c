@@ -532,12 +532,12 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
             continue;
         }
         keep[id] = true;
-        n_allowed++;
+        n_allowed += logits[id] > -INFINITY; /* a token the caller ruled out stays out */
     }
     rewind_to_cur(m);
     if (eos >= 0 && (uint32_t)eos < v->n_vocab && ms_grammar_matcher_complete(m)) {
         keep[eos] = true;
-        n_allowed++;
+        n_allowed += logits[eos] > -INFINITY;
     }
     for (uint32_t id = 0; id < v->n_vocab; id++)
         if (!keep[id]) logits[id] = -INFINITY;
