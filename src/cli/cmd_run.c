@@ -355,12 +355,15 @@ static int run_run(const struct run_opts *o) {
         snprintf(io_wait, sizeof io_wait, "; I/O wait: prefill %.3f s, decode %.3f s",
                  st1.io_wait_seconds - st0.io_wait_seconds,
                  st2.io_wait_seconds - st1.io_wait_seconds);
+    char fmt_cost[96] = ""; /* what the structured-output masks took of decode */
+    if (gg.mask_steps > 0)
+        snprintf(fmt_cost, sizeof fmt_cost, "; format masks: %.3f ms/token", 1e3 * gg.mask_seconds / (double)gg.mask_steps);
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
-                    "(%.2f tok/s); stop: %s; seed %llu%s\n",
+                    "(%.2f tok/s); stop: %s; seed %llu%s%s\n",
             n_todo, t_prefill, t_prefill > 0 ? (double)n_todo / t_prefill : 0.0, (long long)out.n,
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
-            (unsigned long long)o->sp.seed, io_wait);
+            (unsigned long long)o->sp.seed, io_wait, fmt_cost);
     const struct run_stats rs = {.prefill_tokens = (int64_t)n_todo, .decode_tokens = out.n, .kv = kv,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
                                  .prefill_bytes_read = st1.bytes_read - st0.bytes_read,

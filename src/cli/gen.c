@@ -282,8 +282,11 @@ void gen_grammar_free(struct gen_grammar *gg) {
  * token allowed), -1 with err. */
 static int grammar_step(struct gen_grammar *gg, uint32_t n_vocab, int32_t eos, const float **logits, ms_err *err) {
     if (!gg->masked && !(gg->masked = malloc(n_vocab * sizeof *gg->masked))) return ms_err_set(err, "out of memory");
+    const double t0 = gen_now();
     memcpy(gg->masked, *logits, n_vocab * sizeof *gg->masked);
     const int64_t n = ms_grammar_mask_top(gg->m, gg->v, gg->masked, eos, gg->top_k, err);
+    gg->mask_seconds += gen_now() - t0;
+    gg->mask_steps++;
     if (n < 0) return -1;
     *logits = gg->masked;
     if (n > 0) return 1;

@@ -93,6 +93,8 @@ struct gen_grammar {
     int32_t top_k;               /* the sampler keeps at most this many first (1 greedy, 0 no limit) */
     bool after_think;
     float *masked;               /* scratch: the masked logits */
+    double mask_seconds;         /* output: time spent masking, over */
+    int64_t mask_steps;          /* this many decode steps */
 };
 
 /* Handles one structured-output option c (argument arg) into *gg. 1 when c

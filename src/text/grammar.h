@@ -141,9 +141,11 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
  * with the same logits, so what it draws is the same; but inside free text,
  * where nearly every token is allowed, this checks a few dozen tokens
  * instead of walking the vocabulary (docs/structured-output.md has the
- * figures). When the best few times k tokens hold fewer than k allowed
- * ones, and when k <= 0 or above a quarter of the vocabulary, this is the
- * whole mask (such a sampler then cuts it to the same k). Returns the
+ * figures). It is the whole mask (such a sampler then cuts it to the same
+ * k) where that is cheaper or needed: when the tokens that begin with a
+ * byte the matcher takes next are under an eighth of the vocabulary, when
+ * the best few times k tokens hold fewer than k allowed ones, and when
+ * k <= 0 or above a quarter of the vocabulary. Returns the
  * number of tokens left finite, or -1 with err as ms_grammar_mask.
  */
 int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,

@@ -422,6 +422,7 @@ struct ms_grammar_vocab {
     uint32_t *lcp;    /* bytes order[i]'s piece shares with order[i - 1]'s */
     uint8_t *is_text; /* per id: 0 never allowed, 1 text, 2 a special token read as its text */
     uint32_t n_text;  /* entries of order */
+    uint32_t first_byte[257]; /* order[first_byte[b] .. first_byte[b + 1]) begin with byte b */
     uint32_t max_len; /* the longest piece */
 };
 
@@ -481,6 +482,10 @@ int ms_grammar_vocab_new(struct ms_grammar_vocab **out, const struct ms_tokenize
             while (k < refs[i - 1].len && k < refs[i].len && refs[i - 1].p[k] == refs[i].p[k]) k++;
         v->order[i] = refs[i].id;
         v->lcp[i] = k;
+    }
+    for (uint32_t i = 0, b = 0; b <= 256; b++) { /* order is sorted by bytes: buckets by the first */
+        while (i < v->n_text && (uint8_t)refs[i].p[0] < b) i++;
+        v->first_byte[b] = b == 256 ? v->n_text : i;
     }
     free(refs);
     *out = v;
@@ -589,6 +594,20 @@ int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_gramma
                             int32_t eos, int32_t k, ms_err *err) {
     if (k <= 0 || (uint32_t)k > v->n_vocab / 4) return ms_grammar_mask(m, v, logits, eos, err);
     m->err = err;
+    /* Where few tokens can be allowed (between the tokens of JSON), the
+     * whole mask's walk is short and exact, and cheaper than looking for
+     * the best logits: count the tokens that begin with a byte the
+     * matcher takes next (256 one-byte steps) to decide. */
+    uint64_t reach = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        if (v->first_byte[b + 1] == v->first_byte[b]) continue;
+        struct mstate o;
+        const int rc = step(m, &m->cur, (uint8_t)b, &o);
+        rewind_to_cur(m);
+        if (rc < 0) return -1;
+        if (rc) reach += v->first_byte[b + 1] - v->first_byte[b];
+    }
+    if (reach * 8 <= v->n_text) return ms_grammar_mask(m, v, logits, eos, err);
     /* the B best tokens by (logit, id), B a few times k: one pass with a
      * heap whose root is the worst kept */
     const uint32_t B = (uint32_t)k * 4 < 64 ? 64 : (uint32_t)k * 4;
