@@ -319,9 +319,10 @@ static bool post_endpoint(const char *url) {
            !strcmp(url, "/detokenize") || !strcmp(url, "/v1/detokenize");
 }
 
-/* Waits for a non-streaming job, cancelling it if the client goes away. */
-static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, struct conn *cn,
-                                 struct job *j) {
+/* Waits for a non-streaming job, cancelling it if the client goes away
+ * (then false: close the connection). Otherwise *status and *body (taken
+ * from the job, malloc'd) hold its reply; errors are counted. */
+static bool wait_job(struct server *sv, struct conn *cn, struct job *j, int *status, char **body) {
     pthread_mutex_lock(&j->mu);
     while (!j->done) {
         if (hung_up(cn->fd)) {
@@ -330,7 +331,7 @@ static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, st
             pthread_mutex_lock(&j->mu);
             while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
             pthread_mutex_unlock(&j->mu);
-            return MHD_NO; /* close the connection */
+            return false;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -341,16 +342,83 @@ static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, st
         }
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     }
-    char *body = j->body;
+    *body = j->body;
     j->body = NULL;
-    const int status = j->status ? j->status : 500;
+    *status = j->status ? j->status : 500;
     pthread_mutex_unlock(&j->mu);
-    if (status != 200) {
+    if (*status != 200) {
         pthread_mutex_lock(&sv->mu);
         sv->m.errors++;
         pthread_mutex_unlock(&sv->mu);
     }
+    return true;
+}
+
+static MHD_RESULT wait_and_reply(struct server *sv, struct MHD_Connection *c, struct conn *cn,
+                                 struct job *j) {
+    int status;
+    char *body;
+    if (!wait_job(sv, cn, j, &status, &body)) return MHD_NO; /* close the connection */
     return reply(sv, c, status, "application/json", body, status == 503 ? "1" : NULL);
+}
+
+/* A request for several choices (fanout.c): every sub-request is parsed
+ * first (so a bad prompt is a 400 before anything runs), then each is
+ * queued and waited for as a request of its own, one after the other; the
+ * first that fails is the reply. */
+static MHD_RESULT handle_fanout(struct server *sv, struct MHD_Connection *c, struct conn *cn, enum api_kind k,
+                                const json_t *req, size_t n_prompts, int64_t n) {
+    struct http_err e = {0};
+    const size_t total = n_prompts * (size_t)n;
+    struct job **jobs = calloc(total, sizeof *jobs);
+    json_t *merged = json_object();
+    MHD_RESULT rc = MHD_NO;
+    size_t i = 0;
+    if (!jobs || !merged) {
+        http_fail(&e, 500, "out of memory");
+        goto error;
+    }
+    for (; i < total; i++) {
+        json_t *sub = fanout_request(req, i, n_prompts, n);
+        if (!sub) {
+            http_fail(&e, 500, "out of memory");
+            goto error;
+        }
+        jobs[i] = api_parse(sv, k, sub, &e);
+        json_decref(sub);
+        if (!jobs[i]) {
+            if (n_prompts > 1) {
+                char msg[sizeof e.msg];
+                memcpy(msg, e.msg, sizeof msg);
+                snprintf(e.msg, sizeof e.msg, "prompt %zu: %.470s", i / (size_t)n, msg);
+            }
+            goto error;
+        }
+        jobs[i]->arrival = cn->arrival;
+    }
+    for (i = 0; i < total; i++) {
+        if (enqueue(sv, jobs[i], &e)) goto error;
+        int status;
+        char *body;
+        if (!wait_job(sv, cn, jobs[i], &status, &body)) goto out; /* the client left: close */
+        if (status != 200) {
+            rc = reply(sv, c, status, "application/json", body, status == 503 ? "1" : NULL);
+            goto out;
+        }
+        const int mrc = fanout_merge(merged, body, i, n, &e);
+        free(body);
+        if (mrc) goto error;
+    }
+    rc = reply(sv, c, 200, "application/json", json_dumps(merged, JSON_COMPACT), NULL);
+    goto out;
+error:
+    rc = reply_error(sv, c, k, &e);
+out:
+    for (size_t q = 0; jobs && q < total; q++)
+        if (jobs[q]) job_release(jobs[q]);
+    free(jobs);
+    json_decref(merged);
+    return rc;
 }
 
 static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struct conn *cn,
@@ -398,6 +466,17 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
         char body[64];
         snprintf(body, sizeof body, "{\"input_tokens\":%lld}", (long long)n);
         return reply(sv, c, 200, "application/json", strdup(body), NULL);
+    }
+    size_t n_prompts;
+    int64_t n_choices;
+    if (fanout_count(req, k, &n_prompts, &n_choices, &e)) {
+        json_decref(req);
+        return reply_error(sv, c, k, &e);
+    }
+    if (n_prompts * (size_t)n_choices > 1) {
+        const MHD_RESULT rc = handle_fanout(sv, c, cn, k, req, n_prompts, n_choices);
+        json_decref(req);
+        return rc;
     }
     struct job *j = api_parse(sv, k, req, &e);
     json_decref(req);

@@ -234,6 +234,22 @@ int64_t api_count_tokens(struct server *sv, json_t *req, struct http_err *e);
  * malloc'd (NULL when nothing is left). Errors: tokenizer failures, OOM. */
 int api_tokenize_from(struct server *sv, const struct job *j, size_t from, int32_t **ids,
                       size_t *n, ms_err *err);
+/* ---- fanout.c: several choices in one request ---- */
+
+/* The choices req asks for: *n_prompts (a completion's array of prompts;
+ * 1 otherwise) times *n (`n`, 1-128) for chat and completions, 1 for the
+ * other APIs. 0, or -1 with *e (400: a bad `n`, more than 128 choices,
+ * several choices with `stream`). */
+int fanout_count(const json_t *req, enum api_kind k, size_t *n_prompts, int64_t *n, struct http_err *e);
+/* Choice `choice`'s own request (a new reference; NULL on OOM): req with
+ * `n` 1, its prompt alone, and `seed` + k for its k-th sample. */
+json_t *fanout_request(const json_t *req, size_t choice, size_t n_prompts, int64_t n);
+/* Adds a sub-request's reply body (JSON text) to merged as choice
+ * `choice`: the first reply is the base, later ones add their choice and
+ * their usage (a prompt's tokens once, every completion). 0, or -1 with
+ * *e. */
+int fanout_merge(json_t *merged, const char *body, size_t choice, int64_t n, struct http_err *e);
+
 /* ---- structured.c: structured output ---- */
 
 /* From a response format object fmt (may be NULL: nothing to do): type
