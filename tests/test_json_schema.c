@@ -16,7 +16,13 @@
  *     its pointer, and nothing for annotations;
  *   - rule names are valid and unique; $ref cycles without progress and
  *     deep nesting are errors, not hangs; counts past the grammar's repeat
- *     limit are loosened with a warning.
+ *     limit are loosened with a warning;
+ *   - object keys are canonical: an extra key spelled with escapes JSON
+ *     does not need (\u0070, \/) is refused, so it cannot repeat a listed
+ *     key; listed keys of any length are kept out of the extra pairs;
+ *   - many alternatives (an enum of 20000 strings, 6000 optional
+ *     properties) stay within the matcher's limit on live alternatives;
+ *   - $ref pointer segments that decode to a NUL or invalid UTF-8 are errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,6 +148,23 @@ static const struct mcase CASES[] = {
      "'required':['a b','a\\'q','\xC3\xA9t\xC3\xA9','a/b~'],'additionalProperties':false}",
      {"{'a b':1,'a\\'q':2,'\xC3\xA9t\xC3\xA9':3,'a/b~':4}"},
      {"{'a b':1,'a\\'q':2,'ete':3,'a/b~':4}"}},
+    /* keys are canonical (escapes only where JSON requires them), so an extra key never spells a listed one */
+    {"{'type':'object','properties':{'p5':{'type':'integer'}},'required':['p5']}",
+     {"{'p5':1}", "{'p5':1,'q':'s'}", "{'p5':1,'p\\n':'s','p\\\\':1,'p\\u001f':2}"},
+     {"{'p5':1,'\\u0070\\u0035':'s'}", "{'p5':1,'p\\u0035':1}", "{'\\u0070\\u0035':1}", "{'p5':1,'p5':2}",
+      "{'p5':1,'p\\u000a':1}", "{'p5':1,'p\\u001F':1}", "{'p5':1,'p\\/':1}"}},
+    {"{'type':'object','properties':{'a/b':{'type':'integer'}},'additionalProperties':{'type':'string'}}",
+     {"{'a/b':1}", "{'a/b':1,'a\\\\b':'s'}", "{'a/b':1,'x\\ny':'s'}", "{'ab':'s'}", "{'a/bc':'s','a/':'s'}"},
+     {"{'a/b':1,'a\\/b':'s'}", "{'a\\/b':'s'}", "{'a/b':1,'a\\u002fb':'s'}", "{'a/b':1,'x\\u000ay':'s'}",
+      "{'a/b':'s'}"}},
+    {"{'properties':{'q\\'t':{'type':'integer'},'n\\nl':{'type':'integer'},'c\\u001f':{'type':'integer'},"
+     "'\\\\':{'type':'integer'}},'required':['q\\'t','n\\nl'],'additionalProperties':{'type':'string'}}",
+     {"{'q\\'t':1,'n\\nl':2}", "{'q\\'t':1,'n\\nl':2,'c\\u001f':3,'\\\\':4}",
+      "{'q\\'t':1,'n\\nl':2,'q':'x','n\\tl':'y','c\\u001e':'z','\\\\\\\\':'w'}"},
+     {"{'q\\u0022t':1,'n\\nl':2}", "{'q\\'t':1,'n\\u000al':2}", "{'q\\'t':1,'n\\nl':2,'c\\u001F':'x'}",
+      "{'q\\'t':1,'n\\nl':2,'n\\nl':'x'}", "{'q\\'t':1,'n\\nl':2,'q\\u0027t':'x'}",
+      "{'q\\'t':1,'n\\nl':2,'\\u005c':'x'}", "{'q\\'t':1,'n\\nl':2,'c\\u001f':'x'}"}},
+    {"{'enum':['a\\u001bb',{'k\\n':'\\/'}]}", {"'a\\u001bb'", "{'k\\n':'/'}"}, {"'a\\u001Bb'", "{'k\\n':'\\/'}"}},
     /* 3. arrays */
     {"{'type':'array','items':{'type':'integer'}}",
      {"[]", "[1]", "[1,2,3]", "[ 1 , 2 ]", "[\n1\n]"},
@@ -411,6 +434,12 @@ static void test_errors(void **state) {
     expect_error("{'$ref':'other.json#/a'}", "not a local JSON pointer");
     expect_error("{'$ref':7}", "'$ref' must be a string");
     expect_error("{'$ref':'#'}", "refers back to itself");
+    /* a pointer segment must decode to a key a schema can hold: no NUL (it
+     * would cut the key short: '' here), no invalid UTF-8 */
+    expect_error("{'$defs':{'':{'type':'integer'}},'$ref':'#/$defs/%00'}", "(root): $ref '#/$defs/%00' has a segment");
+    expect_error("{'$defs':{'a':{}},'items':{'$ref':'#/$defs/a%00b'}}", "/items: $ref '#/$defs/a%00b' has a segment");
+    expect_error("{'$defs':{'':{}},'$ref':'#/$defs/%FF'}", "$ref '#/$defs/%FF' has a segment that decodes to a NUL or "
+                                                           "to invalid UTF-8");
     expect_error("{'anyOf':[{'type':'null'},{'$ref':'#'}]}", "/anyOf/1: $ref '#' refers back");
     expect_error("{'$defs':{'a':{'$ref':'#/$defs/b'},'b':{'$ref':'#/$defs/a'}},'$ref':'#/$defs/a'}", "refers back");
     expect_error("{'allOf':[{'$ref':'#'}]}", "refers back");
@@ -518,6 +547,116 @@ static void test_rule_names(void **state) {
     ms_buf_free(&text);
 }
 
+/* The grammar of a schema built in code (taken), parsed; fails the test on error. */
+static struct ms_grammar *grammar_of_json(json_t *schema, struct ms_buf *text) {
+    ms_err err;
+    struct ms_grammar *g = NULL;
+    *text = (struct ms_buf){0};
+    if (ms_json_schema_grammar(schema, text, NULL, NULL, &err)) fail_msg("%s", err.msg);
+    if (ms_grammar_parse(&g, text->p, text->len, &err)) fail_msg("grammar refused: %s", err.msg);
+    json_decref(schema);
+    return g;
+}
+
+static void expect_match(const struct ms_grammar *g, const char *text, int want) {
+    char *j = dq(text);
+    if (matches(g, j, strlen(j)) != want) fail_msg("'%s' should %s", j, want ? "match" : "not match");
+    free(j);
+}
+
+/* An enum of 20000 strings: as a list of alternatives, each starting with
+ * '"', the matcher would track 20000 at once (past MS_GRAMMAR_MAX_STACKS);
+ * as a trie, as many as it branches. */
+static void test_large_enum(void **state) {
+    (void)state;
+    static const char *const words[] = {"alpha", "beta", "gamma", "delta",  "eps", "zeta", "eta",
+                                        "theta", "iota", "kappa", "lambda", "mu",  "nu"};
+    json_t *vals = json_array();
+    char s[64];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(s, sizeof s, "%s/%d%c", words[i % 13], i, "abcde"[i * 7 % 5]);
+        assert_int_equal(json_array_append_new(vals, json_string(s)), 0);
+    }
+    struct ms_buf text;
+    struct ms_grammar *g = grammar_of_json(json_pack("{s:o}", "enum", vals), &text);
+    for (int i = 0; i < 20000; i += 37) {
+        snprintf(s, sizeof s, "\"%s/%d%c\"", words[i % 13], i, "abcde"[i * 7 % 5]);
+        if (matches(g, s, strlen(s)) != 1) fail_msg("%s should match", s);
+        snprintf(s, sizeof s, "\"%s/%d%c\"", words[(i + 1) % 13], i, "abcde"[i * 7 % 5]);
+        assert_int_equal(matches(g, s, strlen(s)), 0);
+        snprintf(s, sizeof s, "\"%s/%d%c\"", words[i % 13], i, "abcde"[(i * 7 + 1) % 5]);
+        assert_int_equal(matches(g, s, strlen(s)), 0);
+        snprintf(s, sizeof s, "\"%s/%d\"", words[i % 13], i);
+        assert_int_equal(matches(g, s, strlen(s)), 0);
+        snprintf(s, sizeof s, "\"%s/%d%ca\"", words[i % 13], i, "abcde"[i * 7 % 5]);
+        assert_int_equal(matches(g, s, strlen(s)), 0);
+        snprintf(s, sizeof s, "\"%s/%d%c\"", words[i % 13], i + 20000, "abcde"[i * 7 % 5]);
+        assert_int_equal(matches(g, s, strlen(s)), 0);
+    }
+    assert_int_equal(matches(g, "\"alpha/\"", 9), 0);
+    ms_grammar_free(g);
+    ms_buf_free(&text);
+}
+
+/* 6000 optional properties: after "{" or a pair any later key may come,
+ * which as a list would be 6000 alternatives at its '"'. */
+static void test_many_properties(void **state) {
+    (void)state;
+    json_t *props = json_object();
+    char k[16];
+    for (int i = 0; i < 6000; i++) {
+        snprintf(k, sizeof k, "p%d", i);
+        assert_int_equal(json_object_set_new(props, k, json_pack("{s:s}", "type", "integer")), 0);
+    }
+    struct ms_buf text;
+    struct ms_grammar *g = grammar_of_json(json_pack("{s:s,s:O}", "type", "object", "properties", props), &text);
+    static const char *const good[] = {"{'p3':1,'p250':2,'p4999':3,'p5999':4}",
+                                       "{}",
+                                       "{'p0':0}",
+                                       "{'p3':1,'p25':2,'p250':3,'p2500':4}",
+                                       "{'p5999':1,'x':[]}",
+                                       "{ 'p1' : 1 , 'p10' : 2 , 'p100' : 3 , 'p1000' : 4 , 'p60000' : 5 }"},
+                             *const bad[] = {"{'p250':1,'p3':2}",    "{'p3':1,'p3':2}",       "{'p3':1,'x':2,'p4':3}",
+                                             "{'p3':'s'}",           "{'p3':1,'p\\u0033':2}", "{'p3':1,}",
+                                             "{'p5999':1,'p5998':1}"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) expect_match(g, good[i], 1);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_match(g, bad[i], 0);
+    ms_grammar_free(g);
+    ms_buf_free(&text);
+    /* the same with three required among them and no extra keys */
+    g = grammar_of_json(json_pack("{s:o,s:[sss],s:b}", "properties", props, "required", "p1000", "p3000", "p5999",
+                                  "additionalProperties", 0),
+                        &text);
+    static const char *const good2[] = {"{'p1000':1,'p3000':2,'p5999':3}",
+                                        "{'p0':0,'p1000':1,'p2000':1,'p3000':2,'p4000':1,'p5998':1,'p5999':3}"},
+                             *const bad2[] = {"{'p1000':1,'p5999':3}", "{'p1000':1,'p3000':2,'p5999':3,'x':1}",
+                                              "{'p1000':1,'p3000':2,'p6000':1,'p5999':3}",
+                                              "{'p2000':1,'p1000':1,'p3000':2,'p5999':3}", "{}"};
+    for (size_t i = 0; i < sizeof good2 / sizeof *good2; i++) expect_match(g, good2[i], 1);
+    for (size_t i = 0; i < sizeof bad2 / sizeof *bad2; i++) expect_match(g, bad2[i], 0);
+    ms_grammar_free(g);
+    ms_buf_free(&text);
+}
+
+/* Listed keys of any length are kept out of the extra pairs. */
+static void test_long_key(void **state) {
+    (void)state;
+    char key[302], doc[1024];
+    memset(key, 'k', 300), key[300] = '!', key[301] = 0;
+    struct ms_buf text;
+    struct ms_grammar *g = grammar_of_json(json_pack("{s:{s:{s:s}},s:{s:s}}", "properties", key, "type", "integer",
+                                                     "additionalProperties", "type", "string"),
+                                           &text);
+    snprintf(doc, sizeof doc, "{\"%s\":1,\"%s\":\"x\"}", key, key);
+    assert_int_equal(matches(g, doc, strlen(doc)), 0);
+    snprintf(doc, sizeof doc, "{\"%s\":\"x\"}", key);
+    assert_int_equal(matches(g, doc, strlen(doc)), 0);
+    snprintf(doc, sizeof doc, "{\"%s\":1,\"%.300s\":\"x\",\"%s?\":\"y\"}", key, key, key);
+    assert_int_equal(matches(g, doc, strlen(doc)), 1);
+    ms_grammar_free(g);
+    ms_buf_free(&text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -527,6 +666,9 @@ int main(void) {
         cmocka_unit_test(test_warnings),
         cmocka_unit_test(test_repeat_limit),
         cmocka_unit_test(test_rule_names),
+        cmocka_unit_test(test_large_enum),
+        cmocka_unit_test(test_many_properties),
+        cmocka_unit_test(test_long_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

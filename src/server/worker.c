@@ -868,6 +868,8 @@ static void run_job(struct server *sv, struct job *j) {
      * a token is forced */
     struct ms_grammar_matcher *gm = NULL;
     bool gm_on = false;
+    double mask_seconds = 0; /* the format's masks, over mask_steps steps (logged) */
+    int64_t mask_steps = 0;
     if (j->grammar && sv->o.n_scripted == 0) {
         if (grammar_vocab(sv, &err) || ms_grammar_matcher_new(&gm, j->grammar, &err)) {
             j->error = strdup(err.msg);
@@ -939,7 +941,12 @@ static void run_job(struct server *sv, struct job *j) {
         const bool constrain = gm_on && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE);
         const bool reasoning = gm_on && j->parse_output && g.parser.state == MS_DSML_REASONING_STATE;
         if (tok < 0 && (constrain || reasoning) && sv->o.n_scripted == 0) {
+            const double tm = now_s();
             const int rc = constrain_step(sv, j, gm, constrain, &logits, &masked, &err);
+            if (constrain) {
+                mask_seconds += now_s() - tm;
+                mask_steps++;
+            }
             if (rc < 0) {
                 j->finish = "error";
                 j->error = strdup(err.msg);
@@ -1054,11 +1061,14 @@ static void run_job(struct server *sv, struct job *j) {
     if (j->t_first > 0) sv->m.last_ttft = j->t_first - j->t_queued;
     if (!strcmp(j->finish, "cancelled")) sv->m.cancelled++;
     pthread_mutex_unlock(&sv->mu);
+    char fmt_cost[64] = "";
+    if (mask_steps > 0)
+        snprintf(fmt_cost, sizeof fmt_cost, ", format masks %.3f ms/token", 1e3 * mask_seconds / (double)mask_steps);
     fprintf(stderr,
-            "serve: %s: prompt %lld tokens (%lld cached), prefill %.3f s, %lld generated in %.3f s, "
+            "serve: %s: prompt %lld tokens (%lld cached), prefill %.3f s, %lld generated in %.3f s%s, "
             "finish %s%s\n",
             j->id, (long long)j->n_prompt, (long long)j->n_cached, t_prefill, (long long)n_gen,
-            t_decode, j->finish,
+            t_decode, fmt_cost, j->finish,
             j->error && strstr(j->error, "shutting down") ? " (server shutting down)" : "");
     fmt_end(sv, j);
 }

@@ -43,7 +43,9 @@ enum prim {
     P_BOOLEAN = 128,
     P_NULL = 256,
     P_DATE = 512,
-    P_TIME = 1024
+    P_TIME = 1024,
+    P_KCHAR = 2048,
+    P_KESC = 4096
 };
 
 static const struct {
@@ -66,6 +68,9 @@ static const struct {
      "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" ( [0-5] [0-9] | \"60\" ) "
      "( \".\" [0-9]{1,9} )? ( [Zz] | [-+] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
      0},
+    /* a character of an object key in canonical form (json_schema.h), and its escapes */
+    {"kchar", "[^\"\\\\\\x00-\\x1F] | kesc", P_KESC},
+    {"kesc", "\"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" ( \"0\" [0-7bef] | \"1\" [0-9a-f] )", 0},
 };
 #define N_PRIMS (sizeof PRIMS / sizeof PRIMS[0])
 
@@ -82,6 +87,7 @@ struct conv {
     struct ms_buf rules;                /* the generated rules, one a line */
     json_t *names;                      /* rule names taken (an object used as a set) */
     json_t *refs;                       /* $ref string -> its rule name */
+    json_t *others;                     /* key_other's rules: body -> name */
     const char *pending[MAX_DEPTH + 1]; /* $refs being expanded, outermost first */
     int n_pending, base;                /* pending[base..] were entered without any text consumed since */
     unsigned prims;                     /* shared rules used */
@@ -140,7 +146,7 @@ static void json_char(char out[8], uint32_t cp) {
         }
     const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; /* UTF-8 */
     if (cp < 0x20) {
-        snprintf(out, 8, "\\u%04X", (unsigned)cp);
+        snprintf(out, 8, "\\u%04x", (unsigned)cp); /* lower case, as JSON.stringify */
         return;
     }
     for (int i = n - 1; i > 0; i--) out[i] = (char)(0x80 | (cp & 63)), cp >>= 6;
@@ -157,6 +163,13 @@ static void put_json_str(struct conv *c, struct ms_buf *b, const char *s, size_t
         put(c, b, t);
     }
     put(c, b, "\"");
+}
+
+/* Whether s[0..n) is valid UTF-8. */
+static bool utf8_ok(const char *s, size_t n) {
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = ms_utf8_valid_len(s + i, n - i))) return false;
+    return true;
 }
 
 /* The compact serialization of v. Reals take the shortest form that reads
@@ -368,6 +381,12 @@ static const json_t *resolve(struct conv *c, const char *ref, const char *ptr) {
                 seg[n++] = *p;
         }
         seg[n] = 0;
+        /* a segment is a key or an index: %00 would cut it short, and
+         * other bytes that are not UTF-8 name nothing a schema can hold */
+        if (memchr(seg, 0, n) || (n && !utf8_ok(seg, n))) {
+            free(seg);
+            return fail(c, ptr, "$ref '%s' has a segment that decodes to a NUL or to invalid UTF-8", ref), NULL;
+        }
         char *end;
         const unsigned long i = strtoul(seg, &end, 10);
         cur = json_is_object(cur)                ? json_object_get(cur, seg)
@@ -1082,183 +1101,570 @@ static int gen_string(struct conv *c, const json_t *s, const char *ptr, struct m
     return 0;
 }
 
-/* ---- objects ----------------------------------------------------------------- */
+/* ---- tries -------------------------------------------------------------------
+ * Alternatives that begin alike (the values of an enum, the keys that may
+ * come next in an object) are written as a trie: "\"" ( "a" ( "b" | "c" )
+ * | "d" ) rather than "\"ab" | "\"ac" | "\"d". The matcher follows each
+ * alternative the next character may start on its own, at most
+ * MS_GRAMMAR_MAX_STACKS of them, so a plain list of values fails past that
+ * many; in a trie as many are live as it branches at that point. It is a
+ * radix tree (edges hold runs of characters, cut between characters only)
+ * built from the sorted texts without recursion, then written children
+ * first; children whose edges differ in their first character only and
+ * lead on alike share one class ("[a-c] \"x\"" for "ax", "bx", "cx"). */
 
-/* ", kv" for each property from i on (optional ones in "( )?"), then the
- * extra pairs. */
-static void put_after(struct conv *c, struct ms_buf *e, char (*kv)[NAME_LEN], const bool *req, size_t i, size_t n,
-                      const char *extra) {
-    for (; i < n; i++) {
-        put(c, e, req[i] ? " \",\" ws " : " ( \",\" ws ");
-        put(c, e, kv[i]);
-        put(c, e, req[i] ? "" : " )?");
-    }
-    if (*extra) put(c, e, " ( \",\" ws "), put(c, e, extra), put(c, e, " )*");
+#define TRIE_NEST 8 /* groups nested in one rule before a node becomes a rule of its own */
+
+struct titem {
+    const char *s; /* the text (valid UTF-8) */
+    size_t len;
+    const char *pay; /* what follows the text: a rule name, or "" */
+};
+
+struct tnode {
+    size_t depth;              /* bytes of the prefix it stands for */
+    size_t src;                /* an item whose text runs through it */
+    int64_t child, last, next; /* first and last child, next sibling; -1: none */
+    int64_t end;               /* the item whose text ends here, or -1 */
+};
+
+struct trie {
+    struct tnode *n;
+    size_t len, cap;
+};
+
+static int by_text(const void *a, const void *b) {
+    const struct titem *x = a, *y = b;
+    const int d = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+    return d ? d : (x->len > y->len) - (x->len < y->len);
 }
 
-/* "{" pairs "}": the first pair present is one of the optional ones
- * before the first required one, or that one; each later pair comes
- * after a comma. With no required one the object may be empty. */
-static void put_object(struct conv *c, struct ms_buf *e, const char *hint, char (*kv)[NAME_LEN], const bool *req,
-                       size_t n, const char *extra, char (*rest)[NAME_LEN]) {
-    size_t r = 0;
-    while (r < n && !req[r]) r++;
-    put(c, e, "\"{\" ws");
-    if (!n && !*extra) {
-        put(c, e, " \"}\"");
-        return;
-    }
-    /* what may follow the first pair when it is an optional one, k: rules
-     * rest[k + 1] ::= ( "," ws kv[k + 1] )? rest[k + 2] ..., shared so that
-     * the text stays linear in the number of properties */
-    char h[NAME_LEN];
-    hint_join(h, hint, "rest");
-    for (size_t k = r; k >= 1; k--) {
-        struct ms_buf t = {0};
-        if (k == r)
-            put_after(c, &t, kv, req, r, n, extra);
-        else
-            put(c, &t, "( \",\" ws "), put(c, &t, kv[k]), put(c, &t, " )? "), put(c, &t, rest[k + 1]);
-        rest[k][0] = 0;
-        if (t.len) add_rule(c, h, t.p + (t.p[0] == ' '), rest[k]);
-        ms_buf_free(&t);
-    }
-    const bool group = r > 0 || n == 0, opt = r == n;
-    put(c, e, group ? " (" : "");
-    for (size_t j = 0; j < n && j <= r; j++) {
-        put(c, e, j ? " | " : " ");
-        put(c, e, kv[j]);
-        if (j < r)
-            put(c, e, *rest[j + 1] ? " " : ""), put(c, e, rest[j + 1]);
-        else
-            put_after(c, e, kv, req, j + 1, n, extra);
-    }
-    if (opt && *extra) {
-        put(c, e, n ? " | " : " "), put(c, e, extra);
-        put(c, e, " ( \",\" ws "), put(c, e, extra), put(c, e, " )*");
-    }
-    put(c, e, group ? (opt ? " )?" : " )") : "");
-    put(c, e, " \"}\"");
+/* Sorts it[0..*m) by their bytes (code point order) and keeps one of each text. */
+static void titems_sort(struct titem *it, size_t *m) {
+    qsort(it, *m, sizeof *it, by_text);
+    size_t k = 0;
+    for (size_t i = 0; i < *m; i++)
+        if (!k || by_text(&it[k - 1], &it[i])) it[k++] = it[i];
+    *m = k;
 }
 
-/* A rule for the rest of a key string, after its opening quote, whose
- * text so far is the off bytes keys[0..n) (sorted) share, that is none of
- * them: each distinct next character leads on, any other ends the
- * danger. Keys are compared in plain form (escapes JSON requires only), so
- * a key holding such a character may still come back spelled otherwise. */
-static void key_trie(struct conv *c, const char **keys, size_t n, size_t off, const char *hint, char name[NAME_LEN]) {
-    struct ms_buf b = {0}, cls = {0};
-    bool ends = false;
-    for (size_t i = 0, j; i < n; i = j) {
-        const char *p = keys[i] + off, *q = p;
-        if (!*p) {
-            ends = true, j = i + 1;
+static int64_t tnode_new(struct conv *c, struct trie *t, size_t depth, size_t src, int64_t end) {
+    if (t->len == t->cap) {
+        const size_t cap = t->cap ? 2 * t->cap : 64;
+        struct tnode *q = realloc(t->n, cap * sizeof *q);
+        if (!q) return c->oom = true, -1;
+        t->n = q, t->cap = cap;
+    }
+    t->n[t->len] = (struct tnode){depth, src, -1, -1, -1, end};
+    return (int64_t)t->len++;
+}
+
+/* The bytes two texts begin with alike, cut back to a character boundary. */
+static size_t common_prefix(const struct titem *a, const struct titem *b) {
+    const size_t m = a->len < b->len ? a->len : b->len;
+    size_t n = 0;
+    while (n < m && a->s[n] == b->s[n]) n++;
+    while (n && ((n < a->len && (a->s[n] & 0xC0) == 0x80) || (n < b->len && (b->s[n] & 0xC0) == 0x80))) n--;
+    return n;
+}
+
+/* The radix tree of it[0..m) (sorted, distinct) into t, the root at 0. A
+ * stack holds the path to the last text; the next one leaves it where the
+ * two part, splitting the edge there when no node is. -1 on OOM. */
+static int trie_build(struct conv *c, struct trie *t, const struct titem *it, size_t m) {
+    int64_t *st = malloc((2 * m + 2) * sizeof *st); /* a path has at most a leaf and a fork per text */
+    size_t sp = 0;
+    if (!st || tnode_new(c, t, 0, 0, -1) < 0) return free(st), c->oom = true, -1;
+    st[sp++] = 0;
+    for (size_t i = 0; i < m && !c->oom; i++) {
+        const size_t l = i ? common_prefix(&it[i - 1], &it[i]) : 0;
+        int64_t last = -1;
+        while (t->n[st[sp - 1]].depth > l) last = st[--sp];
+        if (t->n[st[sp - 1]].depth < l) { /* last, the top's last child, becomes the fork at l */
+            const int64_t z = tnode_new(c, t, 0, 0, -1);
+            if (z < 0) break;
+            t->n[z] = t->n[last];
+            t->n[last] = (struct tnode){l, t->n[z].src, z, z, -1, -1};
+            st[sp++] = last;
+        }
+        if (l == it[i].len) { /* the empty text */
+            t->n[st[sp - 1]].end = (int64_t)i;
             continue;
         }
-        const uint32_t cp = utf8_cp(&q, p + strlen(p));
-        for (j = i + 1; j < n && !strncmp(keys[j] + off, p, (size_t)(q - p));) j++;
-        char child[NAME_LEN], jc[8];
-        key_trie(c, keys + i, j - i, off + (size_t)(q - p), hint, child);
-        json_char(jc, cp);
-        put(c, &b, b.len ? " | " : ""), put_lit(c, &b, jc, strlen(jc)), put(c, &b, " "), put(c, &b, child);
-        if (cp >= 0x20 && cp != '"' && cp != '\\') put_class_cp(c, &cls, cp);
+        const int64_t y = tnode_new(c, t, it[i].len, i, (int64_t)i);
+        if (y < 0) break;
+        struct tnode *p = &t->n[st[sp - 1]];
+        if (p->last < 0)
+            p->child = y;
+        else
+            t->n[p->last].next = y;
+        p->last = y;
+        st[sp++] = y;
     }
-    c->prims |= P_CHAR;
-    if (!b.len) { /* a key ends here and none goes on: one more character at least */
-        snprintf(name, NAME_LEN, "( char+ \"\\\"\" )");
-    } else {
-        put(c, &b, ends ? " | " : " | \"\\\"\" | ");
-        put(c, &b, "( [^\"\\\\\\x00-\\x1F"), put(c, &b, cls.p ? cls.p : "");
-        put(c, &b, "] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) ) char* \"\\\"\"");
-        add_rule(c, hint, b.p, name);
-    }
-    ms_buf_free(&b);
-    ms_buf_free(&cls);
+    free(st);
+    return c->oom ? -1 : 0;
 }
 
-static int by_bytes(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+/* The nodes, each before its children: walked backwards, children come
+ * first. NULL on OOM. */
+static int64_t *trie_order(struct conv *c, const struct trie *t) {
+    int64_t *ord = malloc(t->len * sizeof *ord), *st = malloc(t->len * sizeof *st);
+    size_t k = 0, sp = 0;
+    if (!ord || !st) {
+        free(ord), free(st), c->oom = true;
+        return NULL;
+    }
+    st[sp++] = 0;
+    while (sp) {
+        const int64_t x = st[--sp];
+        ord[k++] = x;
+        for (int64_t ch = t->n[x].child; ch >= 0; ch = t->n[ch].next) st[sp++] = ch;
+    }
+    free(st);
+    return ord;
+}
+
+/* A node written: its alternatives. */
+struct tex {
+    struct ms_buf s;
+    int alts, depth; /* how many; groups nested in them */
+    bool opt;        /* a text ends here too: an empty alternative */
+};
+
+/* An edge to a child, and what follows. */
+struct talt {
+    const char *lab;     /* the edge's text */
+    size_t len, first;   /* its length, its first character's */
+    uint32_t cp;         /* the first character */
+    struct ms_buf ref;   /* the child */
+    struct ms_buf tail;  /* the rest of the edge and the child: children alike share a class */
+    size_t run, run_end; /* lead (the lowest character of its tail): its run in the sorted edges */
+    bool lead;
+};
+
+static int by_tail(const void *a, const void *b) {
+    const struct talt *x = *(const struct talt *const *)a, *y = *(const struct talt *const *)b;
+    const int d = strcmp(x->tail.p ? x->tail.p : "", y->tail.p ? y->tail.p : "");
+    return d ? d : (x->cp > y->cp) - (x->cp < y->cp);
+}
+
+/* How node id's parent refers to it: a sequence (a leaf: its payload,
+ * maybe empty), a group, or a new rule (named, or groups nested too deep). */
+static void trie_ref(struct conv *c, const struct trie *t, const struct titem *it, struct tex *tx, int64_t id,
+                     bool named, const char *hint, struct ms_buf *ref, int *depth) {
+    const struct tnode *nd = &t->n[id];
+    struct tex *x = &tx[id];
+    const char *body = x->s.p ? x->s.p : "";
+    *depth = 0;
+    if (nd->child < 0) {
+        put(c, ref, it[nd->end].pay);
+    } else if (x->alts == 1 && !x->opt) {
+        put(c, ref, body), *depth = x->depth;
+    } else if (named || x->depth + 1 > TRIE_NEST) {
+        struct ms_buf b = {0};
+        char name[NAME_LEN];
+        put(c, &b, x->opt ? "( " : ""), put(c, &b, body), put(c, &b, x->opt ? " )?" : "");
+        add_rule(c, hint, b.p ? b.p : "", name);
+        put(c, ref, name);
+        ms_buf_free(&b);
+    } else {
+        put(c, ref, "( "), put(c, ref, body), put(c, ref, x->opt ? " )?" : " )");
+        *depth = x->depth + 1;
+    }
+    ms_buf_free(&x->s);
+}
+
+/* Writes the alternatives of node id (one with children; theirs written). */
+static void trie_node(struct conv *c, const struct trie *t, const struct titem *it, struct tex *tx, int64_t id,
+                      bool named, const char *hint) {
+    const struct tnode *nd = &t->n[id];
+    struct tex *x = &tx[id];
+    size_t k = 0;
+    for (int64_t ch = nd->child; ch >= 0; ch = t->n[ch].next) k++;
+    struct talt *a = calloc(k, sizeof *a), **srt = malloc(k * sizeof *srt);
+    if (!a || !srt) {
+        free(a), free(srt), c->oom = true;
+        return;
+    }
+    size_t i = 0;
+    for (int64_t ch = nd->child; ch >= 0; ch = t->n[ch].next, i++) {
+        struct talt *al = &a[i];
+        int d;
+        al->lab = it[t->n[ch].src].s + nd->depth, al->len = t->n[ch].depth - nd->depth;
+        const char *q = al->lab;
+        al->cp = utf8_cp(&q, al->lab + al->len);
+        al->first = (size_t)(q - al->lab);
+        trie_ref(c, t, it, tx, ch, named, hint, &al->ref, &d);
+        if (d > x->depth) x->depth = d;
+        if (al->len > al->first) put_lit(c, &al->tail, al->lab + al->first, al->len - al->first);
+        if (al->ref.len) put(c, &al->tail, al->tail.len ? " " : ""), put(c, &al->tail, al->ref.p);
+        srt[i] = al;
+    }
+    if (nd->end >= 0 && *it[nd->end].pay)
+        put(c, &x->s, it[nd->end].pay), x->alts++;
+    else if (nd->end >= 0)
+        x->opt = true;
+    qsort(srt, k, sizeof *srt, by_tail);
+    for (size_t r = 0, e; r < k; r = e) {
+        const char *tr = srt[r]->tail.p ? srt[r]->tail.p : "";
+        for (e = r + 1; e < k && !strcmp(tr, srt[e]->tail.p ? srt[e]->tail.p : "");) e++;
+        srt[r]->lead = true, srt[r]->run = r, srt[r]->run_end = e;
+    }
+    for (i = 0; i < k; i++) {
+        const struct talt *al = &a[i];
+        if (!al->lead) continue;
+        put(c, &x->s, x->alts++ ? " | " : "");
+        if (al->run_end - al->run == 1) {
+            put_lit(c, &x->s, al->lab, al->len);
+            if (al->ref.len) put(c, &x->s, " "), put(c, &x->s, al->ref.p);
+            continue;
+        }
+        put(c, &x->s, "[");
+        for (size_t j = al->run; j < al->run_end;) {
+            const uint32_t lo = srt[j]->cp;
+            uint32_t hi = lo;
+            for (j++; j < al->run_end && srt[j]->cp == hi + 1; j++) hi++;
+            put_class_cp(c, &x->s, lo);
+            if (hi > lo) put(c, &x->s, hi > lo + 1 ? "-" : ""), put_class_cp(c, &x->s, hi);
+        }
+        put(c, &x->s, "]");
+        if (al->tail.len) put(c, &x->s, " "), put(c, &x->s, al->tail.p);
+    }
+    for (i = 0; i < k; i++) ms_buf_free(&a[i].ref), ms_buf_free(&a[i].tail);
+    free(a);
+    free(srt);
+}
+
+/* The texts it[0..m) (sorted, distinct, m > 0), each followed by its
+ * payload, as a trie into e: top-level alternatives. named: every node
+ * with alternatives is a rule, so that rules only ever refer to rules
+ * written before them and no group stands between (the grammar parser
+ * settles which rules match some text in one pass then, however long the
+ * chain of pairs in an object). */
+static void put_trie(struct conv *c, struct ms_buf *e, const struct titem *it, size_t m, bool named, const char *hint) {
+    struct trie t = {0};
+    int64_t *ord = NULL;
+    struct tex *tx = NULL;
+    if (trie_build(c, &t, it, m) || !(ord = trie_order(c, &t)) || !(tx = calloc(t.len, sizeof *tx))) {
+        c->oom = true;
+    } else {
+        for (size_t i = t.len; i-- > 0;)
+            if (t.n[ord[i]].child >= 0) trie_node(c, &t, it, tx, ord[i], named, hint);
+        if (t.n[0].child < 0) { /* only the empty text */
+            put(c, e, it[0].pay);
+        } else {
+            put(c, e, tx[0].opt ? "( " : ""), put(c, e, tx[0].s.p ? tx[0].s.p : ""), put(c, e, tx[0].opt ? " )?" : "");
+        }
+    }
+    for (size_t i = 0; tx && i < t.len; i++) ms_buf_free(&tx[i].s);
+    free(tx);
+    free(ord);
+    free(t.n);
+}
+
+/* ---- objects ----------------------------------------------------------------- */
+
+/* The rule of one character of a key (in canonical form: see
+ * json_schema.h) whose code point is none of ex[0..n), then the rest of
+ * the key to its closing quote; one rule per set, shared. */
+static void key_other(struct conv *c, const uint32_t *ex, size_t n, char name[NAME_LEN]) {
+    static const char short_cp[] = "\"\\\b\f\n\r\t", short_ch[] = "\"\\bfnrt", hex[] = "0123456789abcdef";
+    static const char *const lead[] = {"\\", "\\u000", "\\u001"};
+    struct ms_buf b = {0};
+    char cls[3][20];
+    size_t nc[3] = {0};
+    bool esc = false;
+    put(c, &b, "[^\"\\\\\\x00-\\x1F");
+    for (size_t i = 0; i < n; i++) {
+        if (ex[i] >= 0x20 && ex[i] != '"' && ex[i] != '\\')
+            put_class_cp(c, &b, ex[i]);
+        else
+            esc = true;
+    }
+    put(c, &b, "] kchar* \"\\\"\"");
+    c->prims |= P_KCHAR;
+    for (uint32_t cp = 0; cp <= '\\' && esc; cp++) { /* the escapes left: \x \u000x \u001x */
+        bool skip = cp >= 0x20 && cp != '"' && cp != '\\';
+        for (size_t i = 0; i < n && !skip; i++) skip = ex[i] == cp;
+        if (skip) continue;
+        const char *sh = cp ? memchr(short_cp, (int)cp, sizeof short_cp - 1) : NULL;
+        const int k = sh ? 0 : cp < 0x10 ? 1 : 2;
+        cls[k][nc[k]++] = sh ? short_ch[sh - short_cp] : hex[cp & 15];
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!nc[k]) continue;
+        put(c, &b, " | "), put_lit(c, &b, lead[k], strlen(lead[k])), put(c, &b, " [");
+        for (size_t i = 0; i < nc[k]; i++) put_class_cp(c, &b, (unsigned char)cls[k][i]);
+        put(c, &b, "] kchar* \"\\\"\"");
+    }
+    if (!esc) put(c, &b, " | kesc kchar* \"\\\"\"");
+    const char *done = json_string_value(json_object_get(c->others, b.p ? b.p : ""));
+    if (done) {
+        snprintf(name, NAME_LEN, "%s", done);
+    } else {
+        add_rule(c, "key-not", b.p ? b.p : "", name);
+        if (json_object_set_new(c->others, b.p ? b.p : "", json_string(name))) c->oom = true;
+    }
+    ms_buf_free(&b);
+}
+
+/* The rest of a key string after its opening quote that is none of the
+ * keys it[0..m) (sorted, distinct; their characters, unescaped) into e.
+ * Over a trie of the keys: a rule per character position they share,
+ * where each next character of theirs leads on, any other key character
+ * ends the danger, and the closing quote may come unless a key ends
+ * there. Keys are spelled canonically, so no other spelling of a listed
+ * key is left. */
+static void key_trie(struct conv *c, const struct titem *it, size_t m, const char *hint, struct ms_buf *e) {
+    static const char more[] = "kchar+ \"\\\"\""; /* past a listed key: a character at least */
+    struct trie t = {0};
+    int64_t *ord = NULL;
+    char(*nm)[NAME_LEN] = NULL;
+    c->prims |= P_KCHAR;
+    if (trie_build(c, &t, it, m) || !(ord = trie_order(c, &t)) || !(nm = calloc(t.len, sizeof *nm))) {
+        c->oom = true;
+        goto done;
+    }
+    for (size_t i = t.len; i-- > 0 && !c->oom;) {
+        const struct tnode *nd = &t.n[ord[i]];
+        if (nd->child < 0) continue;
+        size_t k = 0;
+        for (int64_t ch = nd->child; ch >= 0; ch = t.n[ch].next) k++;
+        uint32_t *ex = malloc(k * sizeof *ex);
+        struct ms_buf b = {0};
+        char other[NAME_LEN], jc[8];
+        if (!ex) {
+            c->oom = true;
+            break;
+        }
+        k = 0;
+        for (int64_t ch = nd->child; ch >= 0; ch = t.n[ch].next) {
+            const char *p = it[t.n[ch].src].s + nd->depth, *end = it[t.n[ch].src].s + t.n[ch].depth;
+            uint32_t *cps = malloc((size_t)(end - p) * sizeof *cps);
+            struct ms_buf cur = {0};
+            size_t n = 0;
+            if (!cps) {
+                c->oom = true;
+                break;
+            }
+            while (p < end) cps[n++] = utf8_cp(&p, end);
+            put(c, &cur, t.n[ch].child < 0 ? more : nm[ch]);
+            for (size_t j = n; j-- > 1;) { /* inside the edge: after cps[0..j), cps[j] leads on */
+                struct ms_buf r = {0};
+                char name[NAME_LEN];
+                json_char(jc, cps[j]);
+                key_other(c, &cps[j], 1, other);
+                put_lit(c, &r, jc, strlen(jc)), put(c, &r, " "), put(c, &r, cur.p ? cur.p : "");
+                put(c, &r, " | \"\\\"\" | "), put(c, &r, other);
+                add_rule(c, hint, r.p ? r.p : "", name);
+                cur.len = 0;
+                put(c, &cur, name);
+                ms_buf_free(&r);
+            }
+            json_char(jc, cps[0]);
+            put(c, &b, k ? " | " : ""), put_lit(c, &b, jc, strlen(jc)), put(c, &b, " "), put(c, &b, cur.p ? cur.p : "");
+            ex[k++] = cps[0];
+            ms_buf_free(&cur);
+            free(cps);
+        }
+        if (nd->end < 0) put(c, &b, " | \"\\\"\"");
+        key_other(c, ex, k, other);
+        put(c, &b, " | "), put(c, &b, other);
+        add_rule(c, hint, b.p ? b.p : "", nm[ord[i]]);
+        ms_buf_free(&b);
+        free(ex);
+    }
+    put(c, e, t.n[0].child < 0 ? more : nm[0]);
+done:
+    free(nm);
+    free(ord);
+    free(t.n);
+}
 
 /* The rule of a pair whose key is not one of the n keys (any key if n is
- * 0) and whose value is vname. Keys past 128 bytes are not excluded: each
- * byte is a level of recursion here. */
+ * 0) and whose value is vname. */
 static void extra_rule(struct conv *c, const char *hint, const char **keys, size_t n, const char *vname,
                        char name[NAME_LEN]) {
-    char h[NAME_LEN], key[NAME_LEN] = "string";
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strlen(keys[i]) <= 128) keys[m++] = keys[i];
-    qsort(keys, m, sizeof *keys, by_bytes);
-    hint_join(h, hint, "key");
-    if (m) key_trie(c, keys, m, 0, h, key);
-    new_name(c, hint, "kv", name);
-    putf(c, &c->rules, "%s ::= %s%s ws \":\" ws %s ws\n", name, m ? "\"\\\"\" " : "", key, vname);
-    c->prims |= m ? 0 : P_STRING;
-}
-
-/* The pair rule "key": value for property key with value rule vname. */
-static void kv_rule(struct conv *c, const char *hint, const char *key, const char *vname, char out[NAME_LEN]) {
     struct ms_buf b = {0};
-    put_json_str(c, &b, key, strlen(key));
-    new_name(c, hint, "kv", out);
-    put(c, &c->rules, out);
-    put(c, &c->rules, " ::= ");
-    put_lit(c, &c->rules, b.p ? b.p : "", b.len);
-    putf(c, &c->rules, " ws \":\" ws %s ws\n", vname);
+    if (n) {
+        struct titem *it = malloc(n * sizeof *it);
+        char h[NAME_LEN];
+        if (!it) {
+            c->oom = true;
+            return;
+        }
+        for (size_t i = 0; i < n; i++) it[i] = (struct titem){keys[i], strlen(keys[i]), ""};
+        titems_sort(it, &n);
+        hint_join(h, hint, "key");
+        put(c, &b, "\"\\\"\" ");
+        key_trie(c, it, n, h, &b);
+        free(it);
+    } else {
+        prim(c, &b, P_STRING);
+    }
+    put(c, &b, " ws \":\" ws "), put(c, &b, vname), put(c, &b, " ws");
+    new_name(c, hint, "kv", name);
+    put_rule(c, name, b.p);
     ms_buf_free(&b);
 }
 
-static bool listed(const json_t *arr, const char *k, size_t upto) {
-    for (size_t i = 0; i < upto; i++)
-        if (!strcmp(json_string_value(json_array_get(arr, i)), k)) return true;
-    return false;
+/*
+ * An object's pairs: the listed ones (properties in order, then required
+ * keys not among them) in that order, each optional one present or not,
+ * then extra pairs when allowed and no required one is left.
+ *
+ * After a pair the next may be pair a, a+1, ..., up to the first required
+ * one from a on, or an extra pair when none is required. Their keys form a
+ * trie (see put_trie); one trie for each a would make the grammar
+ * quadratic, so the choice from a on is "from-a ::= keys of pairs a..a+s-1
+ * | from-(a+s)", the block a..a+s-1 as long as a power of two that divides
+ * a and fits before the required pair (or the end): O(n log n) text for n
+ * pairs, at most about 2 log2 n blocks live at a key's first character,
+ * each as many as its trie branches.
+ */
+struct obj {
+    const char *hint;
+    size_t n;
+    const char **key;
+    char (*val)[NAME_LEN]; /* each pair's value rule */
+    char (*kv)[NAME_LEN];  /* each pair after its key: ":", the value, what may follow */
+    struct ms_buf *spell;  /* each key's JSON text, quotes included */
+    struct ms_buf *from;   /* from[a]: the choice of the next pair from pair a on (n + 1 of them; "": none) */
+    bool *req;
+    char extras[NAME_LEN]; /* one or more extra pairs, or "" when none may come */
+};
+
+/* from[a], end the first required pair from a on (or n). */
+static void choice(struct conv *c, struct obj *o, size_t a, size_t end) {
+    struct ms_buf *x = &o->from[a], b = {0};
+    if (a == o->n) {
+        put(c, x, o->extras);
+        return;
+    }
+    if (o->req[a]) {
+        put_lit(c, x, o->spell[a].p ? o->spell[a].p : "", o->spell[a].len), put(c, x, " "), put(c, x, o->kv[a]);
+        return;
+    }
+    size_t s = 1;
+    while (a % (2 * s) == 0 && a + 2 * s <= end) s *= 2;
+    if (s == 1) {
+        put_lit(c, &b, o->spell[a].p ? o->spell[a].p : "", o->spell[a].len), put(c, &b, " "), put(c, &b, o->kv[a]);
+    } else {
+        struct titem *it = malloc(s * sizeof *it);
+        struct ms_buf body = {0};
+        char h[NAME_LEN], name[NAME_LEN];
+        size_t m = s;
+        if (!it) {
+            c->oom = true;
+            return;
+        }
+        for (size_t i = 0; i < s; i++)
+            it[i] = (struct titem){o->spell[a + i].p ? o->spell[a + i].p : "", o->spell[a + i].len, o->kv[a + i]};
+        titems_sort(it, &m);
+        hint_join(h, o->hint, "keys");
+        put_trie(c, &body, it, m, true, h);
+        add_rule(c, h, body.p ? body.p : "", name);
+        put(c, &b, name);
+        ms_buf_free(&body);
+        free(it);
+    }
+    if (o->from[a + s].len) {
+        char h[NAME_LEN], name[NAME_LEN];
+        put(c, &b, " | "), put(c, &b, o->from[a + s].p);
+        hint_join(h, o->hint, o->key[a]);
+        new_name(c, h, "from", name);
+        put_rule(c, name, b.p);
+        put(c, x, name);
+    } else {
+        put(c, x, b.p ? b.p : "");
+    }
+    ms_buf_free(&b);
 }
 
-/* The pair rules: properties in order, then required keys not among them
- * (values per additionalProperties). kv and req have room for all. */
-static int object_pairs(struct conv *c, const json_t *s, const char *ptr, const char *hint, char (*kv)[NAME_LEN],
-                        bool *req, size_t *n) {
+/* The rules of the pairs after their keys and of the choices, last pair
+ * first (each refers to later ones only); then the object into e. */
+static void put_object(struct conv *c, struct obj *o, struct ms_buf *e) {
+    size_t next = o->n; /* the first required pair after a */
+    choice(c, o, o->n, o->n);
+    for (size_t a = o->n; a-- > 0;) {
+        struct ms_buf b = {0};
+        const char *after = o->from[a + 1].p ? o->from[a + 1].p : "";
+        char h[NAME_LEN];
+        put(c, &b, "ws \":\" ws "), put(c, &b, o->val[a]), put(c, &b, " ws");
+        if (next < o->n)
+            put(c, &b, " \",\" ws "), put(c, &b, after);
+        else if (*after)
+            put(c, &b, " ( \",\" ws "), put(c, &b, after), put(c, &b, " )?");
+        hint_join(h, o->hint, o->key[a]);
+        new_name(c, h, "kv", o->kv[a]);
+        put_rule(c, o->kv[a], b.p);
+        ms_buf_free(&b);
+        if (o->req[a]) next = a;
+        choice(c, o, a, next);
+    }
+    const char *first = o->from[0].p ? o->from[0].p : "";
+    put(c, e, "\"{\" ws ");
+    if (next < o->n)
+        put(c, e, first), put(c, e, " ");
+    else if (*first)
+        put(c, e, "( "), put(c, e, first), put(c, e, " )? ");
+    put(c, e, "\"}\"");
+}
+
+static void add_pair(struct conv *c, struct obj *o, const char *k, const char *vname, bool req) {
+    o->key[o->n] = k;
+    o->req[o->n] = req;
+    snprintf(o->val[o->n], NAME_LEN, "%s", vname);
+    put_json_str(c, &o->spell[o->n], k, strlen(k));
+    o->n++;
+}
+
+/* The pairs: properties in order, then required keys not among them
+ * (values per additionalProperties); keys gets every listed key (false
+ * properties too), *nk their count. o and keys have room for all. */
+static int object_pairs(struct conv *c, const json_t *s, const char *ptr, const char *hint, struct obj *o,
+                        const char **keys, size_t *nk) {
     const json_t *props = json_object_get(s, "properties"), *reqs = json_object_get(s, "required"),
                  *ap = json_object_get(s, "additionalProperties");
+    json_t *rset = json_object(); /* the required keys, as a set */
     const char *k;
     json_t *v;
+    int rc = 0;
+    if (!rset) return c->oom = true, fail(c, ptr, "out of memory");
+    for (size_t i = 0; i < json_array_size(reqs); i++)
+        if (json_object_set(rset, json_string_value(json_array_get(reqs, i)), json_true())) c->oom = true;
     json_object_foreach((json_t *)props, k, v) {
         char p[PTR_LEN], pp[PTR_LEN], h[NAME_LEN], vname[NAME_LEN];
         ptr_join(pp, ptr, "properties"), ptr_join(p, pp, k), hint_join(h, hint, k);
-        req[*n] = listed(reqs, k, json_array_size(reqs));
-        if (json_is_false(v) && req[*n]) return fail(c, p, "schema allows nothing (required, and false)");
+        const bool req = json_object_get(rset, k) != NULL;
+        keys[(*nk)++] = k;
+        if (json_is_false(v) && req) {
+            rc = fail(c, p, "schema allows nothing (required, and false)");
+            break;
+        }
         if (json_is_false(v)) continue; /* the key may not appear */
-        if (visit(c, v, p, h, vname)) return -1;
-        kv_rule(c, h, k, vname, kv[(*n)++]);
+        if ((rc = visit(c, v, p, h, vname))) break;
+        add_pair(c, o, k, vname, req);
     }
-    for (size_t i = 0; i < json_array_size(reqs); i++) {
+    for (size_t i = 0; !rc && i < json_array_size(reqs); i++) {
         const char *rk = json_string_value(json_array_get(reqs, i));
         char h[NAME_LEN], vname[NAME_LEN], ap_ptr[PTR_LEN];
-        if (json_object_get(props, rk) || listed(reqs, rk, i)) continue;
-        if (json_is_false(ap))
-            return fail(c, ptr,
-                        "schema allows nothing (required '%s' is not in 'properties' and "
-                        "additionalProperties is false)",
-                        rk);
+        if (json_object_get(props, rk) || !json_object_get(rset, rk)) continue;
+        json_object_del(rset, rk); /* once: the array may repeat it */
+        if (json_is_false(ap)) {
+            rc = fail(c, ptr,
+                      "schema allows nothing (required '%s' is not in 'properties' and "
+                      "additionalProperties is false)",
+                      rk);
+            break;
+        }
         hint_join(h, hint, rk), ptr_join(ap_ptr, ptr, "additionalProperties");
-        if (visit(c, ap ? ap : json_true(), ap_ptr, h, vname)) return -1;
-        req[*n] = true;
-        kv_rule(c, h, rk, vname, kv[(*n)++]);
+        if ((rc = visit(c, ap ? ap : json_true(), ap_ptr, h, vname))) break;
+        keys[(*nk)++] = rk;
+        add_pair(c, o, rk, vname, true);
     }
-    return 0;
-}
-
-/* The keys of properties and required into keys (room for both); their count. */
-static size_t object_keys(const json_t *s, const char **keys) {
-    const json_t *props = json_object_get(s, "properties"), *reqs = json_object_get(s, "required");
-    size_t n = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)props, k, v) { keys[n++] = k; }
-    for (size_t i = 0; i < json_array_size(reqs); i++) {
-        k = json_string_value(json_array_get(reqs, i));
-        if (!json_object_get(props, k) && !listed(reqs, k, i)) keys[n++] = k;
-    }
-    return n;
+    json_decref(rset);
+    return rc;
 }
 
 static int gen_object(struct conv *c, const json_t *s, const char *ptr, const char *hint, struct ms_buf *e) {
@@ -1273,27 +1679,44 @@ static int gen_object(struct conv *c, const json_t *s, const char *ptr, const ch
     if (!json_object_size(props) && !json_array_size(reqs) && (!ap || json_is_true(ap))) return prim(c, e, P_OBJECT), 0;
 
     const size_t cap = json_object_size(props) + json_array_size(reqs) + 1;
-    char(*kv)[NAME_LEN] = malloc(cap * sizeof *kv), (*rest)[NAME_LEN] = calloc(cap + 1, sizeof *rest);
-    bool *req = malloc(cap * sizeof *req);
+    struct obj o = {.hint = hint,
+                    .key = malloc(cap * sizeof *o.key),
+                    .val = malloc(cap * sizeof *o.val),
+                    .kv = malloc(cap * sizeof *o.kv),
+                    .spell = calloc(cap, sizeof *o.spell),
+                    .from = calloc(cap + 1, sizeof *o.from),
+                    .req = malloc(cap * sizeof *o.req)};
     const char **keys = malloc(cap * sizeof *keys);
-    size_t n = 0;
-    char extra[NAME_LEN] = "";
+    size_t nk = 0;
     const int saved = c->base;
     c->base = c->n_pending; /* "{" comes first: recursion below is progress */
-    int rc = !kv || !req || !rest || !keys ? (c->oom = true, fail(c, ptr, "out of memory"))
-                                           : object_pairs(c, s, ptr, hint, kv, req, &n);
+    int rc = !o.key || !o.val || !o.kv || !o.spell || !o.from || !o.req || !keys
+                 ? (c->oom = true, fail(c, ptr, "out of memory"))
+                 : object_pairs(c, s, ptr, hint, &o, keys, &nk);
     if (!rc && !json_is_false(ap)) {
-        char h[NAME_LEN], p[PTR_LEN], vname[NAME_LEN];
+        char h[NAME_LEN], p[PTR_LEN], vname[NAME_LEN], extra[NAME_LEN];
         hint_join(h, hint, "extra"), ptr_join(p, ptr, "additionalProperties");
         rc = visit(c, ap ? ap : json_true(), p, h, vname);
-        if (!rc) extra_rule(c, h, keys, object_keys(s, keys), vname, extra);
+        if (!rc) {
+            struct ms_buf b = {0};
+            extra_rule(c, h, keys, nk, vname, extra);
+            put(c, &b, extra), put(c, &b, " ( \",\" ws "), put(c, &b, extra), put(c, &b, " )*");
+            new_name(c, h, "s", o.extras);
+            put_rule(c, o.extras, b.p);
+            ms_buf_free(&b);
+        }
     }
     c->base = saved;
-    if (!rc) put_object(c, e, hint, kv, req, n, extra, rest);
-    free(kv);
-    free(rest);
+    if (!rc) put_object(c, &o, e);
+    for (size_t i = 0; o.spell && i < o.n; i++) ms_buf_free(&o.spell[i]);
+    for (size_t i = 0; o.from && i <= o.n; i++) ms_buf_free(&o.from[i]);
+    free(o.key);
+    free(o.val);
+    free(o.kv);
+    free(o.spell);
+    free(o.from);
+    free(o.req);
     free(keys);
-    free(req);
     return rc;
 }
 
@@ -1435,14 +1858,26 @@ static int gen_value(struct conv *c, const json_t *s, const char *ptr, const cha
     if (!cv && ev && (!json_is_array(ev) || !json_array_size(ev)))
         return fail(c, ptr, "'enum' must be a non-empty array");
     const size_t nv = cv ? 1 : json_array_size(ev); /* const: a one-value enum */
-    for (size_t i = 0; i < nv; i++) {
-        struct ms_buf b = {0};
-        dump(c, &b, cv ? cv : json_array_get(ev, i));
-        put(c, e, i ? " | " : ""), put_lit(c, e, b.p ? b.p : "", b.len);
-        ms_buf_free(&b);
+    if (!nv) return gen_types(c, s, ptr, hint, e);
+    struct ms_buf *b = calloc(nv, sizeof *b);
+    struct titem *it = malloc(nv * sizeof *it);
+    size_t m = nv;
+    if (!b || !it) {
+        free(b), free(it), c->oom = true;
+        return fail(c, ptr, "out of memory");
     }
-    if (nv) return 0;
-    return gen_types(c, s, ptr, hint, e);
+    for (size_t i = 0; i < nv; i++) {
+        dump(c, &b[i], cv ? cv : json_array_get(ev, i));
+        it[i] = (struct titem){b[i].p ? b[i].p : "", b[i].len, ""};
+    }
+    char h[NAME_LEN];
+    hint_join(h, hint, "enum");
+    titems_sort(it, &m);
+    put_trie(c, e, it, m, false, h);
+    for (size_t i = 0; i < nv; i++) ms_buf_free(&b[i]);
+    free(b);
+    free(it);
+    return 0;
 }
 
 /* The expression of schema s at ptr into e (a rule body: may hold "|"). */
@@ -1467,12 +1902,13 @@ int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_sch
     struct conv c = {.root = schema,
                      .names = json_object(),
                      .refs = json_object(),
+                     .others = json_object(),
                      .warn = warn_fn,
                      .warn_ctx = warn_ctx,
                      .err = err};
     struct ms_buf e = {0}, g = {0};
     int rc = -1;
-    if (!c.names || !c.refs) goto oom;
+    if (!c.names || !c.refs || !c.others) goto oom;
     for (size_t i = 0; i < N_PRIMS; i++)
         if (json_object_set_new(c.names, PRIMS[i].name, json_integer(1))) goto oom;
     if (json_object_set_new(c.names, "root", json_integer(1)) || json_object_set_new(c.names, "ws", json_integer(1)))
@@ -1506,5 +1942,6 @@ done:
     ms_buf_free(&c.rules);
     json_decref(c.names);
     json_decref(c.refs);
+    json_decref(c.others);
     return rc;
 }

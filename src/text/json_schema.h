@@ -17,13 +17,30 @@
  *     the additionalProperties schema). So a listed key cannot come back
  *     later with another value, but keys out of the schema's order are
  *     refused although JSON Schema allows them.
+ *   - Keys of objects whose schema names keys (listed and extra keys
+ *     alike) are canonical, as JSON.stringify writes them: each character
+ *     raw except the escapes JSON requires, \" and \\, \b \f \n \r \t for
+ *     those controls, and \u00xx (lower-case hex) for the other controls
+ *     U+0000-U+001F; no \/ and no \uXXXX for a character that needs no
+ *     escape. A key has one spelling then, so an extra key never decodes
+ *     to a listed one.
+ *     (Keys of objects whose schema names none, and string values, take
+ *     any escape.)
  *   - Numbers: JSON syntax with at most 16 integer digits, 16 fraction
  *     digits and 3 exponent digits, so digits cannot run on forever.
  *   - const / enum values: their exact compact serialization (no spaces,
- *     object keys in the schema's order, reals in their shortest form).
- *   - Strings with a pattern or format, and keys excluded from the extra
- *     pairs, are written in plain form: each character raw unless JSON
- *     requires an escape (", \, U+0000-U+001F).
+ *     object keys in the schema's order, reals in their shortest form,
+ *     strings in the canonical form of keys).
+ *   - Strings with a pattern or format are written in plain form: each
+ *     character raw unless JSON requires an escape (", \, U+0000-U+001F).
+ *   - Alternatives that begin alike, enum / const values and the keys that
+ *     may come next in an object, share their beginnings (a trie), since
+ *     the matcher tracks each alternative the next character may start
+ *     (at most MS_GRAMMAR_MAX_STACKS): as many are live as the values
+ *     branch at that point (keys: that times about 2 log2 of the number of
+ *     properties), however many values there are. Values that branch more
+ *     than that many ways at one character (5000 one-character CJK values
+ *     that each go on differently) are still too ambiguous for it.
  *
  * Supported: true / false / {} schemas, type (one or a list; inferred from
  * the keywords when absent), enum, const, properties (a false property:
@@ -80,7 +97,8 @@ typedef void (*ms_json_schema_warn_fn)(void *ctx, const char *keyword, const cha
  * unknown type name, a schema that allows nothing (false outside anyOf, an
  * empty integer range, minItems > maxItems, a required key that is false
  * or that additionalProperties false forbids), a $ref that is not a local
- * JSON pointer or not found, a $ref cycle that never reaches a value
+ * JSON pointer, not found, or with a segment that decodes (%XX) to a NUL
+ * or to invalid UTF-8, a $ref cycle that never reaches a value
  * ({"$ref": "#"}), nesting deeper than 64 schemas, more than 50000
  * subschemas to expand (allOf / anyOf merging can multiply them), a pattern
  * that is not a regex, OOM.
