@@ -194,7 +194,7 @@ bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"top_p":2}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"max_tokens":0}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"max_tokens":1e300}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"max_tokens":99999999999999999999999}' "huge integer"
-bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"n":2}'
+bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"n":0}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"stream":"yes"}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"stop":5}'
 bad_req 400 POST $C '{"messages":[{"role":"user","content":"x"}],"stop":["a",1]}'

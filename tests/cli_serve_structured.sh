@@ -161,8 +161,11 @@ OUT=$("$BIN" run -m "$TMP/m.gguf" -p "Count:" -n 50 --seed 2 --grammar 'root ::=
 check "run --grammar: matches" '[[ "$OUT" =~ ^[1-3]{2,4}\.$ ]]'
 OUT=$("$BIN" run -m "$TMP/m.gguf" -p "x" -n 5 --grammar 'root ::= ' --json-schema '{}' 2>&1)
 check "run: two grammar options are refused" '[[ "$OUT" == *"give one of"* ]]'
-OUT=$("$BIN" run -m "$TMP/m.gguf" -p "x" -n 5 --grammar 'root ::= "a' 2>&1)
-check "run: a bad grammar is an error naming the option and the place" '[[ "$OUT" == *"--grammar"*"line 1, column"* ]]'
+OUT=$("$BIN" run -m "$TMP/m.gguf" -p "x" -n 5 --grammar 'root ::= "a' 2>&1); RC=$?
+check "run: a bad grammar is a usage error (2) naming the option and the place, before the model opens" \
+    '[ $RC = 2 ] && [[ "$OUT" == "moestream run: --grammar: line 1, column"* ]]'
+OUT=$("$BIN" run -m "$TMP/m.gguf" -p "x" -n 5 --grammar-file "$TMP/nope.gbnf" 2>&1); RC=$?
+check "run: a grammar file that cannot be read names the option" '[ $RC = 2 ] && [[ "$OUT" == *"--grammar-file: "*"nope.gbnf"* ]]'
 OUT=$("$BIN" run -m "$TMP/m.gguf" -p "x" -n 5 --json-schema '{"type":' 2>&1)
 check "run: a schema that is not JSON is an error" '[[ "$OUT" == *"--json-schema: not JSON"* ]]'
 finish cli_serve_structured

@@ -205,6 +205,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     int chk = engine_cli_check("run", &o->eng);
     if (chk) return chk;
     if (kv_cli_check("run", &o->kp)) return 2;
+    ms_err gerr; /* a bad format is a usage error, found before the model loads */
+    if (gen_grammar_parse(&o->gg, &gerr)) {
+        fprintf(stderr, "moestream run: %s\n", gerr.msg);
+        return 2;
+    }
     if (o->prompt_file) {
         ms_err err;
         if (ms_buf_read_file(&o->prompt_buf, o->prompt_file, MS_PROMPT_FILE_MAX, &err)) {
@@ -405,7 +410,8 @@ done:
 int cmd_run(int argc, char **argv) {
     struct run_opts o;
     int rc = run_parse(argc, argv, &o);
-    if (rc == CLI_CONTINUE) rc = run_run(&o);
+    if (rc == CLI_CONTINUE) rc = run_run(&o); /* it frees the format's grammar */
+    else gen_grammar_free(&o.gg);
     ms_buf_free(&o.prompt_buf);
     return rc;
 }

@@ -224,16 +224,29 @@ static void warn_kw(void *ctx, const char *keyword, const char *where) {
     fprintf(stderr, "warning: JSON schema: '%s' at '%s' is not enforced by the grammar\n", keyword, *where ? where : "/");
 }
 
-int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_err *err) {
+/* err's message, prefixed with the option that gave the text (the
+ * grammar module's own "grammar: " dropped: the option says it). */
+static int option_error(ms_err *err, const char *what) {
+    char msg[MS_ERR_MSG_MAX];
+    const char *m = err->msg;
+    if (!strncmp(m, "grammar: ", 9)) m += 9;
+    snprintf(msg, sizeof msg, "%s", m);
+    return ms_err_set(err, "%s: %.*s", what, (int)(sizeof msg - 64), msg);
+}
+
+int gen_grammar_parse(struct gen_grammar *gg, ms_err *err) {
     enum { MAX_BYTES = 16 << 20 };
+    if (gg->g || (!gg->src[0] && !gg->src[1] && !gg->src[2] && !gg->src[3])) return 0;
     struct ms_buf text = {0}, gbnf = {0};
     json_t *schema = NULL;
     int rc = -1;
     const char *what = gg->src[0] ? "--grammar" : gg->src[1] ? "--grammar-file" : gg->src[2] ? "--json-schema"
                                                                                               : "--json-schema-file";
-    if (!gg->src[0] && !gg->src[1] && !gg->src[2] && !gg->src[3]) return 0;
     if (gg->src[1] || gg->src[3]) {
-        if (ms_buf_read_file(&text, gg->src[1] ? gg->src[1] : gg->src[3], MAX_BYTES, err)) goto out;
+        if (ms_buf_read_file(&text, gg->src[1] ? gg->src[1] : gg->src[3], MAX_BYTES, err)) {
+            option_error(err, what);
+            goto out;
+        }
     } else if (ms_buf_puts(&text, gg->src[0] ? gg->src[0] : gg->src[2])) {
         ms_err_set(err, "out of memory");
         goto out;
@@ -246,7 +259,7 @@ int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_er
             goto out;
         }
         if (ms_json_schema_grammar(schema, &gbnf, warn_kw, NULL, err)) {
-            ms_err_prefix(err, "%s", what);
+            option_error(err, what);
             goto out;
         }
     } else {
@@ -254,16 +267,21 @@ int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_er
         text = (struct ms_buf){0};
     }
     if (ms_grammar_parse(&gg->g, gbnf.p ? gbnf.p : "", gbnf.len, err)) {
-        ms_err_prefix(err, "%s", what);
+        option_error(err, what);
         goto out;
     }
-    if (ms_grammar_matcher_new(&gg->m, gg->g, err) || ms_grammar_vocab_new(&gg->v, t, NULL, 0, err)) goto out;
     rc = 0;
 out:
     ms_buf_free(&text);
     ms_buf_free(&gbnf);
     json_decref(schema);
     return rc;
+}
+
+int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_err *err) {
+    if (gen_grammar_parse(gg, err)) return -1;
+    if (!gg->g) return 0;
+    return ms_grammar_matcher_new(&gg->m, gg->g, err) || ms_grammar_vocab_new(&gg->v, t, NULL, 0, err) ? -1 : 0;
 }
 
 void gen_grammar_free(struct gen_grammar *gg) {

@@ -102,10 +102,13 @@ struct gen_grammar {
  * second one is given. */
 int gen_grammar_opt(const char *cmd, int c, const char *arg, struct gen_grammar *gg);
 /* Builds the grammar the options name (reading the file, converting the
- * schema), its matcher and the index of t's vocabulary; nothing when no
- * option was given. Schema keywords the grammar cannot enforce are
- * listed on stderr. Errors: a file that cannot be read, JSON that does
+ * schema); nothing when no option was given or it is built already, so a
+ * command checks its options with it before loading a model. Schema
+ * keywords the grammar cannot enforce are listed on stderr. Errors (the
+ * message names the option): a file that cannot be read, JSON that does
  * not parse, a schema or grammar that cannot be used, OOM. */
+int gen_grammar_parse(struct gen_grammar *gg, ms_err *err);
+/* gen_grammar_parse, then the matcher and the index of t's vocabulary. */
 int gen_grammar_load(struct gen_grammar *gg, const struct ms_tokenizer *t, ms_err *err);
 void gen_grammar_free(struct gen_grammar *gg);
 

@@ -739,7 +739,8 @@ static int prompt_ids(struct server *sv, struct job *j, const json_t *p, struct 
     if (n == 0) return http_fail(e, 400, "'prompt' is empty");
     const json_t *first = json_array_get(p, 0);
     if (json_is_array(first) || json_is_string(first))
-        return http_fail(e, 400, "'prompt' holds %zu prompts: a request takes one (send a batch as separate requests)", n);
+        return http_fail(e, 400, "'prompt' must be a string, an array of token ids, or an array of those (several "
+                         "prompts); it holds an array of %s", json_is_array(first) ? "arrays" : "strings");
     j->ids = malloc(n * sizeof *j->ids);
     j->cut_off = malloc(2 * sizeof *j->cut_off);
     j->cut_tok = malloc(2 * sizeof *j->cut_tok);

@@ -395,6 +395,8 @@ static MHD_RESULT handle_fanout(struct server *sv, struct MHD_Connection *c, str
             goto error;
         }
         jobs[i]->arrival = cn->arrival;
+        /* one id for the reply and every log line of it */
+        if (i > 0) memcpy(jobs[i]->id, jobs[0]->id, sizeof jobs[i]->id);
     }
     for (i = 0; i < total; i++) {
         if (enqueue(sv, jobs[i], &e)) goto error;
