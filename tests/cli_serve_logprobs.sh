@@ -57,7 +57,7 @@ R3=$(post /v1/completions "{\"prompt\":$IDS,\"max_tokens\":0,\"echo\":true,\"log
 check "echo of token ids: the BOS unscored, then the string prompt's values" \
     '[ "$(jq -c ".choices[0].logprobs.token_logprobs" <<<"$R3")" = "$(jq -c "[null] + .choices[0].logprobs.token_logprobs" <<<"$R")" ]'
 check "token ids: an id outside the vocabulary, an empty array, a non-integer, nested too deep are 400s" \
-    'for v in "[1,100000000]" "[]" "[[1,2.5]]" "[-1]" "[[1,2],[]]" "[[\"a\",\"b\"]]" "[[[1]]]"; do [ "$(status /v1/completions "{\"prompt\":$v}")" = 400 ] || { echo "  ($v)"; exit 1; }; done'
+    '(for v in "[1,100000000]" "[]" "[[1,2.5]]" "[-1]" "[[1,2],[]]" "[[\"a\",\"b\"]]" "[[[1]]]"; do [ "$(status /v1/completions "{\"prompt\":$v}")" = 400 ] || { echo "  ($v)"; exit 1; }; done)'
 check "echo without logprobs: the prompt, then the completion" \
     '[ "$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":2,\"echo\":true,\"ignore_eos\":true}" | jq -r ".choices[0].text | startswith(\"$PROMPT\")")" = true ]'
 
