@@ -35,6 +35,21 @@ check "usage: each prompt once, every completion" \
 check "the samples of one prompt differ (seed + k)" \
     '[ "$(jq -r ".choices[0].text" <<<"$R")" != "$(jq -r ".choices[1].text" <<<"$R")" ]'
 
+# a completion's later samples restore the state before its prompt's last
+# token (a snapshot matched by tokens), and still equal their single requests
+LONG=$(python3 -c 'print("word " * 200)')
+snaps() { curl -s -m 5 "$U/metrics" | awk '/^moestream_snapshot_restores_total/ {print $2}'; }
+s0=$(snaps)
+R=$(post /v1/completions "{\"prompt\":\"$LONG\",\"n\":3,\"seed\":4,\"max_tokens\":5,\"ignore_eos\":true}")
+s1=$(snaps)
+ok=1
+for k in 0 1 2; do
+    S=$(post /v1/completions "{\"prompt\":\"$LONG\",\"seed\":$((4 + k)),\"max_tokens\":5,\"ignore_eos\":true}")
+    [ "$(jq -r ".choices[$k].text" <<<"$R")" = "$(jq -r .choices[0].text <<<"$S")" ] || ok=0
+done
+check "completions n 3: samples 1 and 2 restore the prompt's snapshot, and equal their single requests" \
+    '[ -n "$s0" ] && [ $((s1 - s0)) = 2 ] && [ $ok = 1 ]'
+
 # ---- a harness's batch: token-id prompts with echo and logprobs
 IDS=$(post /tokenize '{"prompt":"The quick brown fox"}' | jq -c .tokens)
 IDS2=$(post /tokenize '{"prompt":"A lazy dog sleeps"}' | jq -c .tokens)

@@ -397,6 +397,7 @@ static MHD_RESULT handle_fanout(struct server *sv, struct MHD_Connection *c, str
         jobs[i]->arrival = cn->arrival;
         /* one id for the reply and every log line of it */
         if (i > 0) memcpy(jobs[i]->id, jobs[0]->id, sizeof jobs[i]->id);
+        jobs[i]->keep_prompt = i % (size_t)n + 1 < (size_t)n; /* its prompt's next sample follows */
     }
     for (i = 0; i < total; i++) {
         if (enqueue(sv, jobs[i], &e)) goto error;
@@ -745,6 +746,7 @@ out:
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);
+    free(sv->snap_ids);
     ms_buf_free(&sv->live);
     ms_grammar_vocab_free(sv->gvocab);
     free(sv->dsml_ids);

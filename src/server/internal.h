@@ -73,6 +73,9 @@ struct job {
     /* structured output (structured.c): the grammar the answer follows
      * (with a tool-call alternative when has_tools); NULL: free text */
     struct ms_grammar *grammar;
+    /* several choices (fanout.c): another sample of this prompt follows,
+     * so its state before the last token is worth a snapshot */
+    bool keep_prompt;
     /* the tools the model sees under another name or shape (NULL: none):
      * rendered name -> {"name", "namespace" (absent: none), "custom"
      * (true: a free-form tool, its one "input" string goes back as text)} */
@@ -204,6 +207,7 @@ struct server {
     char *snap_text;
     size_t snap_len;
     int64_t snap_n;         /* tokens in snap */
+    int32_t *snap_ids;      /* its tokens when taken for a prompt's next sample (job keep_prompt), else NULL */
     /* worker-only: the disk KV cache (NULL: none) and what of the session
      * is on disk already, so eviction and shutdown skip saving it again */
     struct ms_kvstore *kv;

@@ -103,8 +103,10 @@ static void kv_save_warn(struct server *sv, enum ms_kv_reason why, const char *w
 static void snap_drop(struct server *sv) {
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);
+    free(sv->snap_ids);
     sv->snap = NULL;
     sv->snap_text = NULL;
+    sv->snap_ids = NULL;
     sv->snap_len = 0;
 }
 
@@ -140,7 +142,9 @@ static void kv_keep(struct server *sv, enum ms_kv_reason why) {
     if (!sv->kv) return;
     snap_check(sv);
     const int64_t n = ms_session_n_past(sv->s);
-    const bool want_snap = sv->snap && !sv->snap_on_disk && sv->snap_n >= sv->kv_min_tokens;
+    /* a snapshot taken for a prompt's next sample ends inside a text run:
+     * it serves that sample (by its tokens), not the cache */
+    const bool want_snap = sv->snap && !sv->snap_ids && !sv->snap_on_disk && sv->snap_n >= sv->kv_min_tokens;
     bool want_live = n >= sv->kv_min_tokens && sv->live_disk_n != n && sv->live.len > 0;
     if (want_live && want_snap && live_is_snap_plus_one(sv)) want_live = false;
     if (want_live) {
@@ -205,7 +209,7 @@ static void keep_states(struct server *sv) {
         sv->pk.budget && keep_live && ram_park(sv, sv->live.p, sv->live.len) ? sv->pk.clock : 0;
     kv_keep(sv, MS_KV_EVICT); /* may leave the session holding the snapshot */
     snap_check(sv);
-    if (sv->pk.budget && sv->snap) {
+    if (sv->pk.budget && sv->snap && !sv->snap_ids) {
         ms_err e = {0};
         if (ms_session_restore(sv->s, sv->snap, &e)) {
             fprintf(stderr, "serve: snapshot not kept in memory: %s\n", e.msg);
@@ -396,6 +400,16 @@ struct prepared {
  * serves j as the live session would (its text starts the prompt at a
  * clean cut, the same control tokens, room for the rest); else -1. */
 static int64_t snap_cut(const struct server *sv, const struct job *j) {
+    if (sv->snap && sv->snap_ids) {
+        /* taken for the next sample of the same prompt (keep_prompt): it
+         * ends inside a text run, so it is matched by its tokens, which
+         * make the state exactly */
+        const int64_t k = sv->snap_n;
+        if ((int64_t)j->n_ids <= k || memcmp(j->ids, sv->snap_ids, (size_t)k * sizeof *j->ids) ||
+            !extends(j, sv->snap_text, sv->snap_len))
+            return -1;
+        return fits_rest(sv, j, k, k) ? k : -1;
+    }
     if (!sv->snap || !extends(j, sv->snap_text, sv->snap_len) ||
         !same_controls(sv, j, sv->snap_n, sv->snap_len))
         return -1;
@@ -500,11 +514,15 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
      * does not hold it yet. */
     out->reused = base > 0 ? base : from;
     out->n_prompt = base > 0 ? base + n : (int64_t)j->n_ids;
-    if (n - from >= 1 && j->n_cuts >= 2 && j->cut_tok[j->n_cuts - 2] == j->n_ids - 1) {
-        const size_t at = j->cut_off[j->n_cuts - 2];
+    const bool clean_last = j->n_cuts >= 2 && j->cut_tok[j->n_cuts - 2] == j->n_ids - 1;
+    /* a prompt whose next sample follows (several choices): a snapshot
+     * before its last token even inside a text run, matched by tokens */
+    const bool for_next = !clean_last && j->keep_prompt && base == 0;
+    if (n - from >= 1 && (clean_last || for_next)) {
         const char *piece;
         size_t plen;
         ms_tokenizer_piece(sv->tok, ids[n - 1], true, &piece, &plen);
+        const size_t at = clean_last ? j->cut_off[j->n_cuts - 2] : plen <= j->prompt_len ? j->prompt_len - plen : 0;
         const bool last_is_cut = at >= text_from && plen == j->prompt_len - at &&
                                  !memcmp(piece, j->prompt + at, plen);
         if (eval_prompt(sv, j, ids + from, n - 1 - from, err)) goto broken;
@@ -518,9 +536,12 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
             snap_drop(sv);
             struct ms_snapshot *snap = ms_session_snapshot(sv->s);
             char *text = snap ? malloc(at + 1) : NULL;
-            if (snap && text) {
+            int32_t *snap_ids = for_next && snap ? malloc((size_t)(n - 1) * sizeof *snap_ids + 1) : NULL;
+            if (snap && text && (!for_next || snap_ids)) {
                 memcpy(text, j->prompt, at);
                 text[at] = '\0';
+                if (snap_ids) memcpy(snap_ids, j->ids, (size_t)(n - 1) * sizeof *snap_ids);
+                sv->snap_ids = snap_ids;
                 sv->snap = snap;
                 sv->snap_text = text;
                 sv->snap_len = at;
@@ -529,6 +550,7 @@ static int prepare(struct server *sv, struct job *j, struct prepared *out, ms_er
             } else {
                 ms_snapshot_free(snap);
                 free(text);
+                free(snap_ids);
             }
         }
     }
