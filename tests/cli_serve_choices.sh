@@ -60,6 +60,29 @@ check "a batch of token-id prompts with echo: each choice's logprobs are its sin
     '[ "$(jq -c ".choices[0].logprobs" <<<"$R")" = "$(jq -c ".choices[0].logprobs" <<<"$A")" ] &&
      [ "$(jq -c ".choices[1].logprobs" <<<"$R")" = "$(jq -c ".choices[0].logprobs" <<<"$B")" ]'
 
+# seeds: -1 (from the clock) stays random for every sample; a seed near
+# INT64_MAX wraps instead of overflowing (UBSan would abort the server)
+R1=$(post /v1/completions '{"prompt":"Once upon","n":3,"seed":-1,"max_tokens":8,"ignore_eos":true}')
+R2=$(post /v1/completions '{"prompt":"Once upon","n":3,"seed":-1,"max_tokens":8,"ignore_eos":true}')
+check "seed -1: samples differ between two requests (not seeds 0, 1)" \
+    '[ "$(jq -c "[.choices[1:][].text]" <<<"$R1")" != "$(jq -c "[.choices[1:][].text]" <<<"$R2")" ]'
+check "seed 9223372036854775807 with n 3: three choices" \
+    '[ "$(post /v1/completions "{\"prompt\":\"x\",\"n\":3,\"seed\":9223372036854775807,\"max_tokens\":2}" | jq ".choices | length")" = 3 ]'
+# a request admitted is served whole: its later choices are not turned away
+# by the queue limit that other requests meet
+start_server q -m "$TMP/m.gguf" -c 1024 --max-queue 1
+UQ=$(url q)
+curl -s -m 300 -H "$CT" "$UQ/v1/completions" -d '{"prompt":"Once","n":16,"max_tokens":300,"ignore_eos":true}' >"$TMP/fan.json" &
+FAN=$!
+busy() { for t in $(seq 1 400); do kill -0 $FAN 2>/dev/null || break; curl -s -m 60 -o /dev/null -H "$CT" "$UQ/v1/completions" -d '{"prompt":"x","max_tokens":30,"ignore_eos":true}'; done; }
+busy & B1=$!
+busy & B2=$!
+wait $FAN $B1 $B2
+check "--max-queue 1 and two other clients meanwhile: all 16 choices come back" '[ "$(jq ".choices | length" "$TMP/fan.json")" = 16 ]'
+check "the other clients were served meanwhile (the test had contention)" \
+    '[ "$(curl -s -m 5 "$UQ/metrics" | awk "/^moestream_requests_total\\{endpoint=\"completions\"/ {print \$2}")" -gt 3 ]'
+stop_server q
+
 # ---- chat: n 3
 MSG='"messages":[{"role":"user","content":"Hi"}],"thinking":false,"max_tokens":5,"ignore_eos":true'
 R=$(post /v1/chat/completions "{$MSG,\"n\":3,\"seed\":7}")
@@ -84,6 +107,9 @@ check "400: n 0, n 129, 65 prompts x n 2, n with stream, a bad second prompt (na
      [ "$(status /v1/chat/completions "{$MSG,\"n\":2,\"stream\":true}")" = 400 ] &&
      post /v1/completions "{\"prompt\":[\"ok\",[1,99999999]]}" | jq -e ".error.message | startswith(\"prompt 1: \")" >/dev/null'
 after=$(curl -s -m 5 "$U/metrics" | awk '/^moestream_completion_tokens_total/ {print $2}')
+check "400: a prompt that is itself a list of prompts; a bad top-level field is not blamed on a prompt" \
+    'post /v1/completions "{\"prompt\":[[[1]],[2]]}" | jq -e ".error.message | startswith(\"'"'"'prompt[0]'"'"'\")" >/dev/null &&
+     post /v1/completions "{\"prompt\":[\"a\",\"b\"],\"max_tokens\":-1}" | jq -e ".error.message | startswith(\"'"'"'max_tokens'"'"'\")" >/dev/null'
 check "the refused requests generated nothing" '[ "$before" = "$after" ] && [ -n "$before" ]'
 stop_server ch
 finish cli_serve_choices

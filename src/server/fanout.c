@@ -7,12 +7,14 @@
  * after the other through the queue; the replies are merged into one.
  *
  * Choice i * n + k is prompt i's k-th sample; with a `seed`, sample k uses
- * seed + k, so the n samples differ and the request is still reproducible.
+ * seed + k, so the n samples differ and the request is still reproducible
+ * (no seed, or -1: every sample seeds from the clock).
  * A prompt's later samples find its tokens in the live session (prefix
  * reuse), so the prompt is prefilled once. Usage counts each prompt once
  * and every completion. Streaming several choices is refused (the SSE
  * formatters write one choice).
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "server/internal.h"
@@ -38,7 +40,16 @@ int fanout_count(const json_t *req, enum api_kind k, size_t *n_prompts, int64_t 
         *n = json_integer_value(jn);
     }
     const json_t *p = json_object_get(req, "prompt");
-    if (k == API_COMPLETIONS && prompt_list(p)) *n_prompts = json_array_size(p);
+    if (k == API_COMPLETIONS && prompt_list(p)) {
+        *n_prompts = json_array_size(p);
+        /* each one a string or token ids: not a list of prompts itself */
+        for (size_t i = 0; *n_prompts > 1 && i < *n_prompts; i++) {
+            const json_t *q = json_array_get(p, i);
+            const json_t *first = json_array_get(q, 0);
+            if (!json_is_string(q) && (!json_is_array(q) || json_is_array(first) || json_is_string(first)))
+                return http_fail(e, 400, "'prompt[%zu]' must be a string or an array of token ids", i);
+        }
+    }
     if ((int64_t)*n_prompts * *n > FANOUT_MAX)
         return http_fail(e, 400, "%zu prompts times 'n' %lld is more than %d choices", *n_prompts, (long long)*n,
                          FANOUT_MAX);
@@ -51,14 +62,21 @@ int fanout_count(const json_t *req, enum api_kind k, size_t *n_prompts, int64_t 
 }
 
 json_t *fanout_request(const json_t *req, size_t choice, size_t n_prompts, int64_t n) {
-    json_t *r = json_deep_copy(req);
+    /* a shallow copy: the fields stay shared (jansson counts references
+     * atomically), so n choices of a large body do not hold n copies */
+    json_t *r = json_copy((json_t *)req);
     if (!r) return NULL;
     const size_t i = choice / (size_t)n, k = choice % (size_t)n;
     int rc = json_object_set_new(r, "n", json_integer(1));
     if (n_prompts > 1) rc |= json_object_set(r, "prompt", json_array_get(json_object_get(req, "prompt"), i));
     const json_t *seed = json_object_get(req, "seed");
-    if (json_is_integer(seed) && k > 0)
-        rc |= json_object_set_new(r, "seed", json_integer(json_integer_value(seed) + (json_int_t)k));
+    if (json_is_integer(seed) && json_integer_value(seed) != -1 && k > 0) {
+        /* seed + k, wrapping (two's complement); -1 means "from the
+         * clock" to the parser, so a sum landing there takes INT64_MIN */
+        json_int_t sk = (json_int_t)((uint64_t)json_integer_value(seed) + (uint64_t)k);
+        if (sk == -1) sk = INT64_MIN;
+        rc |= json_object_set_new(r, "seed", json_integer(sk));
+    }
     if (rc) {
         json_decref(r);
         return NULL;

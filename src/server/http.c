@@ -144,13 +144,17 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max) {
 
 /* ---- queue ---- */
 
-static int enqueue(struct server *sv, struct job *j, struct http_err *e) {
+/* Queues j in arrival order. part: a later part of a request already
+ * admitted (several choices), which the queue's limit does not turn away
+ * half done and the request count does not count again. Errors: 503 when
+ * stopping or the queue is full, OOM. */
+static int enqueue(struct server *sv, struct job *j, bool part, struct http_err *e) {
     pthread_mutex_lock(&sv->mu);
     if (sv->stopping) {
         pthread_mutex_unlock(&sv->mu);
         return http_fail(e, 503, "the server is shutting down");
     }
-    if (sv->q_len >= (size_t)sv->o.max_queue) {
+    if (!part && sv->q_len >= (size_t)sv->o.max_queue) {
         sv->m.rejected++;
         pthread_mutex_unlock(&sv->mu);
         return http_fail(e, 503, "the server is busy: %d requests are waiting; retry later",
@@ -181,7 +185,7 @@ static int enqueue(struct server *sv, struct job *j, struct http_err *e) {
     }
     sv->queue[(sv->q_head + pos) % sv->q_cap] = j;
     sv->q_len++;
-    sv->m.requests[j->kind]++;
+    if (!part) sv->m.requests[j->kind]++;
     pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     return 0;
@@ -387,7 +391,9 @@ static MHD_RESULT handle_fanout(struct server *sv, struct MHD_Connection *c, str
         jobs[i] = api_parse(sv, k, sub, &e);
         json_decref(sub);
         if (!jobs[i]) {
-            if (n_prompts > 1) {
+            /* name the prompt when the error is about it (the request's
+             * other fields are the same for every choice) */
+            if (n_prompts > 1 && strstr(e.msg, "prompt")) {
                 char msg[sizeof e.msg];
                 memcpy(msg, e.msg, sizeof msg);
                 snprintf(e.msg, sizeof e.msg, "prompt %zu: %.470s", i / (size_t)n, msg);
@@ -400,7 +406,7 @@ static MHD_RESULT handle_fanout(struct server *sv, struct MHD_Connection *c, str
         jobs[i]->keep_prompt = i % (size_t)n + 1 < (size_t)n; /* its prompt's next sample follows */
     }
     for (i = 0; i < total; i++) {
-        if (enqueue(sv, jobs[i], &e)) goto error;
+        if (enqueue(sv, jobs[i], i > 0, &e)) goto error;
         int status;
         char *body;
         if (!wait_job(sv, cn, jobs[i], &status, &body)) goto out; /* the client left: close */
@@ -485,7 +491,7 @@ static MHD_RESULT handle_post(struct server *sv, struct MHD_Connection *c, struc
     json_decref(req);
     if (!j) return reply_error(sv, c, k, &e);
     j->arrival = cn->arrival;
-    if (enqueue(sv, j, &e)) {
+    if (enqueue(sv, j, false, &e)) {
         job_release(j);
         return reply_error(sv, c, k, &e);
     }
