@@ -74,6 +74,7 @@ start_server q -m "$TMP/m.gguf" -c 1024 --max-queue 1
 UQ=$(url q)
 curl -s -m 300 -H "$CT" "$UQ/v1/completions" -d '{"prompt":"Once","n":16,"max_tokens":300,"ignore_eos":true}' >"$TMP/fan.json" &
 FAN=$!
+U=$UQ wait_busy true # the fan-out is admitted before the others start
 busy() { for t in $(seq 1 400); do kill -0 $FAN 2>/dev/null || break; curl -s -m 60 -o /dev/null -H "$CT" "$UQ/v1/completions" -d '{"prompt":"x","max_tokens":30,"ignore_eos":true}'; done; }
 busy & B1=$!
 busy & B2=$!
