@@ -120,7 +120,9 @@ void ms_grammar_vocab_free(struct ms_grammar_vocab *v);
 
 /*
  * Sets logits[id] = -INFINITY for every token id in [0, n_vocab) that the
- * matcher does not allow next: text tokens whose piece it refuses, and
+ * matcher does not allow next (the walk of each of the 8 most recent
+ * matcher states is cached, so a state that recurs, as inside a string,
+ * costs one walk): text tokens whose piece it refuses, and
  * every token that is not text, except eos (when eos >= 0) while the
  * matcher is complete. logits has the vocabulary's n_vocab entries. The
  * matcher is not moved (feed the chosen token's piece with

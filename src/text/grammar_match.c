@@ -39,6 +39,8 @@
 
 #define COMPACT_NODES (1u << 20) /* the least node count worth compacting */
 #define MAX_WORK (1u << 20)      /* expansion steps for one code point before "too ambiguous" */
+#define MASK_CACHE 8             /* walks of the whole mask kept per matcher */
+#define MASK_KEY_MAX 1024        /* words of a state's key; longer states are not cached */
 
 struct node {
     uint32_t pos;  /* index into elems */
@@ -64,6 +66,17 @@ struct ms_grammar_matcher {
     struct mstate *depth; /* the mask walk's state per byte depth */
     uint32_t cap_depth;
     uint32_t compact_at; /* node count at which to compact next */
+    /* the whole mask's walks of recent states (ms_grammar_mask), by key */
+    struct mask_entry {
+        uint32_t *key;
+        uint32_t key_len;
+        uint8_t *bits; /* allowed tokens, one bit each; NULL: empty slot */
+        const struct ms_grammar_vocab *v;
+        uint64_t used;
+    } cache[MASK_CACHE];
+    uint64_t cache_clock;
+    uint32_t key[MASK_KEY_MAX]; /* the current state's key */
+    uint32_t key_len;
     uint32_t *work; /* expansion work list: (pos, tail, node) triples */
     /* grammars with tail cycles: the (rule reference, tail) pairs one
      * expansion has entered, stamped with the expansion's number */
@@ -360,6 +373,10 @@ void ms_grammar_matcher_free(struct ms_grammar_matcher *m) {
     free(m->depth);
     free(m->work);
     free(m->seen);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        free(m->cache[i].key);
+        free(m->cache[i].bits);
+    }
     free(m);
 }
 
@@ -500,13 +517,78 @@ void ms_grammar_vocab_free(struct ms_grammar_vocab *v) {
     free(v);
 }
 
-int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits, int32_t eos,
-                        ms_err *err) {
-    m->err = err;
-    if (grow((void **)&m->depth, &m->cap_depth, (uint64_t)v->max_len + 1, sizeof *m->depth)) return oom(m);
-    bool *keep = calloc(v->n_vocab, sizeof *keep);
-    if (!keep) return oom(m);
-    int64_t n_allowed = 0;
+/*
+ * The key of the matcher's current state for the mask cache: every
+ * stack's positions top to bottom, each stack ended by KEY_END (the
+ * empty stack is KEY_EMPTY), then the pending bytes and eos. Two states
+ * with the same key allow the same tokens. false when the key would be
+ * longer than MASK_KEY_MAX words (deep nesting: not cached).
+ */
+#define KEY_END UINT32_MAX
+#define KEY_EMPTY (UINT32_MAX - 1)
+static bool state_key(struct ms_grammar_matcher *m, int32_t eos) {
+    m->key_len = 0;
+#define KEY_PUT(x_)                                              \
+    do {                                                         \
+        if (m->key_len == MASK_KEY_MAX) return false;            \
+        m->key[m->key_len++] = (x_);                             \
+    } while (0)
+    for (uint32_t i = 0; i < m->cur.set_len; i++) {
+        uint32_t st = m->sets[m->cur.set_off + i];
+        if (!st) KEY_PUT(KEY_EMPTY);
+        for (; st; st = m->nodes[st].next) KEY_PUT(m->nodes[st].pos);
+        KEY_PUT(KEY_END);
+    }
+    KEY_PUT((uint32_t)m->cur.n_pend << 8 | m->cur.need);
+    for (uint32_t k = 0; k < m->cur.n_pend; k++) KEY_PUT(m->cur.pend[k]);
+    KEY_PUT((uint32_t)eos);
+#undef KEY_PUT
+    return true;
+}
+
+/* The cached walk for the current key (its allowed-token bits), or NULL. */
+static const uint8_t *cache_find(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v) {
+    for (int i = 0; i < MASK_CACHE; i++) {
+        struct mask_entry *c = &m->cache[i];
+        if (c->bits && c->v == v && c->key_len == m->key_len &&
+            !memcmp(c->key, m->key, m->key_len * sizeof *m->key)) {
+            c->used = ++m->cache_clock;
+            return c->bits;
+        }
+    }
+    return NULL;
+}
+
+/* Keeps keep[0..n_vocab) as the walk of the current key, in place of the
+ * least recently used entry. Out of memory: not kept (only slower). */
+static void cache_put(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, const bool *keep) {
+    struct mask_entry *c = &m->cache[0];
+    for (int i = 1; i < MASK_CACHE; i++)
+        if (m->cache[i].used < c->used) c = &m->cache[i];
+    uint32_t *key = realloc(c->key, (m->key_len ? m->key_len : 1) * sizeof *key);
+    if (key) c->key = key;
+    if (!c->bits || c->v != v) {
+        free(c->bits);
+        c->bits = malloc((v->n_vocab + 7) / 8);
+    }
+    if (!key || !c->bits) {
+        free(c->bits);
+        c->bits = NULL;
+        return;
+    }
+    memset(c->bits, 0, (v->n_vocab + 7) / 8);
+    for (uint32_t id = 0; id < v->n_vocab; id++)
+        if (keep[id]) c->bits[id >> 3] |= (uint8_t)(1u << (id & 7));
+    memcpy(c->key, m->key, m->key_len * sizeof *m->key);
+    c->key_len = m->key_len;
+    c->v = v;
+    c->used = ++m->cache_clock;
+}
+
+/* The walk of the whole mask (see the file comment) into keep[], EOS
+ * included where the grammar is complete. 0, or -1 with the matcher's
+ * err. */
+static int mask_walk(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, int32_t eos, bool *keep) {
     m->depth[0] = m->cur;
     uint32_t valid = 0;   /* depth[0..valid] hold the states of the previous token's prefix */
     uint32_t dead = 0;    /* > 0: the previous token's first `dead` bytes are refused */
@@ -527,7 +609,6 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
             d++;
         }
         if (rc < 0) {
-            free(keep);
             rewind_to_cur(m);
             return -1;
         }
@@ -537,15 +618,39 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
             continue;
         }
         keep[id] = true;
-        n_allowed += logits[id] > -INFINITY; /* a token the caller ruled out stays out */
     }
     rewind_to_cur(m);
-    if (eos >= 0 && (uint32_t)eos < v->n_vocab && ms_grammar_matcher_complete(m)) {
-        keep[eos] = true;
-        n_allowed += logits[eos] > -INFINITY;
+    if (eos >= 0 && (uint32_t)eos < v->n_vocab && ms_grammar_matcher_complete(m)) keep[eos] = true;
+    return 0;
+}
+
+int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits, int32_t eos,
+                        ms_err *err) {
+    m->err = err;
+    if (grow((void **)&m->depth, &m->cap_depth, (uint64_t)v->max_len + 1, sizeof *m->depth)) return oom(m);
+    /* a few states recur all through a long output (inside a string,
+     * between the items of an array): their walks are kept */
+    const bool keyed = state_key(m, eos);
+    const uint8_t *bits = keyed ? cache_find(m, v) : NULL;
+    int64_t n_allowed = 0;
+    if (bits) {
+        for (uint32_t id = 0; id < v->n_vocab; id++) {
+            if (bits[id >> 3] >> (id & 7) & 1) n_allowed += logits[id] > -INFINITY;
+            else logits[id] = -INFINITY;
+        }
+        return n_allowed;
     }
-    for (uint32_t id = 0; id < v->n_vocab; id++)
-        if (!keep[id]) logits[id] = -INFINITY;
+    bool *keep = calloc(v->n_vocab, sizeof *keep);
+    if (!keep) return oom(m);
+    if (mask_walk(m, v, eos, keep)) {
+        free(keep);
+        return -1;
+    }
+    if (keyed) cache_put(m, v, keep);
+    for (uint32_t id = 0; id < v->n_vocab; id++) {
+        if (keep[id]) n_allowed += logits[id] > -INFINITY; /* a token the caller ruled out stays out */
+        else logits[id] = -INFINITY;
+    }
     free(keep);
     return n_allowed;
 }
@@ -594,6 +699,8 @@ int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_gramma
                             int32_t eos, int32_t k, ms_err *err) {
     if (k <= 0 || (uint32_t)k > v->n_vocab / 4) return ms_grammar_mask(m, v, logits, eos, err);
     m->err = err;
+    /* a state whose whole mask is cached: that is exact and cheapest */
+    if (state_key(m, eos) && cache_find(m, v)) return ms_grammar_mask(m, v, logits, eos, err);
     /* Where few tokens can be allowed (between the tokens of JSON), the
      * whole mask's walk is short and exact, and cheaper than looking for
      * the best logits: count the tokens that begin with a byte the
