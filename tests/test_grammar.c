@@ -505,6 +505,19 @@ static void test_mask_ruled_out(void **state) {
         assert_true(got > 0);
         assert_true(isinf(l[eos]));
     }
+    /* ms_grammar_constrain says what is left: after "a" (complete) with
+     * everything ruled out, the output ends (0); before "a" with everything
+     * allowed ruled out, an error (-1); otherwise 1 */
+    for (uint32_t i = 0; i < n; i++) l[i] = -INFINITY;
+    assert_int_equal(ms_grammar_constrain(m, v, l, eos, 40, &err), 0);
+    struct ms_grammar_matcher *m0;
+    assert_int_equal(ms_grammar_matcher_new(&m0, g, &err), 0);
+    for (uint32_t i = 0; i < n; i++) l[i] = allowed[i] ? -INFINITY : 1.0f;
+    assert_int_equal(ms_grammar_constrain(m0, v, l, eos, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "allows no token"));
+    for (uint32_t i = 0; i < n; i++) l[i] = 1.0f;
+    assert_int_equal(ms_grammar_constrain(m0, v, l, eos, 1, &err), 1);
+    ms_grammar_matcher_free(m0);
     free(l);
     free(allowed);
     ms_grammar_matcher_free(m);

@@ -249,8 +249,20 @@ static void test_log_sum_exp(void **state) {
     assert_false(ms_log_sum_exp(x, N, &lse));
 }
 
+/* How many tokens a mask must find for each sampler (text/grammar.h). */
+static void test_first_cut(void **state) {
+    (void)state;
+    const struct ms_sampler_params greedy = {.temp = 0.0f, .top_k = 40}, k40 = {.temp = 0.8f, .top_k = 40},
+                                    off = {.temp = 0.8f, .top_k = 0}, neg = {.temp = 1.0f, .top_k = -3};
+    assert_int_equal(ms_sampler_first_cut(&greedy), 1);
+    assert_int_equal(ms_sampler_first_cut(&k40), 40);
+    assert_int_equal(ms_sampler_first_cut(&off), 0);
+    assert_int_equal(ms_sampler_first_cut(&neg), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_cut),
         cmocka_unit_test(test_greedy_is_argmax),     cmocka_unit_test(test_top_k_1_is_greedy),
         cmocka_unit_test(test_top_p_sets),           cmocka_unit_test(test_min_p_sets),
         cmocka_unit_test(test_order_and_temperature), cmocka_unit_test(test_seed_reproducible),

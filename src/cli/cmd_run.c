@@ -309,7 +309,7 @@ static int run_run(const struct run_opts *o) {
     if (ms_sampler_new(&smp, &o->sp, (int32_t)ms_engine_info(e).n_vocab, &err)) goto fail;
     /* the sampler keeps at most top_k tokens first (one when greedy): the
      * grammar need only find those; a thinking chat turn answers in it */
-    gg.top_k = o->sp.temp <= 0 ? 1 : o->sp.top_k;
+    gg.top_k = ms_sampler_first_cut(&o->sp);
     gg.after_think = o->chat && o->think;
     if (gen_grammar_load(&gg, tok, &err)) goto fail;
     if (kv_open_opt(&kv, e, &o->kp, &err)) goto fail;

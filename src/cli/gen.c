@@ -302,14 +302,11 @@ static int grammar_step(struct gen_grammar *gg, uint32_t n_vocab, int32_t eos, c
     if (!gg->masked && !(gg->masked = malloc(n_vocab * sizeof *gg->masked))) return ms_err_set(err, "out of memory");
     const double t0 = gen_now();
     memcpy(gg->masked, *logits, n_vocab * sizeof *gg->masked);
-    const int64_t n = ms_grammar_mask_top(gg->m, gg->v, gg->masked, eos, gg->top_k, err);
+    const int rc = ms_grammar_constrain(gg->m, gg->v, gg->masked, eos, gg->top_k, err);
     gg->mask_seconds += gen_now() - t0;
     gg->mask_steps++;
-    if (n < 0) return -1;
     *logits = gg->masked;
-    if (n > 0) return 1;
-    if (ms_grammar_matcher_complete(gg->m)) return 0;
-    return ms_err_set(err, "the grammar allows no token at this point of the output");
+    return rc;
 }
 
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,

@@ -31,6 +31,10 @@ struct ms_sampler {
     double *prob;   /* [n_vocab] scratch */
 };
 
+int32_t ms_sampler_first_cut(const struct ms_sampler_params *p) {
+    return p->temp <= 0 ? 1 : p->top_k > 0 ? p->top_k : 0;
+}
+
 struct ms_sampler_params ms_sampler_defaults(uint64_t seed) {
     /* llama.cpp common/common.h, struct common_params_sampling */
     return (struct ms_sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,

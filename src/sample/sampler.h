@@ -31,6 +31,12 @@ struct ms_sampler_params {
     uint64_t seed;
 };
 
+/* The most tokens the sampler keeps before anything else looks at the
+ * distribution: 1 when greedy, top_k when set, 0 (no bound) otherwise. A
+ * token mask need only find that many (text/grammar.h,
+ * ms_grammar_mask_top). */
+int32_t ms_sampler_first_cut(const struct ms_sampler_params *p);
+
 /* llama.cpp's defaults with the given seed. */
 struct ms_sampler_params ms_sampler_defaults(uint64_t seed);
 

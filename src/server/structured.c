@@ -48,17 +48,16 @@ static void warn_kw(void *ctx, const char *keyword, const char *where) {
                 keyword, *where ? where : "/");
 }
 
-/* Parses gbnf into j->grammar; with tools, the wrapper rule goes first
- * (its own line, so nothing of the client's text can continue it) after
- * the client's text has parsed alone (so its errors name its own lines).
- * field names the request field for errors. */
+/* Parses gbnf into j->grammar; with tools, after the wrapper rule (first,
+ * on its own line, so nothing of the client's text can continue it).
+ * When that fails, the client's text is parsed alone for the message, so
+ * its errors name its own lines. field names the request field. */
 static int set_grammar(struct job *j, const char *gbnf, size_t len, const char *field, struct http_err *e) {
     ms_err err;
     struct ms_grammar *g = NULL;
-    if (ms_grammar_parse(&g, gbnf, len, &err)) return http_fail(e, 400, "'%s': %s", field, err.msg);
-    if (j->has_tools) {
-        ms_grammar_free(g);
-        g = NULL;
+    if (!j->has_tools) {
+        if (ms_grammar_parse(&g, gbnf, len, &err)) return http_fail(e, 400, "'%s': %s", field, err.msg);
+    } else {
         struct ms_buf b = {0};
         if (ms_buf_puts(&b, tools_alt) || ms_buf_put(&b, gbnf, len)) {
             ms_buf_free(&b);
@@ -66,7 +65,12 @@ static int set_grammar(struct job *j, const char *gbnf, size_t len, const char *
         }
         const int rc = ms_grammar_parse_root(&g, b.p, b.len, TOOLS_ROOT, &err);
         ms_buf_free(&b);
-        if (rc) return http_fail(e, 400, "'%s' with tools: %s", field, err.msg);
+        if (rc) {
+            struct ms_grammar *alone = NULL;
+            if (ms_grammar_parse(&alone, gbnf, len, &err)) return http_fail(e, 400, "'%s': %s", field, err.msg);
+            ms_grammar_free(alone);
+            return http_fail(e, 400, "'%s' with tools: %s", field, err.msg);
+        }
     }
     ms_grammar_free(j->grammar);
     j->grammar = g;

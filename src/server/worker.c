@@ -827,12 +827,7 @@ static int constrain_step(struct server *sv, const struct job *j, struct ms_gram
     }
     if (!j->has_tools)
         for (size_t i = 0; i < sv->n_dsml; i++) (*masked)[sv->dsml_ids[i]] = -INFINITY;
-    const int32_t k = j->sp.temp <= 0 ? 1 : j->sp.top_k;
-    const int64_t n = ms_grammar_mask_top(gm, sv->gvocab, *masked, sv->eos, k, err);
-    if (n < 0) return -1;
-    if (n > 0) return 1;
-    if (ms_grammar_matcher_complete(gm)) return 0;
-    return ms_err_set(err, "the response format allows no token at this point of the answer");
+    return ms_grammar_constrain(gm, sv->gvocab, *masked, sv->eos, ms_sampler_first_cut(&j->sp), err);
 }
 
 static void run_job(struct server *sv, struct job *j) {

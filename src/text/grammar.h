@@ -153,4 +153,15 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
 int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
                             int32_t eos, int32_t k, ms_err *err);
 
+/*
+ * One decode step of constrained sampling: ms_grammar_mask_top on logits
+ * (in place), then what it leaves: 1 when some token may follow, 0 when
+ * none and the grammar is complete (the output ends here, as at EOS), -1
+ * with err when none and the grammar is not complete (the format allows
+ * no token here, e.g. every allowed one was ruled out by the caller) or
+ * on failure.
+ */
+int ms_grammar_constrain(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
+                         int32_t eos, int32_t k, ms_err *err);
+
 #endif

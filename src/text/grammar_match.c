@@ -624,6 +624,17 @@ static int mask_walk(struct ms_grammar_matcher *m, const struct ms_grammar_vocab
     return 0;
 }
 
+/* Applies a cached walk: tokens outside bits to -inf. The number left
+ * finite. */
+static int64_t apply_bits(const struct ms_grammar_vocab *v, const uint8_t *bits, float *logits) {
+    int64_t n_allowed = 0;
+    for (uint32_t id = 0; id < v->n_vocab; id++) {
+        if (bits[id >> 3] >> (id & 7) & 1) n_allowed += logits[id] > -INFINITY;
+        else logits[id] = -INFINITY;
+    }
+    return n_allowed;
+}
+
 int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits, int32_t eos,
                         ms_err *err) {
     m->err = err;
@@ -632,14 +643,8 @@ int64_t ms_grammar_mask(struct ms_grammar_matcher *m, const struct ms_grammar_vo
      * between the items of an array): their walks are kept */
     const bool keyed = state_key(m, eos);
     const uint8_t *bits = keyed ? cache_find(m, v) : NULL;
+    if (bits) return apply_bits(v, bits, logits);
     int64_t n_allowed = 0;
-    if (bits) {
-        for (uint32_t id = 0; id < v->n_vocab; id++) {
-            if (bits[id >> 3] >> (id & 7) & 1) n_allowed += logits[id] > -INFINITY;
-            else logits[id] = -INFINITY;
-        }
-        return n_allowed;
-    }
     bool *keep = calloc(v->n_vocab, sizeof *keep);
     if (!keep) return oom(m);
     if (mask_walk(m, v, eos, keep)) {
@@ -700,7 +705,8 @@ int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_gramma
     if (k <= 0 || (uint32_t)k > v->n_vocab / 4) return ms_grammar_mask(m, v, logits, eos, err);
     m->err = err;
     /* a state whose whole mask is cached: that is exact and cheapest */
-    if (state_key(m, eos) && cache_find(m, v)) return ms_grammar_mask(m, v, logits, eos, err);
+    const uint8_t *bits = state_key(m, eos) ? cache_find(m, v) : NULL;
+    if (bits) return apply_bits(v, bits, logits);
     /* Where few tokens can be allowed (between the tokens of JSON), the
      * whole mask's walk is short and exact, and cheaper than looking for
      * the best logits: count the tokens that begin with a byte the
@@ -763,4 +769,13 @@ int64_t ms_grammar_mask_top(struct ms_grammar_matcher *m, const struct ms_gramma
     for (uint32_t i = 0; i < kept; i++) logits[h[i].id] = h[i].logit;
     free(h);
     return kept;
+}
+
+int ms_grammar_constrain(struct ms_grammar_matcher *m, const struct ms_grammar_vocab *v, float *logits,
+                         int32_t eos, int32_t k, ms_err *err) {
+    const int64_t n = ms_grammar_mask_top(m, v, logits, eos, k, err);
+    if (n < 0) return -1;
+    if (n > 0) return 1;
+    if (ms_grammar_matcher_complete(m)) return 0;
+    return ms_err_set(err, "the format allows no token at this point of the output");
 }
