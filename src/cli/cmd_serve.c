@@ -46,7 +46,9 @@ static void usage(FILE *f) {
             "                       request from another conversation does not cost this one a\n"
             "                       whole prefill on its next turn (default 2048, at most a\n"
             "                       tenth of the memory and less when the plan needs it; 0 =\n"
-            "                       off; the memory plan counts it)\n" KV_SERVE_HELP
+            "                       off; the memory plan counts it)\n"
+            "      --no-tool-grammar  sample tool calls freely (default: a call follows its\n"
+            "                       tool's JSON schema, so it always parses)\n" KV_SERVE_HELP
                 ENGINE_HELP);
 }
 
@@ -64,6 +66,7 @@ int cmd_serve(int argc, char **argv) {
         OPT_MAX_TOKENS,
         OPT_PORT_FILE,
         OPT_KV_RAM_MB,
+        OPT_NO_TOOL_GRAMMAR,
     };
     static const struct option opts[] = {
         {"host", required_argument, 0, OPT_HOST},
@@ -78,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
         {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
         {"port-file", required_argument, 0, OPT_PORT_FILE},
         {"kv-ram-mb", required_argument, 0, OPT_KV_RAM_MB},
+        {"no-tool-grammar", no_argument, 0, OPT_NO_TOOL_GRAMMAR},
         {"help", no_argument, 0, 'h'},
         ENGINE_OPTIONS,
         KV_SERVE_OPTIONS,
@@ -168,6 +172,7 @@ int cmd_serve(int argc, char **argv) {
             so.ram_bytes = (uint64_t)v << 20;
             ram_given = true;
             break;
+        case OPT_NO_TOOL_GRAMMAR: so.no_tool_grammar = true; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "moestream serve: unknown option or missing value '%s'\n",

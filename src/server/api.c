@@ -415,6 +415,7 @@ static int build_prompt(struct server *sv, struct job *j, struct conv *c, const 
         j->force_call = c->force;
         c->force = NULL;
         j->one_call = c->one_call;
+        if (!sv->o.no_tool_grammar) structured_tools(j, c->tools);
     }
     j->parse_output = true;
     const int trc = tokenize_prompt(sv, j, &r, e);
@@ -558,6 +559,7 @@ void job_release(struct job *j) {
     free(j->stop_seq);
     free(j->force_call);
     ms_grammar_free(j->grammar);
+    ms_grammar_free(j->tool_grammar);
     free(j->error);
     free(j->body);
     ms_buf_free(&j->reasoning);

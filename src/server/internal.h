@@ -73,6 +73,9 @@ struct job {
     /* structured output (structured.c): the grammar the answer follows
      * (with a tool-call alternative when has_tools); NULL: free text */
     struct ms_grammar *grammar;
+    /* the grammar a tool-call block follows, from the tools' schemas
+     * (text/dsml_grammar.h; structured.c); NULL: calls are free */
+    struct ms_grammar *tool_grammar;
     /* several choices (fanout.c): another sample of this prompt follows,
      * so its state before the last token is worth a snapshot */
     bool keep_prompt;
@@ -268,6 +271,12 @@ int structured_from_format(struct job *j, const json_t *fmt, const char *field, 
  * (a schema): at most one of them, and not with a response format. 0, or
  * -1 with *e. */
 int structured_from_fields(struct job *j, const json_t *req, struct http_err *e);
+
+/* The grammar j's tool calls follow (j->tool_grammar) from tools (the
+ * chat shape the template renders). What the grammar cannot enforce is
+ * logged; a grammar that cannot be made leaves the calls free (logged),
+ * since the request is as valid as without it. */
+void structured_tools(struct job *j, const json_t *tools);
 
 /* The error body of API k (malloc'd JSON). */
 char *api_error_body(enum api_kind k, const struct http_err *e);

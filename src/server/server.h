@@ -42,6 +42,9 @@ struct ms_server_opts {
      * at most this many bytes; 0 = none. The caller counts them in the
      * engine's memory plan (ms_engine_params.kept_state_bytes). */
     uint64_t ram_bytes;
+    /* Tool calls are sampled freely (true), instead of following the
+     * tools' schemas (docs/structured-output.md, "Tool calls"). */
+    bool no_tool_grammar;
     volatile sig_atomic_t *stop; /* set by the caller's SIGTERM/SIGINT handler */
     /* Test hook: when set, generation k emits scripted_outputs[k % n] (its
      * tokens, special-token text parsed, then end of sentence) instead of

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "server/internal.h"
+#include "text/dsml_grammar.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
 
@@ -144,4 +145,29 @@ int structured_from_fields(struct job *j, const json_t *req, struct http_err *e)
         return set_schema(j, js, "json_schema", e);
     }
     return 0;
+}
+
+/* ---- tool calls ---- */
+
+struct tool_warn_ctx {
+    const struct job *j;
+    int n;
+};
+
+static void warn_tool(void *ctx, const char *tool, const char *what) {
+    struct tool_warn_ctx *w = ctx;
+    if (w->n++ < 8) fprintf(stderr, "serve: %s: tool '%s': %s\n", w->j->id, tool, what);
+}
+
+void structured_tools(struct job *j, const json_t *tools) {
+    struct ms_buf gbnf = {0};
+    struct tool_warn_ctx w = {.j = j};
+    ms_err err;
+    struct ms_grammar *g = NULL;
+    if (ms_dsml_tools_grammar(tools, &gbnf, warn_tool, &w, &err) ||
+        ms_grammar_parse_root(&g, gbnf.p, gbnf.len, MS_DSML_GRAMMAR_ROOT, &err))
+        fprintf(stderr, "serve: %s: tool calls are not constrained: %s\n", j->id, err.msg);
+    ms_buf_free(&gbnf);
+    ms_grammar_free(j->tool_grammar);
+    j->tool_grammar = g;
 }

@@ -830,6 +830,43 @@ static int constrain_step(struct server *sv, const struct job *j, struct ms_gram
     return ms_grammar_constrain(gm, sv->gvocab, *masked, sv->eos, ms_sampler_first_cut(&j->sp), err);
 }
 
+/* A tool-call block opened (the DSML parser p just entered it): the
+ * matcher of j's tool grammar, in *tm, fed what the block holds so far
+ * (its opening tag, and whatever came with it). A block the grammar
+ * refuses from the start (more whitespace after the tag than it allows)
+ * goes on free, logged. 0, or -1 with err (OOM). */
+static int tool_block_start(struct server *sv, const struct job *j, const struct ms_dsml *p,
+                            struct ms_grammar_matcher **tm, ms_err *err) {
+    if (grammar_vocab(sv, err) || ms_grammar_matcher_new(tm, j->tool_grammar, err)) return -1;
+    const int rc = ms_grammar_matcher_accept(*tm, p->buf + p->block_ws, p->len - p->block_ws, err);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+        fprintf(stderr, "serve: %s: the tool-call block's opening does not fit the tools' grammar; the calls "
+                        "are not constrained\n", j->id);
+        ms_grammar_matcher_free(*tm);
+        *tm = NULL;
+    }
+    return 0;
+}
+
+/* Moves the tool grammar's matcher *tm over a piece of the block. A
+ * token the server wrote (a forced call's markup) that the grammar
+ * refuses ends the constraint, logged; a sampled one cannot be refused
+ * (the mask allowed it): an internal error. 0, or -1 with err. */
+static int tool_block_accept(const struct job *j, struct ms_grammar_matcher **tm, const char *piece, size_t n,
+                             bool written, ms_err *err) {
+    const int rc = ms_grammar_matcher_accept(*tm, piece, n, err);
+    if (rc < 0) return -1;
+    if (rc == 0 && !written) return ms_err_set(err, "internal error: a token the tools' grammar refuses was chosen");
+    if (rc == 0) {
+        fprintf(stderr, "serve: %s: the forced call's markup does not fit the tools' grammar; the calls are not "
+                        "constrained\n", j->id);
+        ms_grammar_matcher_free(*tm);
+        *tm = NULL;
+    }
+    return 0;
+}
+
 static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
@@ -898,6 +935,12 @@ static void run_job(struct server *sv, struct job *j) {
         }
         gm_on = true;
     }
+    /* the tools' grammar: its matcher starts at a tool-call block's opening
+     * tag (the answer before it is free, or the format's) */
+    struct ms_grammar_matcher *tcm = NULL;
+    bool tm_on = j->tool_grammar && j->parse_output && sv->o.n_scripted == 0;
+    double tool_mask_seconds = 0;
+    int64_t tool_mask_steps = 0;
     int32_t *script = NULL;
     size_t n_script = 0, i_script = 0;
     if (sv->o.n_scripted > 0) {
@@ -954,7 +997,21 @@ static void run_job(struct server *sv, struct job *j) {
             }
         }
         int32_t tok = written_next(&wr, g.close_block);
-        if (tok >= 0) gm_on = false; /* a forced tool call: the grammar is for an answer */
+        const bool written = tok >= 0;
+        if (written) gm_on = false; /* a forced tool call: the grammar is for an answer */
+        const bool in_block = tcm && g.parser.state == MS_DSML_TOOLS_STATE;
+        if (!written && in_block) {
+            const double tm0 = now_s();
+            const int rc = constrain_step(sv, j, tcm, true, &logits, &masked, &err);
+            tool_mask_seconds += now_s() - tm0;
+            tool_mask_steps++;
+            if (rc < 0) {
+                j->finish = "error";
+                j->error = strdup(err.msg);
+                break;
+            }
+            if (rc == 0) tok = sv->eos;
+        }
         const bool constrain = gm_on && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE);
         const bool reasoning = gm_on && j->parse_output && g.parser.state == MS_DSML_REASONING_STATE;
         if (tok < 0 && (constrain || reasoning) && sv->o.n_scripted == 0) {
@@ -1009,8 +1066,22 @@ static void run_job(struct server *sv, struct job *j) {
             fmt_logprob(j, lp_entry(sv->tok, raw, tok, j->logprobs),
                         g.content_in + (j->parse_output ? (int64_t)g.parser.len : 0));
         bool last = false;
+        if (in_block && tool_block_accept(j, &tcm, shown, slen, written, &err)) {
+            j->finish = "error";
+            j->error = strdup(err.msg);
+            break;
+        }
         if (j->parse_output) {
+            const enum ms_dsml_state before = g.parser.state;
             const enum ms_dsml_state st = ms_dsml_feed(&g.parser, shown, slen);
+            if (tm_on && before != MS_DSML_TOOLS_STATE && st == MS_DSML_TOOLS_STATE) {
+                tm_on = false;
+                if (tool_block_start(sv, j, &g.parser, &tcm, &err)) {
+                    j->finish = "error";
+                    j->error = strdup(err.msg);
+                    break;
+                }
+            }
             if (st == MS_DSML_REASONING_STATE) j->n_reasoning++;
             if (st == MS_DSML_ERROR_STATE) {
                 j->finish = "stop"; /* a malformed block ends the turn, not the token limit */
@@ -1060,6 +1131,7 @@ static void run_job(struct server *sv, struct job *j) {
     free(script);
     written_free(&wr);
     ms_grammar_matcher_free(gm);
+    ms_grammar_matcher_free(tcm);
     free(masked);
     ms_buf_free(&g.text);
     ms_buf_free(&g.sig);
@@ -1078,9 +1150,12 @@ static void run_job(struct server *sv, struct job *j) {
     if (j->t_first > 0) sv->m.last_ttft = j->t_first - j->t_queued;
     if (!strcmp(j->finish, "cancelled")) sv->m.cancelled++;
     pthread_mutex_unlock(&sv->mu);
-    char fmt_cost[64] = "";
+    char fmt_cost[128] = "";
     if (mask_steps > 0)
         snprintf(fmt_cost, sizeof fmt_cost, ", format masks %.3f ms/token", 1e3 * mask_seconds / (double)mask_steps);
+    if (tool_mask_steps > 0)
+        snprintf(fmt_cost + strlen(fmt_cost), sizeof fmt_cost - strlen(fmt_cost), ", tool-call masks %.3f ms/token",
+                 1e3 * tool_mask_seconds / (double)tool_mask_steps);
     fprintf(stderr,
             "serve: %s: prompt %lld tokens (%lld cached), prefill %.3f s, %lld generated in %.3f s%s, "
             "finish %s%s\n",

@@ -720,3 +720,17 @@ void ms_grammar_free(struct ms_grammar *g) {
     free(g->ranges);
     free(g);
 }
+
+int ms_grammar_put_literal(struct ms_buf *b, const char *s, size_t n) {
+    int rc = ms_buf_puts(b, "\"");
+    for (size_t i = 0; i < n && !rc; i++) {
+        const unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\')
+            rc = ms_buf_printf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            rc = ms_buf_printf(b, "\\x%02X", ch);
+        else
+            rc = ms_buf_put(b, s + i, 1);
+    }
+    return rc || ms_buf_puts(b, "\"") ? -1 : 0;
+}

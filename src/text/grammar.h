@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "text/tokenizer.h"
+#include "util/buf.h"
 #include "util/err.h"
 
 #define MS_GRAMMAR_MAX_REPEAT 10000 /* the largest m or n of {m,n} */
@@ -94,6 +95,11 @@ bool ms_grammar_matcher_complete(const struct ms_grammar_matcher *m);
 /* Whether some further character is allowed. A matcher that is complete
  * and cannot continue allows only the end of the output. */
 bool ms_grammar_matcher_can_continue(const struct ms_grammar_matcher *m);
+
+/* Appends s[0..n) (any bytes) to b as a GBNF literal that matches exactly
+ * those bytes: "..." with \\ and \" escaped and bytes below 0x20 as \xHH.
+ * 0, or -1 when out of memory (b then holds part of it). */
+int ms_grammar_put_literal(struct ms_buf *b, const char *s, size_t n);
 
 /* Whether the whole of text[0..n) is a sentence of g: 1 yes, 0 no, -1 with
  * err (OOM, too ambiguous). For tests and for checking a reply. */

@@ -95,17 +95,7 @@ void js_put_prim(struct js_conv *c, struct ms_buf *e, unsigned p) {
 }
 
 void js_put_lit(struct js_conv *c, struct ms_buf *e, const char *s, size_t n) {
-    js_put(c, e, "\"");
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\')
-            js_putf(c, e, "\\%c", ch);
-        else if (ch < 0x20)
-            js_putf(c, e, "\\x%02X", ch);
-        else if (ms_buf_put(e, (const char *)&ch, 1))
-            c->oom = true;
-    }
-    js_put(c, e, "\"");
+    if (ms_grammar_put_literal(e, s, n)) c->oom = true;
 }
 
 void js_put_class_cp(struct js_conv *c, struct ms_buf *e, uint32_t cp) {
@@ -1034,51 +1024,118 @@ static int gen(struct js_conv *c, const json_t *s, const char *ptr, const char *
     return rc;
 }
 
-int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_schema_warn_fn warn_fn, void *warn_ctx,
+/* ---- several schemas in one grammar ------------------------------------- */
+
+struct ms_json_schema_set {
+    struct js_conv c;
+    struct ms_buf heads; /* the rules ms_json_schema_set_add named, in order */
+    uint32_t no_raw;     /* a character strings hold only as \uXXXX (0: none) */
+};
+
+void ms_json_schema_set_no_raw(struct ms_json_schema_set *set, uint32_t cp) { set->no_raw = cp; }
+
+void ms_json_schema_set_free(struct ms_json_schema_set *set) {
+    if (!set) return;
+    ms_buf_free(&set->c.rules);
+    ms_buf_free(&set->heads);
+    json_decref(set->c.names);
+    json_decref(set->c.refs);
+    json_decref(set->c.others);
+    free(set);
+}
+
+int ms_json_schema_set_new(struct ms_json_schema_set **out, ms_json_schema_warn_fn warn_fn, void *warn_ctx,
                            ms_err *err) {
-    struct js_conv c = {.root = schema,
-                        .names = json_object(),
-                        .refs = json_object(),
-                        .others = json_object(),
-                        .warn = warn_fn,
-                        .warn_ctx = warn_ctx,
-                        .err = err};
-    struct ms_buf e = {0}, g = {0};
-    int rc = -1;
-    if (!c.names || !c.refs || !c.others) goto oom;
-    for (size_t i = 0; i < N_PRIMS; i++)
-        if (json_object_set_new(c.names, PRIMS[i].name, json_integer(1))) goto oom;
-    if (json_object_set_new(c.names, "root", json_integer(1)) || json_object_set_new(c.names, "ws", json_integer(1)))
-        goto oom;
-    if (!schema) {
-        ms_err_set(err, "(root): no schema");
-        goto done;
+    *out = NULL;
+    struct ms_json_schema_set *set = calloc(1, sizeof *set);
+    if (set) {
+        set->c = (struct js_conv){.names = json_object(), .refs = json_object(), .others = json_object(),
+                                  .warn = warn_fn, .warn_ctx = warn_ctx};
+        bool ok = set->c.names && set->c.refs && set->c.others &&
+                  !json_object_set_new(set->c.names, "ws", json_integer(1));
+        for (size_t i = 0; ok && i < N_PRIMS; i++)
+            ok = !json_object_set_new(set->c.names, PRIMS[i].name, json_integer(1));
+        if (ok) return *out = set, 0;
     }
-    if (gen(&c, schema, "", "", &e)) goto done;
-    js_put(&c, &g, is_name(e.p) ? "root ::= ws " : "root ::= ws ( ");
-    js_put(&c, &g, e.p ? e.p : "");
-    js_put(&c, &g, is_name(e.p) ? "\n" : " )\n");
-    js_put(&c, &g, c.rules.p ? c.rules.p : "");
-    js_put(&c, &g, "ws ::= [ \\t\\n]{0,20}\n");
+    ms_json_schema_set_free(set);
+    return ms_err_set(err, "out of memory converting a JSON schema to a grammar");
+}
+
+int ms_json_schema_set_add(struct ms_json_schema_set *set, const json_t *root, const json_t *schema, const char *ptr,
+                           const char *name, const char *hint, ms_err *err) {
+    struct js_conv *c = &set->c;
+    c->err = err;
+    if (c->oom) return ms_err_set(err, "out of memory converting a JSON schema to a grammar");
+    if (!is_name(name) || strlen(name) >= JS_NAME_LEN || json_object_get(c->names, name))
+        return ms_err_set(err, "'%s' cannot name a schema's rule (not a rule name, or taken)", name);
+    if (!schema) return ms_err_set(err, "%s: no schema", where(ptr));
+    /* $refs name places in root: rules made for another root's are not these */
+    if (root != c->root) json_object_clear(c->refs);
+    c->root = root;
+    c->depth = c->steps = c->n_pending = c->base = 0;
+    const size_t n_rules = c->rules.len;
+    if (json_object_set_new(c->names, name, json_integer(1))) c->oom = true;
+    char h[JS_NAME_LEN];
+    hint_join(h, "", hint ? hint : "");
+    struct ms_buf e = {0};
+    const int rc = gen(c, schema, ptr, hint && *hint ? h : "", &e);
+    if (!rc) {
+        js_put(c, &set->heads, name);
+        js_put(c, &set->heads, is_name(e.p) ? " ::= ws " : " ::= ws ( ");
+        js_put(c, &set->heads, e.p ? e.p : "");
+        js_put(c, &set->heads, is_name(e.p) ? "\n" : " )\n");
+    }
+    ms_buf_free(&e);
+    if (rc) {
+        /* out unchanged: the failed walk's rules go, and the caches that
+         * could name them */
+        c->rules.len = n_rules;
+        if (c->rules.p) c->rules.p[n_rules] = 0;
+        json_object_clear(c->refs);
+        json_object_clear(c->others);
+        return -1;
+    }
+    if (c->oom) return ms_err_set(err, "out of memory converting a JSON schema to a grammar");
+    return 0;
+}
+
+int ms_json_schema_set_finish(struct ms_json_schema_set *set, struct ms_buf *out, ms_err *err) {
+    struct js_conv *c = &set->c;
+    struct ms_buf g = {0};
+    js_put(c, &g, set->heads.p ? set->heads.p : "");
+    js_put(c, &g, c->rules.p ? c->rules.p : "");
+    js_put(c, &g, "ws ::= [ \\t\\n]{0,20}\n");
     for (int again = 1; again;) { /* close over what the shared rules use */
         again = 0;
         for (size_t i = 0; i < N_PRIMS; i++)
-            if ((c.prims >> i & 1) && (c.prims | PRIMS[i].needs) != c.prims) c.prims |= PRIMS[i].needs, again = 1;
+            if ((c->prims >> i & 1) && (c->prims | PRIMS[i].needs) != c->prims) c->prims |= PRIMS[i].needs, again = 1;
     }
-    for (size_t i = 0; i < N_PRIMS; i++)
-        if (c.prims >> i & 1) js_putf(&c, &g, "%s ::= %s\n", PRIMS[i].name, PRIMS[i].body);
-    if (c.oom) goto oom;
-    if (ms_buf_put(out, g.p, g.len)) goto oom;
-    rc = 0;
-    goto done;
-oom:
-    ms_err_set(err, "out of memory converting a JSON schema to a grammar");
-done:
-    ms_buf_free(&e);
+    for (size_t i = 0; i < N_PRIMS; i++) {
+        if (!(c->prims >> i & 1)) continue;
+        const unsigned bit = 1u << i;
+        if (set->no_raw && (bit == JS_PRIM_CHAR || bit == JS_PRIM_KCHAR)) {
+            /* the body's first class, the raw characters, loses no_raw */
+            const char *b = PRIMS[i].body, *close = strchr(b, ']');
+            js_putf(c, &g, "%s ::= %.*s\\U%08X%s\n", PRIMS[i].name, (int)(close - b), b, (unsigned)set->no_raw, close);
+        } else
+            js_putf(c, &g, "%s ::= %s\n", PRIMS[i].name, PRIMS[i].body);
+    }
+    const int rc = c->oom || ms_buf_put(out, g.p, g.len) ? -1 : 0;
     ms_buf_free(&g);
-    ms_buf_free(&c.rules);
-    json_decref(c.names);
-    json_decref(c.refs);
-    json_decref(c.others);
-    return rc;
+    if (rc) return ms_err_set(err, "out of memory converting a JSON schema to a grammar");
+    return 0;
+}
+
+int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_schema_warn_fn warn_fn, void *warn_ctx,
+                           ms_err *err) {
+    struct ms_json_schema_set *set = NULL;
+    if (ms_json_schema_set_new(&set, warn_fn, warn_ctx, err)) return -1;
+    if (!schema) {
+        ms_json_schema_set_free(set);
+        return ms_err_set(err, "(root): no schema");
+    }
+    const int rc = ms_json_schema_set_add(set, schema, schema, "", "root", "", err) ||
+                   ms_json_schema_set_finish(set, out, err);
+    ms_json_schema_set_free(set);
+    return rc ? -1 : 0;
 }

@@ -77,6 +77,7 @@
 #define MS_TEXT_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "util/buf.h"
 #include "util/err.h"
@@ -105,5 +106,42 @@ typedef void (*ms_json_schema_warn_fn)(void *ctx, const char *keyword, const cha
  */
 int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_schema_warn_fn warn, void *warn_ctx,
                            ms_err *err);
+
+/* ---- several schemas in one grammar ----
+ *
+ * For grammars that hold JSON values in several places (the arguments of
+ * each tool in a tool-call block, text/dsml_grammar.h): each added schema
+ * becomes one named rule, and the rules they need (shared ones such as
+ * "string" and "ws" once) come out together. Generated rule names use
+ * [A-Za-z0-9-] only, so a caller that names its own rules with an "_" in
+ * them never meets one. */
+struct ms_json_schema_set;
+
+/* A new, empty set (*out, the caller's: ms_json_schema_set_free). warn as
+ * for ms_json_schema_grammar, for every schema added. Errors: OOM. */
+int ms_json_schema_set_new(struct ms_json_schema_set **out, ms_json_schema_warn_fn warn, void *warn_ctx,
+                           ms_err *err);
+
+/* Adds the rule `name` ::= ws, then the JSON text of a value valid under
+ * schema, which sits at JSON pointer ptr inside root (local $refs resolve
+ * against root; ptr prefixes error and warning locations). hint, when not
+ * empty, starts the names of the rules generated for it. All borrowed.
+ * Errors: those of ms_json_schema_grammar, and a name that is not a rule
+ * name ([A-Za-z0-9_-]) or is taken; on error the set is as it was before
+ * the call (warnings already given stay given). */
+int ms_json_schema_set_add(struct ms_json_schema_set *set, const json_t *root, const json_t *schema, const char *ptr,
+                           const char *name, const char *hint, ms_err *err);
+
+/* From now on, strings (values and keys, not patterns) never hold the
+ * character cp as itself: only as its escape \uXXXX (keys, whose
+ * canonical form has no such escape, cannot hold it at all). For JSON that
+ * sits inside markup that cp would start. 0 lifts it. */
+void ms_json_schema_set_no_raw(struct ms_json_schema_set *set, uint32_t cp);
+
+/* Appends every rule of the set to out: the added ones first, in order,
+ * then those they use. The set stays usable. Errors: OOM (out unchanged). */
+int ms_json_schema_set_finish(struct ms_json_schema_set *set, struct ms_buf *out, ms_err *err);
+
+void ms_json_schema_set_free(struct ms_json_schema_set *set);
 
 #endif

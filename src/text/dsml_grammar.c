@@ -1,0 +1,385 @@
+/*
+ * dsml_grammar.c - a tool-call block's grammar from the tools' schemas
+ * (see dsml_grammar.h).
+ *
+ * The markup is written here; every JSON value goes through one
+ * ms_json_schema_set, so the tools' schemas share the JSON rules. Raw
+ * (string="true") values have rules of their own: the template tells the
+ * model to write strings that way, so a schema that admits strings keeps
+ * the model's usual spelling rather than forcing JSON on it.
+ *
+ * Rule names here all hold "_" (dsml_...), which the schema converter's
+ * generated names never do.
+ */
+#include "text/dsml_grammar.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/chat_template.h"
+#include "text/grammar.h"
+#include "text/json_schema.h"
+
+#define WS "dsml_ws"
+#define MAX_RAW_ENUM 256 /* raw enum values as alternatives; more: JSON only */
+#define FULLWIDTH_BAR 0xFF5Cu /* "｜", which every DSML tag holds */
+
+/* Raw text as the wrapper rules below take it: any text without "<｜" or
+ * "</｜" (a right-linear grammar of the automaton that tracks "<" and
+ * "</"), and a key of a parameter the schema does not list. */
+static const char raw_rules[] = "dsml_raw ::= ( [^<] dsml_raw | \"<\" dsml_raw_lt )?\n"
+                                "dsml_raw_lt ::= ( [^</｜] dsml_raw | \"<\" dsml_raw_lt | \"/\" dsml_raw_sl )?\n"
+                                "dsml_raw_sl ::= ( [^<｜] dsml_raw | \"<\" dsml_raw_lt )?\n";
+static const char any_rules[] = "dsml_any_param ::= \"" MS_DSML_PARAM_OPEN " name=\\\"\" [^\"｜]{1,256} \"\\\" string=\\\"\" "
+                                "( \"true\\\">\" dsml_raw | \"false\\\">\" dsml_any_json ) \"" MS_DSML_PARAM_CLOSE
+                                "\" " WS "\n";
+
+/* What raw text a schema admits. */
+enum raw_kind { RAW_NONE, RAW_TEXT, RAW_ENUM };
+struct raw {
+    enum raw_kind kind;
+    long long min, max; /* TEXT: its length in characters (max -1: none) */
+    json_t *vals;       /* ENUM: the strings (owned) */
+};
+
+struct tg {
+    struct ms_json_schema_set *set;
+    struct ms_buf rules; /* the markup's rules */
+    bool oom, need_raw, need_any;
+    ms_dsml_grammar_warn_fn warn;
+    void *warn_ctx;
+    const char *tool; /* the tool being written (warnings) */
+};
+
+static void warnf(struct tg *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(struct tg *t, const char *fmt, ...) {
+    if (!t->warn) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    t->warn(t->warn_ctx, t->tool, msg);
+}
+
+static void schema_warn(void *ctx, const char *keyword, const char *where) {
+    warnf(ctx, "'%s' at %s is not enforced", keyword, *where ? where : "/");
+}
+
+static void put(struct tg *t, struct ms_buf *b, const char *s) {
+    if (ms_buf_puts(b, s)) t->oom = true;
+}
+
+static void putf(struct tg *t, struct ms_buf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void putf(struct tg *t, struct ms_buf *b, const char *fmt, ...) {
+    char s[256];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(s, sizeof s, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof s) t->oom = true;
+    else put(t, b, s);
+}
+
+static void lit(struct tg *t, struct ms_buf *b, const char *s) {
+    if (ms_grammar_put_literal(b, s, strlen(s))) t->oom = true;
+}
+
+/* ---- which raw text a property's schema admits ---- */
+
+/* The schema a local "#/..." $ref names inside root, or NULL. */
+static const json_t *resolve(const json_t *root, const char *ref) {
+    if (ref[0] != '#' || (ref[1] && ref[1] != '/')) return NULL;
+    const json_t *cur = root;
+    char seg[256];
+    for (const char *p = ref + 1; cur && *p == '/';) {
+        size_t n = 0;
+        for (p++; *p && *p != '/' && n + 1 < sizeof seg; p++) {
+            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) seg[n++] = p[1] == '0' ? '~' : '/', p++;
+            else seg[n++] = *p;
+        }
+        seg[n] = 0;
+        cur = json_is_object(cur) ? json_object_get(cur, seg) : NULL;
+    }
+    return cur;
+}
+
+static bool has(const json_t *s, const char *k) { return json_object_get(s, k) != NULL; }
+
+/* Whether type (a string or a list of them) names "string"; *any when no
+ * type is given. */
+static bool type_has_string(const json_t *s, bool *any) {
+    const json_t *ty = json_object_get(s, "type");
+    *any = ty == NULL;
+    if (json_is_string(ty)) return !strcmp(json_string_value(ty), "string");
+    for (size_t i = 0; i < json_array_size(ty); i++)
+        if (json_is_string(json_array_get(ty, i)) && !strcmp(json_string_value(json_array_get(ty, i)), "string"))
+            return true;
+    return false;
+}
+
+static void raw_union(struct raw *r, struct raw *b) {
+    if (b->kind == RAW_NONE) return;
+    if (r->kind == RAW_NONE) {
+        *r = *b;
+        b->vals = NULL;
+    } else if (r->kind == RAW_ENUM && b->kind == RAW_ENUM) {
+        json_array_extend(r->vals, b->vals);
+    } else {
+        /* text and anything: text as loose as either */
+        const long long bmin = b->kind == RAW_TEXT ? b->min : 0, bmax = b->kind == RAW_TEXT ? b->max : -1;
+        if (r->kind == RAW_ENUM) r->min = bmin, r->max = bmax;
+        r->kind = RAW_TEXT;
+        if (bmin < r->min) r->min = bmin;
+        if (r->max >= 0 && (bmax < 0 || bmax > r->max)) r->max = bmax;
+        json_decref(r->vals);
+        r->vals = NULL;
+    }
+    json_decref(b->vals);
+    b->vals = NULL;
+}
+
+/* The raw text schema s (inside root) admits, into *r (RAW_NONE first). */
+static void raw_of(const json_t *root, const json_t *s, int depth, struct raw *r) {
+    *r = (struct raw){.kind = RAW_NONE};
+    if (depth > 8) return;
+    if (json_is_true(s)) {
+        *r = (struct raw){.kind = RAW_TEXT, .max = -1};
+        return;
+    }
+    if (!json_is_object(s)) return;
+    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en || cn) {
+        json_t *vals = json_array();
+        if (json_is_string(cn)) json_array_append(vals, (json_t *)cn);
+        for (size_t i = 0; !cn && i < json_array_size(en); i++)
+            if (json_is_string(json_array_get(en, i))) json_array_append(vals, json_array_get(en, i));
+        if (json_array_size(vals)) *r = (struct raw){.kind = RAW_ENUM, .vals = vals};
+        else json_decref(vals);
+        return;
+    }
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    if (ref) {
+        const json_t *target = resolve(root, ref);
+        if (target) raw_of(root, target, depth + 1, r);
+        return;
+    }
+    const json_t *alts = json_object_get(s, "anyOf");
+    if (!alts) alts = json_object_get(s, "oneOf");
+    if (json_is_array(alts)) {
+        for (size_t i = 0; i < json_array_size(alts); i++) {
+            struct raw b;
+            raw_of(root, json_array_get(alts, i), depth + 1, &b);
+            raw_union(r, &b);
+        }
+        return;
+    }
+    if (has(s, "allOf") || has(s, "not")) return; /* JSON only: the converter merges them */
+    bool any;
+    const bool str = type_has_string(s, &any);
+    const bool other = has(s, "properties") || has(s, "items") || has(s, "minimum") || has(s, "maximum") ||
+                       has(s, "prefixItems") || has(s, "additionalProperties");
+    if (!str && !(any && !other)) return;
+    if (has(s, "pattern") || has(s, "format")) return; /* JSON only: the converter checks them */
+    const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+    *r = (struct raw){.kind = RAW_TEXT,
+                      .min = json_is_integer(mn) && json_integer_value(mn) > 0 ? json_integer_value(mn) : 0,
+                      .max = json_is_integer(mx) && json_integer_value(mx) >= 0 ? json_integer_value(mx) : -1};
+}
+
+/* The raw alternative of a value ("" when there is none): the text after
+ * string="true"> up to the closing tag. */
+static void put_raw(struct tg *t, struct ms_buf *e, const struct raw *r, const char *key) {
+    if (r->kind == RAW_TEXT && r->min == 0 && r->max < 0) {
+        t->need_raw = true;
+        put(t, e, "dsml_raw");
+    } else if (r->kind == RAW_TEXT) {
+        long long mn = r->min, mx = r->max;
+        if (mn > MS_GRAMMAR_MAX_REPEAT || mx > MS_GRAMMAR_MAX_REPEAT) {
+            warnf(t, "a length past %d at /properties/%s is not enforced on raw text", MS_GRAMMAR_MAX_REPEAT, key);
+            if (mn > MS_GRAMMAR_MAX_REPEAT) mn = MS_GRAMMAR_MAX_REPEAT;
+            if (mx > MS_GRAMMAR_MAX_REPEAT) mx = -1;
+        }
+        if (mx >= 0 && mx < mn) return; /* admits no string: JSON only (the converter says why) */
+        /* counted characters without "｜" cannot form a tag */
+        if (mx >= 0) putf(t, e, "[^｜]{%lld,%lld}", mn, mx);
+        else putf(t, e, "[^｜]{%lld,}", mn);
+    } else if (r->kind == RAW_ENUM) {
+        size_t n = 0;
+        for (size_t i = 0; i < json_array_size(r->vals); i++) {
+            const char *v = json_string_value(json_array_get(r->vals, i));
+            if (strstr(v, "<｜") || strstr(v, "</｜")) continue; /* JSON only */
+            if (n++ == MAX_RAW_ENUM) {
+                warnf(t, "/properties/%s has more than %d values: JSON only", key, MAX_RAW_ENUM);
+                e->len = 0;
+                if (e->p) e->p[0] = 0;
+                return;
+            }
+            put(t, e, n > 1 ? " | " : "( ");
+            lit(t, e, v);
+        }
+        if (n) put(t, e, " )");
+    }
+}
+
+/* ---- tools ---- */
+
+/* Whether a parameter's or tool's name reads back through the parser's
+ * attribute (quote-terminated) and is not empty. */
+static bool name_ok(const char *s) { return *s && !strchr(s, '"'); }
+
+/* The rule of parameter k of tool i: its tag, a raw or JSON value, its
+ * close. schema at /properties/KEY of params. 0, or -1 with err (the
+ * converter refused the schema). */
+static int put_param(struct tg *t, struct ms_buf *rules, int i, int k, const char *key, const json_t *params,
+                     const json_t *schema, ms_err *err) {
+    char vname[48], ptr[300];
+    snprintf(vname, sizeof vname, "dsml_t%d_v%d", i, k);
+    snprintf(ptr, sizeof ptr, "/properties/%s", key);
+    if (ms_json_schema_set_add(t->set, params, schema, ptr, vname, key, err)) return -1;
+    struct raw r;
+    raw_of(params, schema, 0, &r);
+    struct ms_buf raw = {0};
+    put_raw(t, &raw, &r, key);
+    json_decref(r.vals);
+    putf(t, rules, "dsml_t%d_p%d ::= \"" MS_DSML_PARAM_OPEN " name=\\\"\" ", i, k);
+    lit(t, rules, key);
+    put(t, rules, " \"\\\" string=\\\"\" ( ");
+    if (raw.len) put(t, rules, "\"true\\\">\" "), put(t, rules, raw.p), put(t, rules, " | ");
+    putf(t, rules, "\"false\\\">\" %s ) \"" MS_DSML_PARAM_CLOSE "\" " WS "\n", vname);
+    ms_buf_free(&raw);
+    return 0;
+}
+
+/* The rules of tool i, name, parameters schema params (NULL: none) into
+ * rules. 0, or -1 with err: the schema cannot be enforced (the caller
+ * lets the tool take any parameters). */
+static int put_tool(struct tg *t, struct ms_buf *rules, int i, const char *name, const json_t *params, ms_err *err) {
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    struct ms_buf body = {0};
+    putf(t, &body, "dsml_t%d ::= \"" MS_DSML_INVOKE_OPEN " name=\\\"\" ", i);
+    lit(t, &body, name);
+    put(t, &body, " \"\\\">\" " WS);
+    int k = 0, rc = 0;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)props, key, v) {
+        bool required = false;
+        for (size_t r = 0; r < json_array_size(req); r++)
+            required |= json_is_string(json_array_get(req, r)) && !strcmp(json_string_value(json_array_get(req, r)), key);
+        if (json_is_false(v) && !required) continue;
+        if (!name_ok(key)) {
+            if (required) {
+                rc = ms_err_set(err, "required parameter '%s' cannot be written in a tag", key);
+                break;
+            }
+            warnf(t, "parameter '%s' cannot be written in a tag (left out)", key);
+            continue;
+        }
+        if (put_param(t, rules, i, k, key, params, v, err)) {
+            rc = -1;
+            break;
+        }
+        putf(t, &body, " dsml_t%d_p%d%s", i, k++, required ? "" : "?");
+    }
+    /* required keys the properties do not describe: any value */
+    for (size_t r = 0; !rc && r < json_array_size(req); r++) {
+        const char *rk = json_string_value(json_array_get(req, r));
+        if (!rk || json_object_get(props, rk)) continue;
+        if (!name_ok(rk)) {
+            rc = ms_err_set(err, "required parameter '%s' cannot be written in a tag", rk);
+            break;
+        }
+        if (put_param(t, rules, i, k, rk, params, json_true(), err)) {
+            rc = -1;
+            break;
+        }
+        putf(t, &body, " dsml_t%d_p%d", i, k++);
+    }
+    put(t, &body, " \"" MS_DSML_INVOKE_CLOSE "\"\n");
+    if (!rc) put(t, rules, body.p);
+    ms_buf_free(&body);
+    return rc;
+}
+
+/* A tool that takes any parameters (its schema names none, or cannot be
+ * enforced). */
+static void put_tool_any(struct tg *t, struct ms_buf *rules, int i, const char *name) {
+    t->need_any = t->need_raw = true;
+    putf(t, rules, "dsml_t%d ::= \"" MS_DSML_INVOKE_OPEN " name=\\\"\" ", i);
+    lit(t, rules, name);
+    put(t, rules, " \"\\\">\" " WS " dsml_any_param* \"" MS_DSML_INVOKE_CLOSE "\"\n");
+}
+
+/* Whether params is an object schema whose properties can be listed. */
+static bool lists_properties(const json_t *params) {
+    const json_t *ty = json_object_get(params, "type");
+    if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object"))) return false;
+    if (has(params, "anyOf") || has(params, "oneOf") || has(params, "allOf") || has(params, "$ref")) return false;
+    return json_is_object(json_object_get(params, "properties")) && json_object_size(json_object_get(params, "properties"));
+}
+
+int ms_dsml_tools_grammar(const json_t *tools, struct ms_buf *out, ms_dsml_grammar_warn_fn warn, void *warn_ctx,
+                          ms_err *err) {
+    struct tg t = {.warn = warn, .warn_ctx = warn_ctx};
+    struct ms_buf calls = {0}, g = {0};
+    int rc = -1, n = 0;
+    if (ms_json_schema_set_new(&t.set, schema_warn, &t, err)) return -1;
+    ms_json_schema_set_no_raw(t.set, FULLWIDTH_BAR);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name) continue;
+        t.tool = name;
+        if (!name_ok(name)) {
+            warnf(&t, "the name cannot be written in a tag: the tool is left out");
+            continue;
+        }
+        const json_t *params = json_object_get(fn, "parameters");
+        const int id = n;
+        if (params && !json_is_null(params) && !lists_properties(params)) {
+            put_tool_any(&t, &t.rules, id, name);
+        } else {
+            struct ms_buf mine = {0};
+            ms_err why;
+            if (put_tool(&t, &mine, id, name, json_is_object(params) ? params : NULL, &why)) {
+                warnf(&t, "its schema cannot be enforced (%s): any parameters are accepted", why.msg);
+                put_tool_any(&t, &t.rules, id, name);
+            } else {
+                put(&t, &t.rules, mine.p ? mine.p : "");
+            }
+            ms_buf_free(&mine);
+        }
+        putf(&t, &calls, "%sdsml_t%d", n++ ? " | " : "", id);
+    }
+    if (!n) {
+        ms_err_set(err, "none of the tools can be called by name");
+        goto done;
+    }
+    put(&t, &g, MS_DSML_GRAMMAR_ROOT " ::= \"" MS_DSML_CALLS_OPEN "\" " WS " dsml_call ( " WS
+                " dsml_call )* " WS " \"" MS_DSML_CALLS_CLOSE "\"\n");
+    put(&t, &g, "dsml_call ::= "), put(&t, &g, calls.p), put(&t, &g, "\n");
+    put(&t, &g, WS " ::= [ \\t\\r\\n]{0,4}\n");
+    put(&t, &g, t.rules.p ? t.rules.p : "");
+    if (t.need_raw) put(&t, &g, raw_rules);
+    if (t.need_any) {
+        put(&t, &g, any_rules);
+        t.tool = "";
+        if (ms_json_schema_set_add(t.set, json_true(), json_true(), "", "dsml_any_json", "", err)) goto done;
+    }
+    if (t.oom || ms_json_schema_set_finish(t.set, &g, err)) goto done_oom;
+    if (ms_buf_put(out, g.p, g.len)) goto done_oom;
+    rc = 0;
+    goto done;
+done_oom:
+    ms_err_set(err, "out of memory building the tool-call grammar");
+done:
+    ms_json_schema_set_free(t.set);
+    ms_buf_free(&t.rules);
+    ms_buf_free(&calls);
+    ms_buf_free(&g);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/*
+ * dsml_grammar.h - the grammar (text/grammar.h notation) of a DSML
+ * tool-call block whose calls follow the tools' JSON schemas, so that a
+ * call the model writes under it always parses (text/dsml.h) into
+ * arguments the tool accepts.
+ *
+ * The block is spelled as the chat template renders calls
+ * (chat_template.c): the opening tag, one or more invokes, the closing
+ * tag, with up to 4 whitespace characters between tags (the template
+ * writes one newline; the parser takes any whitespace there). Tags are
+ * the template's exact spelling:
+ *
+ *   <｜DSML｜tool_calls>
+ *   <｜DSML｜invoke name="NAME">
+ *   <｜DSML｜parameter name="KEY" string="true">raw text</｜DSML｜parameter>
+ *   <｜DSML｜parameter name="KEY" string="false">JSON</｜DSML｜parameter>
+ *   </｜DSML｜invoke>
+ *   </｜DSML｜tool_calls>
+ *
+ * Per tool (its "parameters" schema, an object schema):
+ *
+ *   - NAME is one of the tools' names. A tool whose name is empty, holds a
+ *     quote or is not UTF-8 cannot be read back by the parser and is left
+ *     out (reported).
+ *   - Parameters come in the order of "properties": the required ones
+ *     always, the others each present or not; keys listed in "required"
+ *     but not in "properties" follow, with any value. Keys not listed are
+ *     refused, whatever additionalProperties says (a call that invents
+ *     arguments is the error this exists to prevent). A property whose
+ *     schema is false never appears.
+ *   - A value is JSON valid under the property's schema (text/json_schema.h,
+ *     string="false"), or, where the schema admits strings, raw text
+ *     (string="true"), which the parser takes as the string itself: any
+ *     text for a plain string, with minLength / maxLength when given; one
+ *     of the values for enum / const. Where the schema admits strings only
+ *     through a pattern or a format, the value is JSON only (the
+ *     converter enforces those; raw text could not be checked).
+ *   - A tool whose parameters schema names no properties (none given, {},
+ *     {"type": "object"}, or a schema this cannot read as an object's
+ *     properties: anyOf, $ref, ...) takes any parameters with any values;
+ *     a tool whose schema the converter refuses (a bad $ref, a property
+ *     that allows nothing yet is required) too, reported. No "parameters"
+ *     at all: the tool takes none (OpenAI's reading of it).
+ *
+ * What cannot reach the parser: raw text never holds "<｜" or "</｜"
+ * (either could start a tag that ends the value or the call early), and
+ * JSON strings never hold "｜" itself, only its escape \uff5c (the same
+ * reason; a key holding "｜" cannot be written). Bounded raw text holds no
+ * "｜" at all.
+ */
+#ifndef MS_TEXT_DSML_GRAMMAR_H
+#define MS_TEXT_DSML_GRAMMAR_H
+
+#include <jansson.h>
+
+#include "util/buf.h"
+#include "util/err.h"
+
+/* The start rule of the block's grammar. */
+#define MS_DSML_GRAMMAR_ROOT "dsml_tool_calls"
+
+/* Called for each thing the grammar does not enforce: the tool's name and
+ * a sentence ("'pattern' at /properties/q is not enforced"); both valid
+ * during the call only. */
+typedef void (*ms_dsml_grammar_warn_fn)(void *ctx, const char *tool, const char *what);
+
+/*
+ * Appends to out the GBNF of a tool-call block calling the tools, start
+ * rule MS_DSML_GRAMMAR_ROOT. tools: an array of {"type": "function",
+ * "function": {"name", "parameters"?}} (OpenAI chat's shape, as the chat
+ * template takes them; borrowed). warn may be NULL. Returns 0, or -1 with
+ * err and out unchanged: no tool can be called by name, OOM.
+ */
+int ms_dsml_tools_grammar(const json_t *tools, struct ms_buf *out, ms_dsml_grammar_warn_fn warn, void *warn_ctx,
+                          ms_err *err);
+
+#endif
