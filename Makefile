@@ -77,12 +77,12 @@ build-fuzz/fuzz_grammar: deps
 # libFuzzer on the GBNF parser and matcher and the JSON Schema converter:
 # make fuzz-grammar FUZZ_SECONDS=600
 fuzz-grammar: build-fuzz/fuzz_grammar
-	FUZZ_CORPUS=tests/fuzz/corpus_grammar scripts/fuzz.sh build-fuzz/fuzz_grammar $(FUZZ_SECONDS)
+	FUZZ_CORPUS=tests/fuzz/corpus_grammar FUZZ_DICT=tests/fuzz/grammar.dict scripts/fuzz.sh build-fuzz/fuzz_grammar $(FUZZ_SECONDS)
 
 # Bounded runs used by CI.
 fuzz-smoke: build-fuzz/fuzz_gguf build-fuzz/fuzz_grammar
 	scripts/fuzz.sh build-fuzz/fuzz_gguf 45
-	FUZZ_CORPUS=tests/fuzz/corpus_grammar scripts/fuzz.sh build-fuzz/fuzz_grammar 30
+	FUZZ_CORPUS=tests/fuzz/corpus_grammar FUZZ_DICT=tests/fuzz/grammar.dict scripts/fuzz.sh build-fuzz/fuzz_grammar 30
 
 # Live llama.cpp check (downloads node-llama-cpp, ~1 GB, into ORACLE_DIR).
 oracle: build

@@ -2,6 +2,8 @@
 # fuzz.sh - run a libFuzzer binary on a copy of the seed corpus.
 #
 # Usage: scripts/fuzz.sh FUZZER_BINARY SECONDS
+# (FUZZ_CORPUS: the seed folder, relative to the repository; FUZZ_DICT: a
+# libFuzzer dictionary there, optional)
 #
 # The seeds in tests/fuzz/corpus/ are copied into a temporary work directory
 # (outside the source tree, so the grown corpus never lands in git); libFuzzer
@@ -28,7 +30,7 @@ log=$work/fuzz.log
 echo "fuzz: $bin for ${secs}s, work dir $work"
 set +e
 "$bin" "$work/corpus" \
-    -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \
+    -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 ${FUZZ_DICT:+-dict="$root/$FUZZ_DICT"} \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/" >"$log" 2>&1
 rc=$?
 set -e

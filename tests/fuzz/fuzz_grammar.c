@@ -1,12 +1,15 @@
 /*
  * fuzz_grammar.c - libFuzzer harness for structured output: the GBNF parser
  * and matcher (text/grammar.h) and the JSON Schema converter
- * (text/json_schema.h). The input is a source, a NUL byte, then a text.
- * A source starting with '{' or 't'/'f' (true/false) is a JSON Schema; else
- * it is GBNF. Invariants checked (abort on a violation, so libFuzzer
- * reports it):
- *   - every grammar the converter writes parses (it never emits left
+ * (text/json_schema.h), and the tool-call grammar (text/dsml_grammar.h).
+ * The input is a split byte, a source, a NUL byte, then a text. A source
+ * starting with '{' or 't'/'f' (true/false) is a JSON Schema, one starting
+ * with '[' a tools array (OpenAI chat's shape); else it is GBNF.
+ * Invariants checked (abort on a violation, so libFuzzer reports it):
+ *   - every grammar the converters write parses (they never emit left
  *     recursion, bad escapes or undefined rules);
+ *   - a text the tool-call grammar accepts whole is a block the DSML
+ *     parser reads without an error;
  *   - feeding the text in two pieces, split where the input says, accepts
  *     exactly what feeding it whole accepts, and leaves the same answer to
  *     "complete";
@@ -22,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/dsml.h"
+#include "text/dsml_grammar.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
 
@@ -41,6 +46,26 @@ static int feed(const struct ms_grammar *g, const char *t, size_t n, size_t spli
     return rc;
 }
 
+static void on_dsml(void *ctx, const struct ms_dsml_ev *ev) {
+    int *bad = ctx;
+    if (ev->type == MS_DSML_EV_ERROR) *bad = 1;
+    if (ev->type == MS_DSML_EV_TOOLS_END) *bad = *bad ? *bad : -1;
+}
+
+/* A tool-call block the grammar took whole must parse. */
+static void check_block(const char *t, size_t n) {
+    struct ms_dsml p;
+    int state = 0; /* 0 no end yet, -1 ended well, 1 an error */
+    ms_dsml_init(&p, false, on_dsml, &state);
+    ms_dsml_feed(&p, t, n);
+    ms_dsml_finish(&p);
+    ms_dsml_free(&p);
+    if (state != -1) {
+        fprintf(stderr, "the tool-call grammar took a block the parser refuses:\n%.*s\n", (int)n, t);
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     const uint8_t split_byte = data[0];
@@ -54,7 +79,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct ms_buf gbnf = {0};
     ms_err err;
     bool is_schema = src_len > 0 && (src[0] == '{' || src[0] == 't' || src[0] == 'f');
-    if (is_schema) {
+    const bool is_tools = src_len > 0 && src[0] == '[';
+    if (is_tools) {
+        json_t *tools = json_loadb(src, src_len, 0, NULL);
+        if (!tools) return 0;
+        const int rc = ms_dsml_tools_grammar(tools, &gbnf, NULL, NULL, &err);
+        json_decref(tools);
+        if (rc) return 0;
+        is_schema = true; /* a converter's grammar: it must parse */
+    } else if (is_schema) {
         json_t *schema = json_loadb(src, src_len, JSON_DECODE_ANY, NULL);
         if (!schema) return 0;
         const int rc = ms_json_schema_grammar(schema, &gbnf, NULL, NULL, &err);
@@ -64,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     struct ms_grammar *g = NULL;
-    if (ms_grammar_parse(&g, gbnf.p ? gbnf.p : "", gbnf.len, &err)) {
+    if (ms_grammar_parse_root(&g, gbnf.p ? gbnf.p : "", gbnf.len, is_tools ? MS_DSML_GRAMMAR_ROOT : "root", &err)) {
         if (is_schema && !strstr(err.msg, "out of memory")) {
             fprintf(stderr, "the converter's grammar does not parse: %s\n%s\n", err.msg, gbnf.p);
             abort();
@@ -80,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fprintf(stderr, "whole %d/%d, split %d/%d\n", whole, c_whole, split, c_split);
         abort();
     }
+    if (is_tools && whole == 1 && c_whole) check_block(text, text_len);
     /* a refusal changes nothing: refuse a byte, then feed the text */
     struct ms_grammar_matcher *m;
     if (whole >= 0 && !ms_grammar_matcher_new(&m, g, &err)) {
