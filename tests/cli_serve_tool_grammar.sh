@@ -3,7 +3,8 @@
 # model is a tiny one with random weights: once a call is forced open
 # (tool_choice), what it writes is noise, so every call that parses into
 # arguments valid under its tool's schema (Python's jsonschema, an
-# independent implementation) is the tools' grammar's doing. A server
+# independent implementation) is the tools' grammar's doing; so is a custom
+# tool's text that follows its Lark or regex grammar. A server
 # started with --no-tool-grammar shows that the test can tell: the same
 # requests then give no valid call.
 . "$(dirname "$0")/lib.sh"
@@ -80,6 +81,18 @@ assert r[\"stop_reason\"] == \"tool_use\" and u, r
 for b in u: jsonschema.validate(b[\"input\"], s[b[\"name\"]])
 " "$R" "$WEATHER" "$FLAGS"'
 done
+# custom tools (Responses): the text follows the tool's Lark or regex grammar
+LARK=$'start: "BEGIN" LF ("+" /[a-z ]{0,8}/ LF)~1..3 "END"\n%import common.LF'
+CUSTOM=$(jq -cn --arg l "$LARK" '[{"type":"custom","name":"patch","format":{"type":"grammar","syntax":"lark","definition":$l}},{"type":"custom","name":"version","format":{"type":"grammar","syntax":"regex","definition":"v[0-9]{1,3}(\\.[0-9]{1,3})?"}}]')
+for seed in 31 32 33; do
+    for tool in patch version; do
+        R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"Edit.\",\"tools\":$CUSTOM,\"tool_choice\":{\"type\":\"custom\",\"name\":\"$tool\"},\"parallel_tool_calls\":false,\"reasoning\":{\"effort\":\"none\"},\"max_output_tokens\":400,\"temperature\":1.0,\"seed\":$seed}")
+        IN=$(jq -r '[.output[] | select(.type == "custom_tool_call")][0].input // "NONE"' <<<"$R")
+        RE=$([ $tool = patch ] && echo '^BEGIN\n(\+[a-z ]{0,8}\n){1,3}END$' || echo '^v[0-9]{1,3}(\.[0-9]{1,3})?$')
+        check "custom tool $tool, seed $seed: its text follows its grammar" \
+            'python3 -c "import re,sys; sys.exit(0 if re.fullmatch(sys.argv[2], sys.argv[1]) else 1)" "$IN" "$RE"'
+    done
+done
 check "the log gives the tool-call masks' cost" 'grep -q "tool-call masks [0-9.]* ms/token" "$TMP/tg.log"'
 # a tool whose schema cannot be enforced takes any arguments, logged; the
 # request is served
@@ -96,7 +109,13 @@ for seed in 1 2 3 4 5 6; do
     R=$(post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"thinking\":false,\"seed\":$seed,\"temperature\":1.0,\"max_tokens\":400}")
     calls_valid "$R" >/dev/null 2>&1 && n_valid=$((n_valid + 1))
 done
-check "--no-tool-grammar: the same requests give no valid call (the test can tell)" '[ $n_valid -eq 0 ]'
+for seed in 31 32 33; do
+    R=$(post /v1/responses "{\"model\":\"x\",\"input\":\"Edit.\",\"tools\":$CUSTOM,\"tool_choice\":{\"type\":\"custom\",\"name\":\"patch\"},\"parallel_tool_calls\":false,\"reasoning\":{\"effort\":\"none\"},\"max_output_tokens\":400,\"temperature\":1.0,\"seed\":$seed}")
+    IN=$(jq -r '[.output[] | select(.type == "custom_tool_call")][0].input // "NONE"' <<<"$R")
+    python3 -c "import re,sys; sys.exit(0 if re.fullmatch(sys.argv[2], sys.argv[1]) else 1)" "$IN" '^BEGIN\n(\+[a-z ]{0,8}\n){1,3}END$' &&
+        n_valid=$((n_valid + 1))
+done
+check "--no-tool-grammar: the same requests give no valid call or patch (the test can tell)" '[ $n_valid -eq 0 ]'
 check "--no-tool-grammar: no masks" '! grep -q "tool-call masks" "$TMP/free.log"'
 stop_server free
 finish cli_serve_tool_grammar

@@ -19,7 +19,9 @@
  *     the schemas: required keys present, no unknown keys, types and enums
  *     and lengths kept;
  *   - tools that cannot be written are left out or accept anything, with a
- *     warning; no callable tool at all is an error that leaves out alone.
+ *     warning; no callable tool at all is an error that leaves out alone;
+ *   - a custom tool's text follows its Lark or regex grammar, raw only, and
+ *     a grammar that cannot be read leaves the text free, warned.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -77,7 +79,7 @@ static struct ms_grammar *build(const char *tools_json, struct warns *w) {
     json_t *tools = load(tools_json);
     struct ms_buf b = {0};
     ms_err err;
-    if (ms_dsml_tools_grammar(tools, &b, on_warn, w, &err)) fail_msg("grammar: %s", err.msg);
+    if (ms_dsml_tools_grammar(tools, NULL, &b, on_warn, w, &err)) fail_msg("grammar: %s", err.msg);
     struct ms_grammar *g = NULL;
     if (ms_grammar_parse_root(&g, b.p, b.len, MS_DSML_GRAMMAR_ROOT, &err))
         fail_msg("parse: %s\n%s", err.msg, b.p);
@@ -396,11 +398,53 @@ static void test_left_out(void **state) {
     struct ms_buf b = {0};
     ms_buf_puts(&b, "keep");
     ms_err err;
-    assert_int_equal(ms_dsml_tools_grammar(tools, &b, NULL, NULL, &err), -1);
+    assert_int_equal(ms_dsml_tools_grammar(tools, NULL, &b, NULL, NULL, &err), -1);
     assert_string_equal(b.p, "keep");
     assert_non_null(strstr(err.msg, "none of the tools"));
     ms_buf_free(&b);
     json_decref(tools);
+}
+
+/* ---- custom tools: their text in their own grammar ---- */
+
+static void test_custom_grammars(void **state) {
+    (void)state;
+    json_t *tools = load("[{\"type\": \"function\", \"function\": {\"name\": \"patch\", \"parameters\": {"
+                         "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
+                         " \"required\": [\"input\"]}}},"
+                         " {\"type\": \"function\", \"function\": {\"name\": \"version\", \"parameters\": {"
+                         "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
+                         " \"required\": [\"input\"]}}},"
+                         " {\"type\": \"function\", \"function\": {\"name\": \"loose\", \"parameters\": {"
+                         "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
+                         " \"required\": [\"input\"]}}}]");
+    json_t *formats = load("{\"patch\": {\"syntax\": \"lark\", \"definition\": \"start: \\\"BEGIN\\\" LF"
+                           " (\\\"+\\\" /.*/ LF)+ \\\"END\\\"\\n%import common.LF\\n\"},"
+                           " \"version\": {\"syntax\": \"regex\", \"definition\": \"v[0-9]+(\\\\.[0-9]+)?\"},"
+                           " \"loose\": {\"syntax\": \"lark\", \"definition\": \"start: WS\\n%ignore WS\"}}");
+    struct ms_buf b = {0};
+    ms_err err;
+    struct warns w = {0};
+    assert_int_equal(ms_dsml_tools_grammar(tools, formats, &b, on_warn, &w, &err), 0);
+    struct ms_grammar *g = NULL;
+    if (ms_grammar_parse_root(&g, b.p, b.len, MS_DSML_GRAMMAR_ROOT, &err)) fail_msg("%s\n%s", err.msg, b.p);
+    assert_int_equal(match(g, OPEN INV("patch") PS("input", "BEGIN\n+a line <b>\n+\nEND") END_INV CLOSE), 1);
+    assert_int_equal(match(g, OPEN INV("patch") PS("input", "BEGIN\nEND") END_INV CLOSE), 0);
+    assert_int_equal(match(g, OPEN INV("patch") PS("input", "BEGIN\n+x｜y\nEND") END_INV CLOSE), 0);
+    assert_int_equal(match(g, OPEN INV("patch") PJ("input", "\"BEGIN\\n+x\\nEND\"") END_INV CLOSE), 0);
+    assert_int_equal(match(g, OPEN INV("version") PS("input", "v1.25") END_INV CLOSE), 1);
+    assert_int_equal(match(g, OPEN INV("version") PS("input", "v1.") END_INV CLOSE), 0);
+    assert_int_equal(match(g, OPEN INV("loose") PS("input", "anything at all") END_INV CLOSE), 1);
+    assert_non_null(strstr(w.log, "loose: its lark grammar is not enforced: lark grammar, line 2: '%ignore'"));
+    json_t *got = parse_block(OPEN INV("patch") PS("input", "BEGIN\n+a\nEND") END_INV CLOSE,
+                              strlen(OPEN INV("patch") PS("input", "BEGIN\n+a\nEND") END_INV CLOSE));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(got, 0), "args"), "input")),
+                        "BEGIN\n+a\nEND");
+    json_decref(got);
+    ms_grammar_free(g);
+    ms_buf_free(&b);
+    json_decref(tools);
+    json_decref(formats);
 }
 
 int main(void) {
@@ -409,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_template_calls),
         cmocka_unit_test(test_random_sentences),
         cmocka_unit_test(test_left_out),
+        cmocka_unit_test(test_custom_grammars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,7 +164,17 @@ void structured_tools(struct job *j, const json_t *tools) {
     struct tool_warn_ctx w = {.j = j};
     ms_err err;
     struct ms_grammar *g = NULL;
-    if (ms_dsml_tools_grammar(tools, &gbnf, warn_tool, &w, &err) ||
+    /* custom tools' grammars, by the name the model sees */
+    json_t *formats = json_object();
+    const char *rendered;
+    json_t *m;
+    json_object_foreach(j->tool_map, rendered, m) {
+        const json_t *f = json_object_get(m, "format");
+        if (f) json_object_set(formats, rendered, (json_t *)f);
+    }
+    const int rc = ms_dsml_tools_grammar(tools, formats, &gbnf, warn_tool, &w, &err);
+    json_decref(formats);
+    if (rc ||
         ms_grammar_parse_root(&g, gbnf.p, gbnf.len, MS_DSML_GRAMMAR_ROOT, &err))
         fprintf(stderr, "serve: %s: tool calls are not constrained: %s\n", j->id, err.msg);
     ms_buf_free(&gbnf);

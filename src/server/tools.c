@@ -39,12 +39,15 @@ static char *tool_rendered_name(const char *ns, const char *name) {
 }
 
 /* Records that the model's `rendered` is the client's `name` (in ns,
- * NULL: none), a free-form tool when `custom`. */
+ * NULL: none), a free-form tool when `custom`, whose text follows the
+ * grammar `format` ({"type": "grammar", "syntax", "definition"}; NULL:
+ * none). */
 static int tool_map_add(struct conv *c, const char *rendered, const char *name, const char *ns, bool custom,
-                        struct http_err *e) {
+                        const json_t *format, struct http_err *e) {
     if (!c->tool_map && !(c->tool_map = json_object())) return http_fail(e, 500, "out of memory");
     json_t *m = json_pack("{s:s, s:b}", "name", name, "custom", custom);
     if (m && ns) json_object_set_new(m, "namespace", json_string(ns));
+    if (m && format) json_object_set(m, "format", (json_t *)format);
     if (!m || json_object_set_new(c->tool_map, rendered, m)) return http_fail(e, 500, "out of memory");
     return 0;
 }
@@ -128,7 +131,9 @@ static int add_tool(struct conv *c, const json_t *t, bool custom, const char *ns
     int rc = !fn || json_array_append_new(c->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn))
                  ? http_fail(e, 500, "out of memory")
                  : 0;
-    if (!rc && (custom || ns)) rc = tool_map_add(c, rendered, name, ns, custom, e);
+    const json_t *f = custom ? json_object_get(t, "format") : NULL;
+    const char *ft = json_string_value(json_object_get(f, "type"));
+    if (!rc && (custom || ns)) rc = tool_map_add(c, rendered, name, ns, custom, ft && !strcmp(ft, "grammar") ? f : NULL, e);
     free(rendered);
     return rc;
 }

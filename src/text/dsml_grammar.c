@@ -22,6 +22,7 @@
 #include "text/chat_template.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
+#include "text/lark.h"
 
 #define WS "dsml_ws"
 #define MAX_RAW_ENUM 256 /* raw enum values as alternatives; more: JSON only */
@@ -254,10 +255,48 @@ static int put_param(struct tg *t, struct ms_buf *rules, int i, int k, const cha
     return 0;
 }
 
+/* The rule of a custom tool's text, parameter k of tool i, raw text in
+ * the grammar fmt ({"syntax": "lark" | "regex", "definition"}). false,
+ * warned, when that grammar cannot be used (the caller writes the
+ * parameter as any other). */
+static bool put_custom_param(struct tg *t, struct ms_buf *rules, int i, int k, const char *key, const json_t *fmt) {
+    const char *syn = json_string_value(json_object_get(fmt, "syntax"));
+    const json_t *def = json_object_get(fmt, "definition");
+    struct ms_buf g = {0}, expr = {0};
+    ms_err err = {0};
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "dsml_t%d_g_", i);
+    int rc = -1;
+    if (!syn || !json_is_string(def))
+        ms_err_set(&err, "no syntax and definition");
+    else if (!strcmp(syn, "lark"))
+        rc = ms_lark_gbnf(json_string_value(def), json_string_length(def), prefix, FULLWIDTH_BAR, &g, &err);
+    else if (!strcmp(syn, "regex"))
+        rc = ms_regex_gbnf(json_string_value(def), json_string_length(def), FULLWIDTH_BAR, &expr, &err);
+    else
+        ms_err_set(&err, "syntax '%s' is not lark or regex", syn);
+    if (rc) {
+        warnf(t, "its %s grammar is not enforced: %s", syn ? syn : "", err.msg);
+    } else {
+        putf(t, rules, "dsml_t%d_p%d ::= \"" MS_DSML_PARAM_OPEN " name=\\\"\" ", i, k);
+        lit(t, rules, key);
+        put(t, rules, " \"\\\" string=\\\"true\\\">\" ");
+        if (expr.len) put(t, rules, "( "), put(t, rules, expr.p), put(t, rules, " )");
+        else putf(t, rules, "%sstart", prefix);
+        put(t, rules, " \"" MS_DSML_PARAM_CLOSE "\" " WS "\n");
+        put(t, rules, g.p ? g.p : "");
+    }
+    ms_buf_free(&g);
+    ms_buf_free(&expr);
+    return rc == 0;
+}
+
 /* The rules of tool i, name, parameters schema params (NULL: none) into
- * rules. 0, or -1 with err: the schema cannot be enforced (the caller
- * lets the tool take any parameters). */
-static int put_tool(struct tg *t, struct ms_buf *rules, int i, const char *name, const json_t *params, ms_err *err) {
+ * rules; fmt: a custom tool's grammar (NULL: none). 0, or -1 with err:
+ * the schema cannot be enforced (the caller lets the tool take any
+ * parameters). */
+static int put_tool(struct tg *t, struct ms_buf *rules, int i, const char *name, const json_t *params,
+                    const json_t *fmt, ms_err *err) {
     const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
     struct ms_buf body = {0};
     putf(t, &body, "dsml_t%d ::= \"" MS_DSML_INVOKE_OPEN " name=\\\"\" ", i);
@@ -279,7 +318,8 @@ static int put_tool(struct tg *t, struct ms_buf *rules, int i, const char *name,
             warnf(t, "parameter '%s' cannot be written in a tag (left out)", key);
             continue;
         }
-        if (put_param(t, rules, i, k, key, params, v, err)) {
+        if (!(fmt && !strcmp(key, "input") && put_custom_param(t, rules, i, k, key, fmt)) &&
+            put_param(t, rules, i, k, key, params, v, err)) {
             rc = -1;
             break;
         }
@@ -322,8 +362,8 @@ static bool lists_properties(const json_t *params) {
     return json_is_object(json_object_get(params, "properties")) && json_object_size(json_object_get(params, "properties"));
 }
 
-int ms_dsml_tools_grammar(const json_t *tools, struct ms_buf *out, ms_dsml_grammar_warn_fn warn, void *warn_ctx,
-                          ms_err *err) {
+int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, struct ms_buf *out, ms_dsml_grammar_warn_fn warn,
+                          void *warn_ctx, ms_err *err) {
     struct tg t = {.warn = warn, .warn_ctx = warn_ctx};
     struct ms_buf calls = {0}, g = {0};
     int rc = -1, n = 0;
@@ -345,7 +385,8 @@ int ms_dsml_tools_grammar(const json_t *tools, struct ms_buf *out, ms_dsml_gramm
         } else {
             struct ms_buf mine = {0};
             ms_err why;
-            if (put_tool(&t, &mine, id, name, json_is_object(params) ? params : NULL, &why)) {
+            if (put_tool(&t, &mine, id, name, json_is_object(params) ? params : NULL, json_object_get(formats, name),
+                         &why)) {
                 warnf(&t, "its schema cannot be enforced (%s): any parameters are accepted", why.msg);
                 put_tool_any(&t, &t.rules, id, name);
             } else {

@@ -68,10 +68,15 @@ typedef void (*ms_dsml_grammar_warn_fn)(void *ctx, const char *tool, const char 
  * Appends to out the GBNF of a tool-call block calling the tools, start
  * rule MS_DSML_GRAMMAR_ROOT. tools: an array of {"type": "function",
  * "function": {"name", "parameters"?}} (OpenAI chat's shape, as the chat
- * template takes them; borrowed). warn may be NULL. Returns 0, or -1 with
- * err and out unchanged: no tool can be called by name, OOM.
+ * template takes them; borrowed). formats: NULL, or an object from tool
+ * name to a custom tool's grammar, {"syntax": "lark" | "regex",
+ * "definition": TEXT} (OpenAI's custom tool format): that tool's "input"
+ * parameter is then raw text in that grammar (text/lark.h,
+ * ms_regex_gbnf), or, where the grammar cannot be read, any text
+ * (warned). warn may be NULL. Returns 0, or -1 with err and out
+ * unchanged: no tool can be called by name, OOM.
  */
-int ms_dsml_tools_grammar(const json_t *tools, struct ms_buf *out, ms_dsml_grammar_warn_fn warn, void *warn_ctx,
-                          ms_err *err);
+int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, struct ms_buf *out, ms_dsml_grammar_warn_fn warn,
+                          void *warn_ctx, ms_err *err);
 
 #endif

@@ -110,6 +110,13 @@ void js_put_class_cp(struct js_conv *c, struct ms_buf *e, uint32_t cp) {
         js_putf(c, e, "\\U%08X", (unsigned)cp);
 }
 
+void js_utf8_char(char out[8], uint32_t cp) {
+    const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (int i = n - 1; i > 0; i--) out[i] = (char)(0x80 | (cp & 63)), cp >>= 6;
+    out[0] = (char)(unsigned char)(n == 1 ? cp : (0xF00u >> n & 0xFF) | cp);
+    out[n] = 0;
+}
+
 void js_json_char(char out[8], uint32_t cp) {
     static const char short_esc[] = "\bb\ff\nn\rr\tt\"\"\\\\";
     for (const char *p = short_esc; *p; p += 2)
@@ -117,14 +124,10 @@ void js_json_char(char out[8], uint32_t cp) {
             out[0] = '\\', out[1] = p[1], out[2] = 0;
             return;
         }
-    const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; /* UTF-8 */
-    if (cp < 0x20) {
+    if (cp < 0x20)
         snprintf(out, 8, "\\u%04x", (unsigned)cp); /* lower case, as JSON.stringify */
-        return;
-    }
-    for (int i = n - 1; i > 0; i--) out[i] = (char)(0x80 | (cp & 63)), cp >>= 6;
-    out[0] = (char)(unsigned char)(n == 1 ? cp : (0xF00u >> n & 0xFF) | cp);
-    out[n] = 0;
+    else
+        js_utf8_char(out, cp);
 }
 
 uint32_t js_utf8_cp(const char **p, const char *end) {

@@ -107,6 +107,18 @@ typedef void (*ms_json_schema_warn_fn)(void *ctx, const char *keyword, const cha
 int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_schema_warn_fn warn, void *warn_ctx,
                            ms_err *err);
 
+/*
+ * Appends to out a GBNF expression matching exactly the strings the whole
+ * of regex re[0..n) matches, as raw text (not JSON): the ECMA-262 subset
+ * of "pattern" above, read as Python's re reads it where the two differ
+ * in that subset ("." is anything but "\n"); "^" and "$" at the ends
+ * change nothing. excl (0: none) is left out of every class and ".", and
+ * a literal excl is an error: for text that must never hold it. Counts
+ * past MS_GRAMMAR_MAX_REPEAT are loosened to unbounded. 0, or -1 with err
+ * (a syntax error, a construct a grammar cannot express, OOM).
+ */
+int ms_regex_gbnf(const char *re, size_t n, uint32_t excl, struct ms_buf *out, ms_err *err);
+
 /* ---- several schemas in one grammar ----
  *
  * For grammars that hold JSON values in several places (the arguments of

@@ -100,6 +100,8 @@ void js_add_rule(struct js_conv *c, const char *hint, const char *body, char nam
  * the short escapes, \u00xx (lower case) for other controls, else the
  * UTF-8 bytes. */
 void js_json_char(char out[8], uint32_t cp);
+/* cp as UTF-8 into out, NUL-terminated. */
+void js_utf8_char(char out[8], uint32_t cp);
 
 /* The code point at *p (before end), *p moved past it. The text is meant
  * to be valid UTF-8 (jansson's strings are); a byte that does not begin a

@@ -36,6 +36,12 @@ struct rx {
     const char *bad;  /* a syntax error */
     bool unsupported; /* a construct a grammar cannot express */
     bool loosened;    /* a count past MS_GRAMMAR_MAX_REPEAT became unbounded */
+    /* raw text (ms_regex_gbnf): characters as themselves, not as JSON
+     * writes them; the whole text matches (no implicit ".*" on either
+     * side); "." is anything but a newline (Python's re, as Lark reads
+     * it); excl (0: none) is in no class */
+    bool raw;
+    uint32_t excl;
 };
 
 static void cs_add(struct cset *s, uint32_t lo, uint32_t hi) {
@@ -92,6 +98,32 @@ static void cs_escape(struct cset *s, char kind) {
     for (size_t i = 0; i < n; i += 2) cs_add(&t, r[i], r[i + 1]);
     cs_norm(&t, kind != k);
     for (int i = 0; i < t.n; i++) cs_add(s, t.lo[i], t.hi[i]);
+}
+
+/* A normalized set as one GBNF class over raw text, less excl and the
+ * surrogates; false if empty. */
+static bool put_raw_set(struct js_conv *c, struct ms_buf *e, const struct cset *s, uint32_t excl) {
+    struct ms_buf cls = {0};
+    for (int i = 0; i < s->n; i++)
+        for (uint32_t lo = s->lo[i]; lo <= s->hi[i];) {
+            uint32_t hi = s->hi[i];
+            const uint32_t skip = lo >= 0xD800 && lo <= 0xDFFF ? 0xDFFF : lo == excl && excl ? excl : 0;
+            if (skip) {
+                if (skip >= s->hi[i]) break;
+                lo = skip + 1;
+                continue;
+            }
+            if (lo < 0xD800 && hi >= 0xD800) hi = 0xD7FF;
+            if (excl && lo < excl && hi >= excl) hi = excl - 1;
+            js_put_class_cp(c, &cls, lo);
+            if (hi > lo) js_put(c, &cls, "-"), js_put_class_cp(c, &cls, hi);
+            if (hi == 0x10FFFF) break;
+            lo = hi + 1;
+        }
+    const bool any = cls.len > 0;
+    if (any) js_put(c, e, "["), js_put(c, e, cls.p), js_put(c, e, "]");
+    ms_buf_free(&cls);
+    return any;
 }
 
 /* A normalized set as one GBNF primary over JSON text; false if empty. */
@@ -251,6 +283,8 @@ static int rx_atom(struct rx *r, struct ms_buf *o, uint32_t *cp, bool *null) {
     int k = 1;
     if (ch == '[')
         r->p++, k = rx_class(r, &s) ? 2 : 0;
+    else if (ch == '.' && r->raw)
+        r->p++, cs_add(&s, '\n', '\n'), cs_norm(&s, true), k = 2;
     else if (ch == '.')
         r->p++, cs_add(&s, '\n', '\n'), cs_add(&s, '\r', '\r'), cs_add(&s, 0x2028, 0x2029), cs_norm(&s, true), k = 2;
     else if (ch == '\\')
@@ -262,8 +296,10 @@ static int rx_atom(struct rx *r, struct ms_buf *o, uint32_t *cp, bool *null) {
     else
         *cp = rx_cp(r);
     if (k == 0) return 0;
+    if (k == 1 && r->raw && *cp == r->excl && r->excl) return r->unsupported = true, 0;
     if (k == 1) return 2;
-    if (!put_set(r->c, o, &s)) return r->unsupported = true, 0; /* matches nothing */
+    if (!(r->raw ? put_raw_set(r->c, o, &s, r->excl) : put_set(r->c, o, &s)))
+        return r->unsupported = true, 0; /* matches nothing */
     return 1;
 }
 
@@ -286,7 +322,8 @@ static bool rx_seq(struct rx *r, struct ms_buf *o, bool top, bool *anchored, boo
         *null &= an || m == 0;
         char j[8];
         ok = k != 0;
-        if (k == 2) js_json_char(j, cp);
+        if (k == 2 && r->raw) js_utf8_char(j, cp);
+        else if (k == 2) js_json_char(j, cp);
         if (k == 2 && !q) {
             js_put(r->c, &lit, j);
         } else if (k) {
@@ -325,7 +362,9 @@ static bool rx_alts(struct rx *r, struct ms_buf *o, bool top, bool *null) {
         bool sn;
         ok = rx_seq(r, &s, top, &a_end, &sn);
         *null |= sn;
-        if (ok && top && s.len) { /* any characters on each unanchored side */
+        if (r->raw) {
+            /* the whole text: "^" and "$" change nothing */
+        } else if (ok && top && s.len) { /* any characters on each unanchored side */
             struct ms_buf t = {0};
             js_put(r->c, &t, a_start ? "" : "char* "), js_put(r->c, &t, s.p), js_put(r->c, &t, a_end ? "" : " char*");
             ms_buf_free(&s), s = t;
@@ -357,4 +396,27 @@ int js_gen_pattern(struct js_conv *c, const json_t *pat, const char *ptr, struct
     ms_buf_free(&o);
     if (!ok && r.bad) return js_fail(c, ptr, "'pattern' is not a valid regex: %s", r.bad);
     return ok ? 0 : 1;
+}
+
+int ms_regex_gbnf(const char *re, size_t n, uint32_t excl, struct ms_buf *out, ms_err *err) {
+    struct js_conv c = {.err = err};
+    char *z = malloc(n + 1); /* NUL-terminated: the quantifier reader stops at one */
+    if (!z) return ms_err_set(err, "out of memory");
+    memcpy(z, re, n);
+    z[n] = 0;
+    struct rx r = {.c = &c, .p = z, .end = z + n, .raw = true, .excl = excl};
+    struct ms_buf o = {0};
+    bool null = false;
+    const bool ok = rx_alts(&r, &o, true, &null);
+    int rc = 0;
+    if (!ok && r.bad)
+        rc = ms_err_set(err, "not a valid regex: %s", r.bad);
+    else if (!ok)
+        rc = ms_err_set(err, "a regex construct grammars cannot express (lookaround, backreferences, \\b, \\p, "
+                             "inner anchors, a class that matches nothing)");
+    else if (c.oom || ms_buf_puts(out, o.len ? o.p : "\"\""))
+        rc = ms_err_set(err, "out of memory");
+    ms_buf_free(&o);
+    free(z);
+    return rc;
 }

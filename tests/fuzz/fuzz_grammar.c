@@ -4,7 +4,8 @@
  * (text/json_schema.h), and the tool-call grammar (text/dsml_grammar.h).
  * The input is a split byte, a source, a NUL byte, then a text. A source
  * starting with '{' or 't'/'f' (true/false) is a JSON Schema, one starting
- * with '[' a tools array (OpenAI chat's shape); else it is GBNF.
+ * with '[' a tools array (OpenAI chat's shape), one starting with "%lark\n" a
+ * Lark grammar (text/lark.h); else it is GBNF.
  * Invariants checked (abort on a violation, so libFuzzer reports it):
  *   - every grammar the converters write parses (they never emit left
  *     recursion, bad escapes or undefined rules);
@@ -29,6 +30,7 @@
 #include "text/dsml_grammar.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
+#include "text/lark.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -80,10 +82,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_err err;
     bool is_schema = src_len > 0 && (src[0] == '{' || src[0] == 't' || src[0] == 'f');
     const bool is_tools = src_len > 0 && src[0] == '[';
-    if (is_tools) {
+    const bool is_lark = src_len >= 6 && !memcmp(src, "%lark\n", 6);
+    if (is_lark) {
+        if (ms_lark_gbnf(src + 6, src_len - 6, "lk_", 0xFF5C, &gbnf, &err)) return 0;
+        is_schema = true; /* a converter's grammar: it must parse */
+    } else if (is_tools) {
         json_t *tools = json_loadb(src, src_len, 0, NULL);
         if (!tools) return 0;
-        const int rc = ms_dsml_tools_grammar(tools, &gbnf, NULL, NULL, &err);
+        const int rc = ms_dsml_tools_grammar(tools, NULL, &gbnf, NULL, NULL, &err);
         json_decref(tools);
         if (rc) return 0;
         is_schema = true; /* a converter's grammar: it must parse */
@@ -97,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     struct ms_grammar *g = NULL;
-    if (ms_grammar_parse_root(&g, gbnf.p ? gbnf.p : "", gbnf.len, is_tools ? MS_DSML_GRAMMAR_ROOT : "root", &err)) {
+    if (ms_grammar_parse_root(&g, gbnf.p ? gbnf.p : "", gbnf.len, is_tools ? MS_DSML_GRAMMAR_ROOT : is_lark ? "lk_start" : "root", &err)) {
         if (is_schema && !strstr(err.msg, "out of memory")) {
             fprintf(stderr, "the converter's grammar does not parse: %s\n%s\n", err.msg, gbnf.p);
             abort();
