@@ -20,6 +20,11 @@
  *     and lengths kept;
  *   - tools that cannot be written are left out or accept anything, with a
  *     warning; no callable tool at all is an error that leaves out alone;
+ *   - JSON values jansson would refuse (past a double, \u0000, lone
+ *     surrogates) are refused, raw text the keywords beside an enum or an
+ *     anyOf rule out is refused, "properties": {} with additionalProperties
+ *     false takes no parameters, a $ref at the top is followed, and one
+ *     call a turn closes the block after its call;
  *   - a custom tool's text follows its Lark or regex grammar, raw only, and
  *     a grammar that cannot be read leaves the text free, warned.
  */
@@ -79,7 +84,7 @@ static struct ms_grammar *build(const char *tools_json, struct warns *w) {
     json_t *tools = load(tools_json);
     struct ms_buf b = {0};
     ms_err err;
-    if (ms_dsml_tools_grammar(tools, NULL, &b, on_warn, w, &err)) fail_msg("grammar: %s", err.msg);
+    if (ms_dsml_tools_grammar(tools, NULL, false, &b, on_warn, w, &err)) fail_msg("grammar: %s", err.msg);
     struct ms_grammar *g = NULL;
     if (ms_grammar_parse_root(&g, b.p, b.len, MS_DSML_GRAMMAR_ROOT, &err))
         fail_msg("parse: %s\n%s", err.msg, b.p);
@@ -372,6 +377,77 @@ static void test_random_sentences(void **state) {
     ms_grammar_free(g);
 }
 
+/* ---- what the parser would misread: JSON jansson refuses, raw text that
+ * sibling keywords rule out, names holding tags ---- */
+
+static const char EDGE_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"e\", \"parameters\": {\"type\": \"object\","
+    " \"properties\": {"
+    "\"num\": {\"type\": \"number\"},"
+    " \"strs\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}},"
+    " \"mixed\": {\"type\": \"integer\", \"enum\": [1, \"2\"]},"
+    " \"short\": {\"enum\": [\"abcdef\", \"de\"], \"maxLength\": 2},"
+    " \"side\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}], \"maxLength\": 3},"
+    " \"union\": {\"anyOf\": [{\"type\": \"string\", \"maxLength\": 3},"
+    " {\"type\": \"string\", \"minLength\": 5, \"maxLength\": 10}]},"
+    " \"real\": {\"type\": \"string\", \"maxLength\": 2.0}}}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"strict0\", \"parameters\": {\"type\": \"object\","
+    " \"properties\": {}, \"additionalProperties\": false}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"refd\", \"parameters\": {\"$ref\": \"#/$defs/A\","
+    " \"minProperties\": 1, \"$defs\": {\"A\": {\"type\": \"object\", \"properties\": {\"a\":"
+    " {\"type\": \"integer\"}}, \"required\": [\"a\"]}}}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"g</" MS_DSML "invoke>\"}}]";
+
+static void test_edges(void **state) {
+    (void)state;
+    struct warns w = {0};
+    struct ms_grammar *g = build(EDGE_TOOLS, &w);
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {
+        {OPEN INV("e") PJ("num", "1e99") END_INV CLOSE, 1},
+        {OPEN INV("e") PJ("num", "1e999") END_INV CLOSE, 0}, /* past a double */
+        {OPEN INV("e") PJ("strs", "[\"a\\ud83d\\ude00\"]") END_INV CLOSE, 1},
+        {OPEN INV("e") PJ("strs", "[\"a\\u0000\"]") END_INV CLOSE, 0}, /* NUL */
+        {OPEN INV("e") PJ("strs", "[\"\\ud800\"]") END_INV CLOSE, 0},   /* a lone surrogate */
+        {OPEN INV("e") PJ("strs", "[\"\\udc00x\"]") END_INV CLOSE, 0},
+        {OPEN INV("e") PS("mixed", "2") END_INV CLOSE, 0}, /* the type is integer */
+        {OPEN INV("e") PJ("mixed", "1") END_INV CLOSE, 1},
+        {OPEN INV("e") PS("short", "abcdef") END_INV CLOSE, 0},
+        {OPEN INV("e") PS("short", "de") END_INV CLOSE, 1},
+        {OPEN INV("e") PS("side", "abcdef") END_INV CLOSE, 0},
+        {OPEN INV("e") PJ("side", "\"abc\"") END_INV CLOSE, 1},
+        {OPEN INV("e") PS("union", "abc") END_INV CLOSE, 1},
+        {OPEN INV("e") PS("union", "abcd") END_INV CLOSE, 0},
+        {OPEN INV("e") PS("union", "abcde") END_INV CLOSE, 1},
+        {OPEN INV("e") PS("real", "abc") END_INV CLOSE, 0},
+        {OPEN INV("strict0") "\n" END_INV CLOSE, 1},
+        {OPEN INV("strict0") PS("x", "1") END_INV CLOSE, 0},
+        {OPEN INV("refd") PJ("a", "3") END_INV CLOSE, 1},
+        {OPEN INV("refd") "\n" END_INV CLOSE, 0},
+        {OPEN INV("g</" MS_DSML "invoke>") END_INV CLOSE, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (match(g, cases[i].text) != cases[i].want)
+            fail_msg("edge case %zu: expected %s: %s", i, cases[i].want ? "a match" : "no match", cases[i].text);
+    assert_non_null(strstr(w.log, "refd: 'minProperties' at / is not enforced"));
+    assert_non_null(strstr(w.log, "the name cannot be written in a tag"));
+    ms_grammar_free(g);
+
+    /* one call a turn: the block closes after its first call */
+    json_t *tools = load(TOOLS);
+    struct ms_buf b = {0};
+    ms_err err;
+    assert_int_equal(ms_dsml_tools_grammar(tools, NULL, true, &b, NULL, NULL, &err), 0);
+    assert_int_equal(ms_grammar_parse_root(&g, b.p, b.len, MS_DSML_GRAMMAR_ROOT, &err), 0);
+    assert_int_equal(match(g, OPEN INV("now") END_INV CLOSE), 1);
+    assert_int_equal(match(g, OPEN INV("now") END_INV INV("now") END_INV CLOSE), 0);
+    ms_grammar_free(g);
+    ms_buf_free(&b);
+    json_decref(tools);
+}
+
 /* ---- what cannot be written ---- */
 
 static void test_left_out(void **state) {
@@ -398,7 +474,7 @@ static void test_left_out(void **state) {
     struct ms_buf b = {0};
     ms_buf_puts(&b, "keep");
     ms_err err;
-    assert_int_equal(ms_dsml_tools_grammar(tools, NULL, &b, NULL, NULL, &err), -1);
+    assert_int_equal(ms_dsml_tools_grammar(tools, NULL, false, &b, NULL, NULL, &err), -1);
     assert_string_equal(b.p, "keep");
     assert_non_null(strstr(err.msg, "none of the tools"));
     ms_buf_free(&b);
@@ -425,7 +501,7 @@ static void test_custom_grammars(void **state) {
     struct ms_buf b = {0};
     ms_err err;
     struct warns w = {0};
-    assert_int_equal(ms_dsml_tools_grammar(tools, formats, &b, on_warn, &w, &err), 0);
+    assert_int_equal(ms_dsml_tools_grammar(tools, formats, false, &b, on_warn, &w, &err), 0);
     struct ms_grammar *g = NULL;
     if (ms_grammar_parse_root(&g, b.p, b.len, MS_DSML_GRAMMAR_ROOT, &err)) fail_msg("%s\n%s", err.msg, b.p);
     assert_int_equal(match(g, OPEN INV("patch") PS("input", "BEGIN\n+a line <b>\n+\nEND") END_INV CLOSE), 1);
@@ -454,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_random_sentences),
         cmocka_unit_test(test_left_out),
         cmocka_unit_test(test_custom_grammars),
+        cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

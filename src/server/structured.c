@@ -172,7 +172,7 @@ void structured_tools(struct job *j, const json_t *tools) {
         const json_t *f = json_object_get(m, "format");
         if (f) json_object_set(formats, rendered, (json_t *)f);
     }
-    const int rc = ms_dsml_tools_grammar(tools, formats, &gbnf, warn_tool, &w, &err);
+    const int rc = ms_dsml_tools_grammar(tools, formats, j->one_call, &gbnf, warn_tool, &w, &err);
     json_decref(formats);
     if (rc ||
         ms_grammar_parse_root(&g, gbnf.p, gbnf.len, MS_DSML_GRAMMAR_ROOT, &err))

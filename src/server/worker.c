@@ -703,6 +703,7 @@ struct written {
     bool forcing;
     int32_t *closing; /* one call a turn: the block's closing */
     size_t n_closing, i_closing;
+    bool close_fitted; /* the closing was fitted to what followed the call */
 };
 
 /* s[0 .. n) as tokens, special-token text parsed (malloc'd; NULL and
@@ -741,6 +742,26 @@ static void written_init(const struct server *sv, const struct job *j, struct wr
         static const char close_text[] = "\n</" MS_DSML "tool_calls>";
         w->closing = encode_special(sv, close_text, strlen(close_text), &w->n_closing);
     }
+}
+
+/* One call a turn, free sampling: the first call is complete and pend[0
+ * .. n) is what the model wrote after it. A token may have begun the
+ * closing tag already ("></" ends the call and starts it): the closing
+ * written is then the rest of the tag. Other text leaves the closing as
+ * planned (the parser will refuse the block). */
+static void written_close_fit(const struct server *sv, struct written *w, const char *pend, size_t n) {
+    w->close_fitted = true;
+    size_t i = 0;
+    while (i < n && (pend[i] == ' ' || pend[i] == '\n' || pend[i] == '\r' || pend[i] == '\t')) i++;
+    const char *tag = MS_DSML_CALLS_CLOSE;
+    if (i == n || n - i >= strlen(tag) || memcmp(pend + i, tag, n - i)) return;
+    size_t m = 0;
+    int32_t *ids = encode_special(sv, tag + (n - i), strlen(tag) - (n - i), &m);
+    if (!ids) return;
+    free(w->closing);
+    w->closing = ids;
+    w->n_closing = m;
+    w->i_closing = 0;
 }
 
 /* The next token to write instead of sampling, or -1 (close: the block's
@@ -996,7 +1017,11 @@ static void run_job(struct server *sv, struct job *j) {
                 logits = masked;
             }
         }
-        int32_t tok = written_next(&wr, g.close_block);
+        /* one call a turn: the tools' grammar closes the block itself (a
+         * written closing could land after a token that began it) */
+        if (g.close_block && !tcm && !wr.close_fitted)
+            written_close_fit(sv, &wr, g.parser.buf + g.parser.scan, g.parser.len - g.parser.scan);
+        int32_t tok = written_next(&wr, g.close_block && !tcm);
         const bool written = tok >= 0;
         if (written) gm_on = false; /* a forced tool call: the grammar is for an answer */
         const bool in_block = tcm && g.parser.state == MS_DSML_TOOLS_STATE;

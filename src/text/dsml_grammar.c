@@ -38,14 +38,15 @@ static const char any_rules[] = "dsml_any_param ::= \"" MS_DSML_PARAM_OPEN " nam
                                 "( \"true\\\">\" dsml_raw | \"false\\\">\" dsml_any_json ) \"" MS_DSML_PARAM_CLOSE
                                 "\" " WS "\n";
 
-/* What raw text a schema admits. */
-enum raw_kind { RAW_NONE, RAW_TEXT, RAW_ENUM };
+/* What raw text a schema admits: alternatives, each any text of a
+ * length (in characters, max -1: none) or one of some strings. */
+#define RAW_MAX_ALTS 8
 struct raw {
-    enum raw_kind kind;
-    long long min, max; /* TEXT: its length in characters (max -1: none) */
-    json_t *vals;       /* ENUM: the strings (owned) */
+    int n_text;
+    long long min[RAW_MAX_ALTS], max[RAW_MAX_ALTS];
+    json_t *vals; /* the strings (owned; NULL: none) */
+    bool none;    /* some branch's raw text cannot be told: JSON only */
 };
-
 struct tg {
     struct ms_json_schema_set *set;
     struct ms_buf rules; /* the markup's rules */
@@ -122,115 +123,138 @@ static bool type_has_string(const json_t *s, bool *any) {
     return false;
 }
 
-static void raw_union(struct raw *r, struct raw *b) {
-    if (b->kind == RAW_NONE) return;
-    if (r->kind == RAW_NONE) {
-        *r = *b;
-        b->vals = NULL;
-    } else if (r->kind == RAW_ENUM && b->kind == RAW_ENUM) {
-        json_array_extend(r->vals, b->vals);
-    } else {
-        /* text and anything: text as loose as either */
-        const long long bmin = b->kind == RAW_TEXT ? b->min : 0, bmax = b->kind == RAW_TEXT ? b->max : -1;
-        if (r->kind == RAW_ENUM) r->min = bmin, r->max = bmax;
-        r->kind = RAW_TEXT;
-        if (bmin < r->min) r->min = bmin;
-        if (r->max >= 0 && (bmax < 0 || bmax > r->max)) r->max = bmax;
-        json_decref(r->vals);
-        r->vals = NULL;
-    }
-    json_decref(b->vals);
-    b->vals = NULL;
+/* A count keyword (minLength, maxLength): an integer, or a real with no
+ * fraction, >= 0; def when absent or not one. */
+static long long count_kw(const json_t *s, const char *k, long long def) {
+    const json_t *v = json_object_get(s, k);
+    const double d = json_is_number(v) ? json_number_value(v) : -1;
+    return d >= 0 && d == (double)(long long)d ? (long long)d : def;
 }
 
-/* The raw text schema s (inside root) admits, into *r (RAW_NONE first). */
+/* Whether s has a keyword other than those named (space-separated) and
+ * annotations: one raw text could not be checked against. */
+static bool has_other(const json_t *s, const char *named) {
+    static const char annotations[] = " title description default examples $comment deprecated readOnly writeOnly "
+                                      "$id $schema $anchor $defs definitions ";
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        char w[72];
+        snprintf(w, sizeof w, " %.64s ", k);
+        if (!strstr(named, w) && !strstr(annotations, w) && strncmp(k, "x-", 2)) return true;
+    }
+    return false;
+}
+
+static void raw_add_text(struct raw *r, long long min, long long max) {
+    if (r->n_text == RAW_MAX_ALTS) r->none = true;
+    else r->min[r->n_text] = min, r->max[r->n_text++] = max;
+}
+
+/* The raw text schema s (inside root) admits, added to *r. */
 static void raw_of(const json_t *root, const json_t *s, int depth, struct raw *r) {
-    *r = (struct raw){.kind = RAW_NONE};
-    if (depth > 8) return;
+    if (depth > 8) {
+        r->none = true;
+        return;
+    }
     if (json_is_true(s)) {
-        *r = (struct raw){.kind = RAW_TEXT, .max = -1};
+        raw_add_text(r, 0, -1);
         return;
     }
     if (!json_is_object(s)) return;
+    bool any;
+    const bool str = type_has_string(s, &any);
     const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en || cn) {
-        json_t *vals = json_array();
-        if (json_is_string(cn)) json_array_append(vals, (json_t *)cn);
-        for (size_t i = 0; !cn && i < json_array_size(en); i++)
-            if (json_is_string(json_array_get(en, i))) json_array_append(vals, json_array_get(en, i));
-        if (json_array_size(vals)) *r = (struct raw){.kind = RAW_ENUM, .vals = vals};
-        else json_decref(vals);
+        /* the strings, where the type and lengths beside them keep them */
+        if (has_other(s, " enum const type minLength maxLength ") || (!any && !str)) return;
+        const long long mn = count_kw(s, "minLength", 0), mx = count_kw(s, "maxLength", -1);
+        for (size_t i = 0; i < (cn ? 1 : json_array_size(en)); i++) {
+            const json_t *v = cn ? cn : json_array_get(en, i);
+            if (!json_is_string(v)) continue;
+            size_t chars = 0;
+            for (const char *c = json_string_value(v); *c; c++) chars += ((unsigned char)*c & 0xC0) != 0x80;
+            if ((long long)chars < mn || (mx >= 0 && (long long)chars > mx)) continue;
+            if (!r->vals && !(r->vals = json_array())) {
+                r->none = true;
+                return;
+            }
+            json_array_append(r->vals, (json_t *)v);
+        }
         return;
     }
     const char *ref = json_string_value(json_object_get(s, "$ref"));
     if (ref) {
         const json_t *target = resolve(root, ref);
-        if (target) raw_of(root, target, depth + 1, r);
+        if (target && !has_other(s, " $ref ")) raw_of(root, target, depth + 1, r);
+        else r->none = true;
         return;
     }
     const json_t *alts = json_object_get(s, "anyOf");
     if (!alts) alts = json_object_get(s, "oneOf");
     if (json_is_array(alts)) {
-        for (size_t i = 0; i < json_array_size(alts); i++) {
-            struct raw b;
-            raw_of(root, json_array_get(alts, i), depth + 1, &b);
-            raw_union(r, &b);
-        }
+        /* keywords beside the branches apply to each: too much to follow */
+        if (has_other(s, " anyOf oneOf ")) r->none = true;
+        for (size_t i = 0; !r->none && i < json_array_size(alts); i++) raw_of(root, json_array_get(alts, i), depth + 1, r);
         return;
     }
-    if (has(s, "allOf") || has(s, "not")) return; /* JSON only: the converter merges them */
-    bool any;
-    const bool str = type_has_string(s, &any);
+    if (has(s, "allOf") || has(s, "not")) { /* JSON only: the converter merges them */
+        r->none = true;
+        return;
+    }
     const bool other = has(s, "properties") || has(s, "items") || has(s, "minimum") || has(s, "maximum") ||
                        has(s, "prefixItems") || has(s, "additionalProperties");
     if (!str && !(any && !other)) return;
     if (has(s, "pattern") || has(s, "format")) return; /* JSON only: the converter checks them */
-    const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    *r = (struct raw){.kind = RAW_TEXT,
-                      .min = json_is_integer(mn) && json_integer_value(mn) > 0 ? json_integer_value(mn) : 0,
-                      .max = json_is_integer(mx) && json_integer_value(mx) >= 0 ? json_integer_value(mx) : -1};
+    raw_add_text(r, count_kw(s, "minLength", 0), count_kw(s, "maxLength", -1));
 }
 
-/* The raw alternative of a value ("" when there is none): the text after
- * string="true"> up to the closing tag. */
+/* The raw alternatives of a value ("" when there are none): the text
+ * after string="true"> up to the closing tag. */
 static void put_raw(struct tg *t, struct ms_buf *e, const struct raw *r, const char *key) {
-    if (r->kind == RAW_TEXT && r->min == 0 && r->max < 0) {
-        t->need_raw = true;
-        put(t, e, "dsml_raw");
-    } else if (r->kind == RAW_TEXT) {
-        long long mn = r->min, mx = r->max;
+    if (r->none) return;
+    struct ms_buf alts = {0};
+    int n = 0;
+    for (int i = 0; i < r->n_text; i++) {
+        long long mn = r->min[i], mx = r->max[i];
+        if (mx >= 0 && mx < mn) continue; /* admits no string */
+        put(t, &alts, n++ ? " | " : "");
+        if (mn == 0 && mx < 0) {
+            t->need_raw = true;
+            put(t, &alts, "dsml_raw");
+            continue;
+        }
         if (mn > MS_GRAMMAR_MAX_REPEAT || mx > MS_GRAMMAR_MAX_REPEAT) {
             warnf(t, "a length past %d at /properties/%s is not enforced on raw text", MS_GRAMMAR_MAX_REPEAT, key);
             if (mn > MS_GRAMMAR_MAX_REPEAT) mn = MS_GRAMMAR_MAX_REPEAT;
             if (mx > MS_GRAMMAR_MAX_REPEAT) mx = -1;
         }
-        if (mx >= 0 && mx < mn) return; /* admits no string: JSON only (the converter says why) */
         /* counted characters without "｜" cannot form a tag */
-        if (mx >= 0) putf(t, e, "[^｜]{%lld,%lld}", mn, mx);
-        else putf(t, e, "[^｜]{%lld,}", mn);
-    } else if (r->kind == RAW_ENUM) {
-        size_t n = 0;
-        for (size_t i = 0; i < json_array_size(r->vals); i++) {
-            const char *v = json_string_value(json_array_get(r->vals, i));
-            if (strstr(v, "<｜") || strstr(v, "</｜")) continue; /* JSON only */
-            if (n++ == MAX_RAW_ENUM) {
-                warnf(t, "/properties/%s has more than %d values: JSON only", key, MAX_RAW_ENUM);
-                e->len = 0;
-                if (e->p) e->p[0] = 0;
-                return;
-            }
-            put(t, e, n > 1 ? " | " : "( ");
-            lit(t, e, v);
-        }
-        if (n) put(t, e, " )");
+        if (mx >= 0) putf(t, &alts, "[^｜]{%lld,%lld}", mn, mx);
+        else putf(t, &alts, "[^｜]{%lld,}", mn);
     }
+    size_t n_vals = 0;
+    for (size_t i = 0; i < json_array_size(r->vals); i++) {
+        const char *v = json_string_value(json_array_get(r->vals, i));
+        if (strstr(v, "<｜") || strstr(v, "</｜")) continue; /* JSON only */
+        if (++n_vals > MAX_RAW_ENUM) {
+            warnf(t, "/properties/%s has more than %d values: JSON only", key, MAX_RAW_ENUM);
+            ms_buf_free(&alts);
+            return;
+        }
+        put(t, &alts, n++ ? " | " : "");
+        lit(t, &alts, v);
+    }
+    if (n) put(t, e, "( "), put(t, e, alts.p), put(t, e, " )");
+    ms_buf_free(&alts);
 }
 
 /* ---- tools ---- */
 
 /* Whether a parameter's or tool's name reads back through the parser's
- * attribute (quote-terminated) and is not empty. */
-static bool name_ok(const char *s) { return *s && !strchr(s, '"'); }
+ * attribute (quote-terminated) and is not empty, and holds no tag's start
+ * (which would end the call early). */
+static bool name_ok(const char *s) { return *s && !strchr(s, '"') && !strstr(s, "<｜") && !strstr(s, "</｜"); }
 
 /* The rule of parameter k of tool i: its tag, a raw or JSON value, its
  * close. schema at /properties/KEY of params. 0, or -1 with err (the
@@ -241,7 +265,7 @@ static int put_param(struct tg *t, struct ms_buf *rules, int i, int k, const cha
     snprintf(vname, sizeof vname, "dsml_t%d_v%d", i, k);
     snprintf(ptr, sizeof ptr, "/properties/%s", key);
     if (ms_json_schema_set_add(t->set, params, schema, ptr, vname, key, err)) return -1;
-    struct raw r;
+    struct raw r = {0};
     raw_of(params, schema, 0, &r);
     struct ms_buf raw = {0};
     put_raw(t, &raw, &r, key);
@@ -296,8 +320,8 @@ static bool put_custom_param(struct tg *t, struct ms_buf *rules, int i, int k, c
  * the schema cannot be enforced (the caller lets the tool take any
  * parameters). */
 static int put_tool(struct tg *t, struct ms_buf *rules, int i, const char *name, const json_t *params,
-                    const json_t *fmt, ms_err *err) {
-    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+                    const json_t *obj, const json_t *fmt, ms_err *err) {
+    const json_t *props = json_object_get(obj, "properties"), *req = json_object_get(obj, "required");
     struct ms_buf body = {0};
     putf(t, &body, "dsml_t%d ::= \"" MS_DSML_INVOKE_OPEN " name=\\\"\" ", i);
     lit(t, &body, name);
@@ -354,16 +378,47 @@ static void put_tool_any(struct tg *t, struct ms_buf *rules, int i, const char *
     put(t, rules, " \"\\\">\" " WS " dsml_any_param* \"" MS_DSML_INVOKE_CLOSE "\"\n");
 }
 
-/* Whether params is an object schema whose properties can be listed. */
-static bool lists_properties(const json_t *params) {
-    const json_t *ty = json_object_get(params, "type");
-    if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object"))) return false;
-    if (has(params, "anyOf") || has(params, "oneOf") || has(params, "allOf") || has(params, "$ref")) return false;
-    return json_is_object(json_object_get(params, "properties")) && json_object_size(json_object_get(params, "properties"));
+/* The object schema that lists the properties of a tool's parameters
+ * schema params: params itself, or where a local $ref at its top leads.
+ * NULL when it names none: *none then says whether it takes no
+ * parameters (additionalProperties false) or any (an open object, or a
+ * schema that is not an object's properties: warned). Keywords beside
+ * the properties that the grammar does not enforce are warned. */
+static const json_t *params_object(struct tg *t, const json_t *params, bool *none) {
+    const json_t *obj = params;
+    *none = false;
+    for (int hops = 0; hops < 8 && json_is_object(obj) && json_is_string(json_object_get(obj, "$ref")) &&
+                       !has(obj, "properties");
+         hops++)
+        obj = resolve(params, json_string_value(json_object_get(obj, "$ref")));
+    const json_t *ty = json_object_get(obj, "type");
+    if (!json_is_object(obj) || (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object"))) ||
+        has(obj, "anyOf") || has(obj, "oneOf") || has(obj, "allOf") || has(obj, "$ref")) {
+        warnf(t, "its parameters are not an object's properties (a type other than object, anyOf, oneOf, allOf, "
+                 "or a $ref that leads nowhere): any parameters are accepted");
+        return NULL;
+    }
+    for (const json_t *o = params;; o = obj) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)o, k, v) {
+            char w[72];
+            snprintf(w, sizeof w, " %.64s ", k);
+            if (!strstr(" type properties required additionalProperties title description $schema $id $defs "
+                        "definitions $comment strict examples default $ref ",
+                        w) &&
+                strncmp(k, "x-", 2))
+                warnf(t, "'%s' at / is not enforced", k);
+        }
+        if (o == obj) break;
+    }
+    if (json_is_object(json_object_get(obj, "properties"))) return obj;
+    *none = json_is_false(json_object_get(obj, "additionalProperties"));
+    return NULL;
 }
 
-int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, struct ms_buf *out, ms_dsml_grammar_warn_fn warn,
-                          void *warn_ctx, ms_err *err) {
+int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, bool one_call, struct ms_buf *out,
+                          ms_dsml_grammar_warn_fn warn, void *warn_ctx, ms_err *err) {
     struct tg t = {.warn = warn, .warn_ctx = warn_ctx};
     struct ms_buf calls = {0}, g = {0};
     int rc = -1, n = 0;
@@ -380,13 +435,15 @@ int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, struct ms_
         }
         const json_t *params = json_object_get(fn, "parameters");
         const int id = n;
-        if (params && !json_is_null(params) && !lists_properties(params)) {
+        /* no parameters schema: none (OpenAI's reading) */
+        bool none = !params || json_is_null(params);
+        const json_t *obj = none ? NULL : params_object(&t, params, &none);
+        if (!obj && !none) {
             put_tool_any(&t, &t.rules, id, name);
         } else {
             struct ms_buf mine = {0};
             ms_err why;
-            if (put_tool(&t, &mine, id, name, json_is_object(params) ? params : NULL, json_object_get(formats, name),
-                         &why)) {
+            if (put_tool(&t, &mine, id, name, params, obj, json_object_get(formats, name), &why)) {
                 warnf(&t, "its schema cannot be enforced (%s): any parameters are accepted", why.msg);
                 put_tool_any(&t, &t.rules, id, name);
             } else {
@@ -400,8 +457,9 @@ int ms_dsml_tools_grammar(const json_t *tools, const json_t *formats, struct ms_
         ms_err_set(err, "none of the tools can be called by name");
         goto done;
     }
-    put(&t, &g, MS_DSML_GRAMMAR_ROOT " ::= \"" MS_DSML_CALLS_OPEN "\" " WS " dsml_call ( " WS
-                " dsml_call )* " WS " \"" MS_DSML_CALLS_CLOSE "\"\n");
+    put(&t, &g, MS_DSML_GRAMMAR_ROOT " ::= \"" MS_DSML_CALLS_OPEN "\" " WS " dsml_call ");
+    put(&t, &g, one_call ? "" : "( " WS " dsml_call )* ");
+    put(&t, &g, WS " \"" MS_DSML_CALLS_CLOSE "\"\n");
     put(&t, &g, "dsml_call ::= "), put(&t, &g, calls.p), put(&t, &g, "\n");
     put(&t, &g, WS " ::= [ \\t\\r\\n]{0,4}\n");
     put(&t, &g, t.rules.p ? t.rules.p : "");

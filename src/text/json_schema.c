@@ -45,8 +45,9 @@ static const struct {
      JS_PRIM_STRING | JS_PRIM_VALUE},
     {"array", "\"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"", JS_PRIM_VALUE},
     {"string", "\"\\\"\" char* \"\\\"\"", JS_PRIM_CHAR},
-    {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )", 0},
-    {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?", JS_PRIM_INTEGER},
+    {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" uesc )", JS_PRIM_UESC},
+    /* at most 2 exponent digits: what any double holds (parsers refuse 1e999) */
+    {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?", JS_PRIM_INTEGER},
     {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )", 0},
     {"boolean", "\"true\" | \"false\"", 0},
     {"null", "\"null\"", 0},
@@ -57,7 +58,14 @@ static const struct {
      0},
     /* a character of an object key in canonical form (json_schema.h), and its escapes */
     {"kchar", "[^\"\\\\\\x00-\\x1F] | kesc", JS_PRIM_KESC},
-    {"kesc", "\"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" ( \"0\" [0-7bef] | \"1\" [0-9a-f] )", 0},
+    {"kesc", "\"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" ( \"0\" [1-7bef] | \"1\" [0-9a-f] )", 0},
+    /* the hex of a \u escape: not U+0000 (C consumers, jansson, refuse it)
+     * and no lone surrogate (a high one comes with its low one) */
+    {"uesc",
+     "\"0\" ( \"0\" ( \"0\" [1-9a-fA-F] | [1-9a-fA-F] [0-9a-fA-F] ) | [1-9a-fA-F] [0-9a-fA-F]{2} ) | "
+     "[1-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | "
+     "[dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2}",
+     0},
 };
 #define N_PRIMS (sizeof PRIMS / sizeof PRIMS[0])
 
@@ -286,7 +294,8 @@ static void check_keywords(struct js_conv *c, const json_t *s, const char *ptr) 
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) {
-        if (!in_list(ANNOTATIONS, k) && !in_list(KNOWN, k)) js_warn(c, k, ptr);
+        /* "x-...": vendor extensions, annotations by convention (OpenAPI) */
+        if (!in_list(ANNOTATIONS, k) && !in_list(KNOWN, k) && strncmp(k, "x-", 2)) js_warn(c, k, ptr);
     }
 }
 

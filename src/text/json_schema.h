@@ -27,7 +27,10 @@
  *     (Keys of objects whose schema names none, and string values, take
  *     any escape.)
  *   - Numbers: JSON syntax with at most 16 integer digits, 16 fraction
- *     digits and 3 exponent digits, so digits cannot run on forever.
+ *     digits and 2 exponent digits, so digits cannot run on forever and
+ *     every number fits a double (parsers refuse 1e999).
+ *   - String escapes \uXXXX: never \u0000 (C consumers and jansson refuse
+ *     it) and no lone surrogate (a high one comes with its low one).
  *   - const / enum values: their exact compact serialization (no spaces,
  *     object keys in the schema's order, reals in their shortest form,
  *     strings in the canonical form of keys).
@@ -71,7 +74,7 @@
  * (maxLength / maxItems become unbounded, minLength / minItems that
  * limit). Annotations (title, description, $schema, $id, default,
  * examples, $comment, deprecated, readOnly, writeOnly, strict, ...) are
- * ignored silently.
+ * ignored silently, and so are vendor extensions ("x-..." keywords).
  */
 #ifndef MS_TEXT_JSON_SCHEMA_H
 #define MS_TEXT_JSON_SCHEMA_H

@@ -44,7 +44,8 @@ enum js_prim {
     JS_PRIM_DATE = 512,
     JS_PRIM_TIME = 1024,
     JS_PRIM_KCHAR = 2048,
-    JS_PRIM_KESC = 4096
+    JS_PRIM_KESC = 4096,
+    JS_PRIM_UESC = 8192
 };
 
 /* One conversion's state (ms_json_schema_grammar's, freed there). */

@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (is_tools) {
         json_t *tools = json_loadb(src, src_len, 0, NULL);
         if (!tools) return 0;
-        const int rc = ms_dsml_tools_grammar(tools, NULL, &gbnf, NULL, NULL, &err);
+        const int rc = ms_dsml_tools_grammar(tools, NULL, src_len % 2 == 0, &gbnf, NULL, NULL, &err);
         json_decref(tools);
         if (rc) return 0;
         is_schema = true; /* a converter's grammar: it must parse */
