@@ -491,13 +491,17 @@ static void test_custom_grammars(void **state) {
                          " {\"type\": \"function\", \"function\": {\"name\": \"version\", \"parameters\": {"
                          "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
                          " \"required\": [\"input\"]}}},"
+                         " {\"type\": \"function\", \"function\": {\"name\": \"leftrec\", \"parameters\": {"
+                         "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
+                         " \"required\": [\"input\"]}}},"
                          " {\"type\": \"function\", \"function\": {\"name\": \"loose\", \"parameters\": {"
                          "\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}},"
                          " \"required\": [\"input\"]}}}]");
     json_t *formats = load("{\"patch\": {\"syntax\": \"lark\", \"definition\": \"start: \\\"BEGIN\\\" LF"
                            " (\\\"+\\\" /.*/ LF)+ \\\"END\\\"\\n%import common.LF\\n\"},"
                            " \"version\": {\"syntax\": \"regex\", \"definition\": \"v[0-9]+(\\\\.[0-9]+)?\"},"
-                           " \"loose\": {\"syntax\": \"lark\", \"definition\": \"start: WS\\n%ignore WS\"}}");
+                           " \"loose\": {\"syntax\": \"lark\", \"definition\": \"start: WS\\n%ignore WS\"},"
+                           " \"leftrec\": {\"syntax\": \"lark\", \"definition\": \"start: start \\\"x\\\" | \\\"y\\\"\"}}");
     struct ms_buf b = {0};
     ms_err err;
     struct warns w = {0};
@@ -512,6 +516,9 @@ static void test_custom_grammars(void **state) {
     assert_int_equal(match(g, OPEN INV("version") PS("input", "v1.") END_INV CLOSE), 0);
     assert_int_equal(match(g, OPEN INV("loose") PS("input", "anything at all") END_INV CLOSE), 1);
     assert_non_null(strstr(w.log, "loose: its lark grammar is not enforced: lark grammar, line 2: '%ignore'"));
+    /* Lark allows left recursion, GBNF does not: that tool's text is free */
+    assert_non_null(strstr(w.log, "leftrec: its lark grammar is not enforced"));
+    assert_int_equal(match(g, OPEN INV("leftrec") PS("input", "free text") END_INV CLOSE), 1);
     json_t *got = parse_block(OPEN INV("patch") PS("input", "BEGIN\n+a\nEND") END_INV CLOSE,
                               strlen(OPEN INV("patch") PS("input", "BEGIN\n+a\nEND") END_INV CLOSE));
     assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(got, 0), "args"), "input")),

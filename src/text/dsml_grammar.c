@@ -299,6 +299,15 @@ static bool put_custom_param(struct tg *t, struct ms_buf *rules, int i, int k, c
         rc = ms_regex_gbnf(json_string_value(def), json_string_length(def), FULLWIDTH_BAR, &expr, &err);
     else
         ms_err_set(&err, "syntax '%s' is not lark or regex", syn);
+    if (!rc && g.len) {
+        /* what GBNF refuses (left recursion, which Lark allows) is refused
+         * here, for this tool alone */
+        char root[64];
+        struct ms_grammar *alone = NULL;
+        snprintf(root, sizeof root, "%sstart", prefix);
+        rc = ms_grammar_parse_root(&alone, g.p, g.len, root, &err);
+        ms_grammar_free(alone);
+    }
     if (rc) {
         warnf(t, "its %s grammar is not enforced: %s", syn ? syn : "", err.msg);
     } else {
