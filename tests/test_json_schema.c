@@ -92,6 +92,14 @@ struct mcase {
 };
 
 static const struct mcase CASES[] = {
+    /* 0. keywords beside enum / const keep the values they allow; escapes
+     * a JSON parser refuses (\u0000, lone surrogates) and numbers past a
+     * double are refused */
+    {"{'type':'string','enum':['a','bb',3,null],'maxLength':1}", {"'a'"}, {"'bb'", "3", "null"}},
+    {"{'enum':[1,2,30],'maximum':5}", {"1", "2"}, {"30"}},
+    {"{'type':'integer','enum':[1,'2',2.5]}", {"1"}, {"'2'", "2.5"}},
+    {"{'type':'string'}", {"'\\ud83d\\ude00'", "'\\u0001'"}, {"'\\u0000'", "'\\ud800'", "'\\udc00'", "'\\ud800x'"}},
+    {"{'type':'number'}", {"1e99", "-1.5E-10"}, {"1e999", "1e100"}},
     /* 1. types, enum, const, boolean schemas */
     {"{'type':'string'}",
      {"'x'", "''", " 'a b'", "'\\n\\u00e9\\\\\\''", "'\xC3\xA9'"},

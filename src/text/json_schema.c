@@ -987,6 +987,55 @@ static int gen_types(struct js_conv *c, const json_t *s, const char *ptr, const 
     return 0;
 }
 
+/* Whether enum / const value v passes the keywords beside it in s: the
+ * type, string lengths (characters) and numeric bounds (number forms). */
+static bool enum_keeps(const json_t *s, const json_t *v) {
+    const json_t *ty = json_object_get(s, "type");
+    if (ty) {
+        bool ok = false;
+        for (size_t i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
+            const char *t = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
+            if (!t) continue;
+            const double d = json_is_number(v) ? json_number_value(v) : 0;
+            ok |= (!strcmp(t, "string") && json_is_string(v)) || (!strcmp(t, "number") && json_is_number(v)) ||
+                  (!strcmp(t, "integer") && json_is_number(v) && d == floor(d)) ||
+                  (!strcmp(t, "boolean") && json_is_boolean(v)) || (!strcmp(t, "null") && json_is_null(v)) ||
+                  (!strcmp(t, "array") && json_is_array(v)) || (!strcmp(t, "object") && json_is_object(v));
+        }
+        if (!ok) return false;
+    }
+    if (json_is_string(v)) {
+        size_t n = 0;
+        for (const char *p = json_string_value(v); *p; p++) n += ((unsigned char)*p & 0xC0) != 0x80;
+        const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+        if ((json_is_number(mn) && (double)n < json_number_value(mn)) ||
+            (json_is_number(mx) && (double)n > json_number_value(mx)))
+            return false;
+    }
+    if (json_is_number(v)) {
+        const double d = json_number_value(v);
+        const json_t *lo = json_object_get(s, "minimum"), *hi = json_object_get(s, "maximum"),
+                     *xlo = json_object_get(s, "exclusiveMinimum"), *xhi = json_object_get(s, "exclusiveMaximum");
+        if ((json_is_number(lo) && d < json_number_value(lo)) || (json_is_number(hi) && d > json_number_value(hi)) ||
+            (json_is_number(xlo) && d <= json_number_value(xlo)) || (json_is_number(xhi) && d >= json_number_value(xhi)))
+            return false;
+    }
+    return true;
+}
+
+/* Warns about the keywords beside enum / const that enum_keeps does not
+ * apply (pattern, format, items, ...). */
+static void enum_siblings(struct js_conv *c, const json_t *s, const char *ptr) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (in_list(KNOWN, k) && !in_list(" enum const type minLength maxLength minimum maximum exclusiveMinimum "
+                                          "exclusiveMaximum nullable ",
+                                          k))
+            js_warn(c, k, ptr);
+    }
+}
+
 static int gen_value(struct js_conv *c, const json_t *s, const char *ptr, const char *hint, struct ms_buf *e) {
     if (json_object_get(s, "$ref")) return gen_ref(c, s, ptr, e);
     if (json_object_get(s, "allOf")) return gen_allof(c, s, ptr, hint, e);
@@ -997,22 +1046,31 @@ static int gen_value(struct js_conv *c, const json_t *s, const char *ptr, const 
         return js_fail(c, ptr, "'enum' must be a non-empty array");
     const size_t nv = cv ? 1 : json_array_size(ev); /* const: a one-value enum */
     if (!nv) return gen_types(c, s, ptr, hint, e);
+    enum_siblings(c, s, ptr);
     struct ms_buf *b = calloc(nv, sizeof *b);
     struct js_titem *it = malloc(nv * sizeof *it);
-    size_t m = nv;
+    size_t m = 0;
     if (!b || !it) {
         free(b), free(it), c->oom = true;
         return js_fail(c, ptr, "out of memory");
     }
     for (size_t i = 0; i < nv; i++) {
-        dump(c, &b[i], cv ? cv : json_array_get(ev, i));
-        it[i] = (struct js_titem){b[i].p ? b[i].p : "", b[i].len, ""};
+        const json_t *v = cv ? cv : json_array_get(ev, i);
+        if (!enum_keeps(s, v)) continue;
+        dump(c, &b[m], v);
+        it[m] = (struct js_titem){b[m].p ? b[m].p : "", b[m].len, ""};
+        m++;
     }
+    if (!m) {
+        free(b), free(it);
+        return js_fail(c, ptr, "schema allows nothing (no enum / const value passes the keywords beside it)");
+    }
+    const size_t n_kept = m;
     char h[JS_NAME_LEN];
     hint_join(h, hint, "enum");
     js_titems_sort(it, &m);
     js_put_trie(c, e, it, m, false, h);
-    for (size_t i = 0; i < nv; i++) ms_buf_free(&b[i]);
+    for (size_t i = 0; i < n_kept; i++) ms_buf_free(&b[i]);
     free(b);
     free(it);
     return 0;
