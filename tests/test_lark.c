@@ -87,6 +87,14 @@ static void test_constructs(void **state) {
     expect(g, "abcd", 0);
     expect(g, "ab1", 0);
     ms_grammar_free(g);
+    /* a comment line before a "|" line, spaces in "~ N .. M", a long name */
+    g = lark("start: x\n// the other one\n    | \"b\" ~ 1 .. 2\n"
+             "x: a_rule_name_well_past_sixty_four_characters_long_enough_to_matter_here_x\n"
+             "a_rule_name_well_past_sixty_four_characters_long_enough_to_matter_here_x: \"a\"\n");
+    expect(g, "a", 1);
+    expect(g, "bb", 1);
+    expect(g, "bbb", 0);
+    ms_grammar_free(g);
     g = lark("start: NUMBER WS_INLINE ESCAPED_STRING WS_INLINE CNAME NEWLINE?\n"
              "%import common.NUMBER\n%import common.ESCAPED_STRING\n%import common.CNAME\n"
              "%import common.WS_INLINE\n%import common.NEWLINE\n");
@@ -199,6 +207,45 @@ static void test_regex_excl(void **state) {
     ms_buf_free(&src);
     ms_buf_free(&b);
     assert_int_equal(ms_regex_gbnf("a\xef\xbd\x9c", 4, 0xFF5C, &b, &err), -1); /* a literal of it */
+    /* Python's reading where it differs from ECMA's */
+    static const struct {
+        const char *re, *text;
+        int want;
+    } py[] = {
+        {"ab{,3}", "abbb", 1}, {"ab{,3}", "a", 1}, {"ab{,3}", "ab{,3}", 0},
+        {"[\\U00000061-\\U00000063]{2}", "ab", 1}, {"[\\U00000061-\\U00000063]{2}", "CI", 0},
+        {"[]a]+", "]a", 1}, {"[^]a]", "b", 1}, {"[^]a]", "]", 0},
+        {"[^\\w\"]", "\xc3\xa9", 0}, {"[^\\w\"]", "-", 1}, {"\\W", "\xc3\xa9", 0}, {"\\w+", "a_1", 1},
+    };
+    for (size_t i = 0; i < sizeof py / sizeof py[0]; i++) {
+        b.len = 0;
+        if (ms_regex_gbnf(py[i].re, strlen(py[i].re), 0, &b, &err)) fail_msg("/%s/: %s", py[i].re, err.msg);
+        struct ms_buf gs = {0};
+        ms_buf_printf(&gs, "root ::= %s\n", b.p);
+        struct ms_grammar *pg = NULL;
+        if (ms_grammar_parse(&pg, gs.p, gs.len, &err)) fail_msg("/%s/: %s", py[i].re, err.msg);
+        if (ms_grammar_match(pg, py[i].text, strlen(py[i].text), &err) != py[i].want)
+            fail_msg("/%s/ on '%s': expected %d", py[i].re, py[i].text, py[i].want);
+        ms_grammar_free(pg);
+        ms_buf_free(&gs);
+    }
+    /* Python's anchors and a NUL are refused, not read as letters or lost */
+    assert_int_equal(ms_regex_gbnf("a\\Z", 3, 0, &b, &err), -1);
+    assert_int_equal(ms_regex_gbnf("\\Aa", 3, 0, &b, &err), -1);
+    assert_int_equal(ms_regex_gbnf("a\\x00b", 6, 0, &b, &err), -1);
+    /* in Lark: a literal holding the excluded character is refused, a
+     * range loses it */
+    ms_buf_free(&b);
+    static const char bar_lit[] = "start: \"a\xef\xbd\x9c\"\n";
+    assert_int_equal(ms_lark_gbnf(bar_lit, strlen(bar_lit), "p_", 0xFF5C, &b, &err), -1);
+    assert_non_null(strstr(err.msg, "which the text cannot"));
+    assert_int_equal(ms_lark_gbnf("start: \"\xef\xbd\x9b\"..\"\xef\xbd\x9e\"\n", 20, "p_", 0xFF5C, &b, &err), 0);
+    struct ms_grammar *rg = NULL;
+    assert_int_equal(ms_grammar_parse_root(&rg, b.p, b.len, "p_start", &err), 0);
+    expect(rg, "\xef\xbd\x9b", 1);
+    expect(rg, "\xef\xbd\x9c", 0);
+    expect(rg, "\xef\xbd\x9e", 1);
+    ms_grammar_free(rg);
     assert_int_equal(ms_regex_gbnf("(a", 2, 0, &b, &err), -1);
     assert_non_null(strstr(err.msg, "not a valid regex"));
     ms_buf_free(&b);

@@ -872,12 +872,19 @@ static int tool_block_start(struct server *sv, const struct job *j, const struct
 
 /* Moves the tool grammar's matcher *tm over a piece of the block. A
  * token the server wrote (a forced call's markup) that the grammar
- * refuses ends the constraint, logged; a sampled one cannot be refused
- * (the mask allowed it): an internal error. 0, or -1 with err. */
+ * refuses ends the constraint, logged, and so does a grammar too
+ * ambiguous to follow; a sampled one cannot be refused (the mask allowed
+ * it): an internal error. 0, or -1 with err. */
 static int tool_block_accept(const struct job *j, struct ms_grammar_matcher **tm, const char *piece, size_t n,
                              bool written, ms_err *err) {
     const int rc = ms_grammar_matcher_accept(*tm, piece, n, err);
-    if (rc < 0) return -1;
+    if (rc < 0) { /* too ambiguous (or OOM): the call goes on free */
+        fprintf(stderr, "serve: %s: the tools' grammar gave up (%s); the call goes on unconstrained\n", j->id,
+                err->msg);
+        ms_grammar_matcher_free(*tm);
+        *tm = NULL;
+        return 0;
+    }
     if (rc == 0 && !written) return ms_err_set(err, "internal error: a token the tools' grammar refuses was chosen");
     if (rc == 0) {
         fprintf(stderr, "serve: %s: the forced call's markup does not fit the tools' grammar; the calls are not "
@@ -1031,11 +1038,21 @@ static void run_job(struct server *sv, struct job *j) {
             tool_mask_seconds += now_s() - tm0;
             tool_mask_steps++;
             if (rc < 0) {
-                j->finish = "error";
-                j->error = strdup(err.msg);
-                break;
+                /* too ambiguous here (a custom tool's alternation of
+                 * thousands): the call goes on free rather than fail */
+                fprintf(stderr, "serve: %s: the tools' grammar gave up (%s); the call goes on unconstrained\n", j->id,
+                        err.msg);
+                ms_grammar_matcher_free(tcm);
+                tcm = NULL;
+                logits = raw;
+                if (j->ignore_eos && sv->eos >= 0 && masked) {
+                    memcpy(masked, raw, n_vocab * sizeof *masked);
+                    masked[sv->eos] = -INFINITY;
+                    logits = masked;
+                }
+            } else if (rc == 0) {
+                tok = sv->eos;
             }
-            if (rc == 0) tok = sv->eos;
         }
         const bool constrain = gm_on && (!j->parse_output || g.parser.state == MS_DSML_CONTENT_STATE);
         const bool reasoning = gm_on && j->parse_output && g.parser.state == MS_DSML_REASONING_STATE;
@@ -1091,7 +1108,7 @@ static void run_job(struct server *sv, struct job *j) {
             fmt_logprob(j, lp_entry(sv->tok, raw, tok, j->logprobs),
                         g.content_in + (j->parse_output ? (int64_t)g.parser.len : 0));
         bool last = false;
-        if (in_block && tool_block_accept(j, &tcm, shown, slen, written, &err)) {
+        if (in_block && tcm && tool_block_accept(j, &tcm, shown, slen, written, &err)) {
             j->finish = "error";
             j->error = strdup(err.msg);
             break;

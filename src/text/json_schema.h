@@ -114,8 +114,12 @@ int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_sch
  * Appends to out a GBNF expression matching exactly the strings the whole
  * of regex re[0..n) matches, as raw text (not JSON): the ECMA-262 subset
  * of "pattern" above, read as Python's re reads it where the two differ
- * in that subset ("." is anything but "\n"); "^" and "$" at the ends
- * change nothing. excl (0: none) is left out of every class and ".", and
+ * in that subset: "." is anything but "\n", "{,n}" is "{0,n}", "\U" takes
+ * 8 hex digits, a "]" first in a class is itself; "\A", "\Z", "\z",
+ * "\G" and "\N{...}" are refused; \w \d \s are ASCII, and their negations
+ * (\W, [^\w...]) keep within ASCII too, so that the text matches Python's
+ * Unicode classes either way. "^" and "$" at the ends change nothing. A
+ * NUL is refused. excl (0: none) is left out of every class and ".", and
  * a literal excl is an error: for text that must never hold it. Counts
  * past MS_GRAMMAR_MAX_REPEAT are loosened to unbounded. 0, or -1 with err
  * (a syntax error, a construct a grammar cannot express, OOM).

@@ -42,6 +42,7 @@ struct rx {
      * it); excl (0: none) is in no class */
     bool raw;
     uint32_t excl;
+    bool esc_class; /* a \d \w \s escape was read (the current class) */
 };
 
 static void cs_add(struct cset *s, uint32_t lo, uint32_t hi) {
@@ -86,8 +87,10 @@ static bool cs_has(const struct cset *s, uint32_t cp) {
     return false;
 }
 
-/* \d \w \s (upper case: negated), added to s. */
-static void cs_escape(struct cset *s, char kind) {
+/* \d \w \s (upper case: negated), added to s; ascii: a negated one
+ * only within ASCII (Python's classes are Unicode: outside ASCII, which
+ * characters they hold is not known here, so raw text keeps off them). */
+static void cs_escape(struct cset *s, char kind, bool ascii) {
     static const uint32_t d[] = {'0', '9'}, w[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'},
                           sp[] = {9,      13,     32,     32,     0xA0,   0xA0,   0x1680, 0x1680, 0x2000, 0x200A,
                                   0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
@@ -97,7 +100,8 @@ static void cs_escape(struct cset *s, char kind) {
     struct cset t = {0};
     for (size_t i = 0; i < n; i += 2) cs_add(&t, r[i], r[i + 1]);
     cs_norm(&t, kind != k);
-    for (int i = 0; i < t.n; i++) cs_add(s, t.lo[i], t.hi[i]);
+    for (int i = 0; i < t.n; i++)
+        if (!ascii || kind == k || t.lo[i] < 0x80) cs_add(s, t.lo[i], ascii && kind != k && t.hi[i] > 0x7F ? 0x7F : t.hi[i]);
 }
 
 /* A normalized set as one GBNF class over raw text, less excl and the
@@ -191,7 +195,12 @@ static int rx_escape(struct rx *r, bool in_class, uint32_t *cp, struct cset *s) 
     if (r->p >= r->end) return r->bad = "'\\' at the end", 0;
     const char ch = *r->p;
     static const char ctl[] = "n\nr\rt\tf\fv\v";
-    if (ch && strchr("dDwWsS", ch)) return r->p++, cs_escape(s, ch), 2;
+    if (ch && strchr("dDwWsS", ch)) return r->p++, r->esc_class = true, cs_escape(s, ch, r->raw), 2;
+    if (r->raw && ch && strchr("AZzGN", ch)) return r->unsupported = true, 0; /* Python's anchors, \N{...} */
+    if (r->raw && ch == 'U') { /* Python's \UXXXXXXXX */
+        r->p++;
+        return rx_hex(r, 8, cp) && *cp <= 0x10FFFF ? 1 : (r->bad = "bad \\U escape", 0);
+    }
     if (ch == 'b' && in_class) return r->p++, *cp = 8, 1;
     if (ch && strchr("bBkpPc123456789", ch)) return r->unsupported = true, 0; /* boundaries, backreferences, ... */
     if (ch == '0') return r->p++, *cp = 0, 1;
@@ -216,6 +225,8 @@ static int rx_escape(struct rx *r, bool in_class, uint32_t *cp, struct cset *s) 
 static bool rx_class(struct rx *r, struct cset *s) {
     const bool neg = r->p < r->end && *r->p == '^';
     r->p += neg;
+    r->esc_class = false;
+    if (r->raw && r->p < r->end && *r->p == ']') cs_add(s, ']', ']'), r->p++; /* Python: a "]" first is itself */
     while (r->p < r->end && *r->p != ']') {
         uint32_t lo, hi;
         int k = *r->p == '\\' ? (r->p++, rx_escape(r, true, &lo, s)) : (lo = rx_cp(r), 1);
@@ -233,6 +244,12 @@ static bool rx_class(struct rx *r, struct cset *s) {
     if (r->p >= r->end) return r->bad = "missing ']'", false;
     r->p++;
     cs_norm(s, neg);
+    if (r->raw && neg && r->esc_class) { /* [^\w...]: within ASCII (cs_escape) */
+        struct cset t = {0};
+        for (int i = 0; i < s->n; i++)
+            if (s->lo[i] < 0x80) cs_add(&t, s->lo[i], s->hi[i] > 0x7F ? 0x7F : s->hi[i]);
+        *s = t;
+    }
     return !(r->unsupported = s->full);
 }
 
@@ -244,6 +261,12 @@ static bool rx_quant(struct rx *r, long *m, long *n) {
         *m = *p == '+', *n = *p == '?' ? 1 : -1, p++;
     } else if (*p == '{') {
         char *q;
+        if (r->raw && p + 2 < r->end && p[1] == ',' && p[2] >= '0' && p[2] <= '9') { /* Python's {,n} */
+            *m = 0, *n = strtol(p + 2, &q, 10);
+            if (q >= r->end || *q != '}') return false;
+            r->p = q + 1 + (q + 1 < r->end && q[1] == '?');
+            return true;
+        }
         if (p + 1 >= r->end || p[1] < '0' || p[1] > '9') return false;
         *m = strtol(p + 1, &q, 10), *n = *m;
         if (*q == ',') *n = q[1] >= '0' && q[1] <= '9' ? strtol(q + 1, &q, 10) : (q++, -1);
@@ -296,7 +319,7 @@ static int rx_atom(struct rx *r, struct ms_buf *o, uint32_t *cp, bool *null) {
     else
         *cp = rx_cp(r);
     if (k == 0) return 0;
-    if (k == 1 && r->raw && *cp == r->excl && r->excl) return r->unsupported = true, 0;
+    if (k == 1 && r->raw && ((*cp == r->excl && r->excl) || *cp == 0)) return r->unsupported = true, 0; /* or NUL */
     if (k == 1) return 2;
     if (!(r->raw ? put_raw_set(r->c, o, &s, r->excl) : put_set(r->c, o, &s)))
         return r->unsupported = true, 0; /* matches nothing */

@@ -16,6 +16,7 @@
 #include "text/utf8.h"
 
 #define MAX_DEPTH 64
+#define LK_NAME 255 /* the longest name read */
 
 /* Lark's common terminals (common.lark), written out as GBNF bodies. */
 static const struct {
@@ -88,7 +89,11 @@ static void skip(struct lk *k) {
         if (k->p < k->end && *k->p == '\n') {
             const char *q = k->p;
             int lines = 0;
-            while (q < k->end && (*q == '\n' || *q == ' ' || *q == '\t' || *q == '\r')) lines += *q++ == '\n';
+            for (;;) { /* blank and comment lines between a rule and its "|" line */
+                while (q < k->end && (*q == '\n' || *q == ' ' || *q == '\t' || *q == '\r')) lines += *q++ == '\n';
+                if (!(q < k->end && (*q == '#' || (*q == '/' && q + 1 < k->end && q[1] == '/')))) break;
+                while (q < k->end && *q != '\n') q++;
+            }
             if (k->depth > 0 || (q < k->end && *q == '|')) {
                 k->p = q;
                 k->line += lines;
@@ -99,12 +104,12 @@ static void skip(struct lk *k) {
     }
 }
 
-/* A name at k->p into out (at most 64 bytes); false when none. */
-static bool read_name(struct lk *k, char out[65]) {
+/* A name at k->p into out (at most LK_NAME bytes); false when none. */
+static bool read_name(struct lk *k, char out[LK_NAME + 1]) {
     size_t n = 0;
     if (k->p >= k->end || !name_start(*k->p)) return false;
     while (k->p < k->end && name_char(*k->p)) {
-        if (n == 64) return false;
+        if (n == LK_NAME) return false;
         out[n++] = *k->p++;
     }
     out[n] = 0;
@@ -172,6 +177,16 @@ static long one_cp(const struct ms_buf *b) {
 
 static int expansions(struct lk *k, struct ms_buf *out);
 
+/* Whether the UTF-8 text b holds code point cp. */
+static bool contains_cp(const struct ms_buf *b, uint32_t cp) {
+    char u[5] = {0};
+    const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    uint32_t v = cp;
+    for (int i = n - 1; i > 0; i--) u[i] = (char)(0x80 | (v & 63)), v >>= 6;
+    u[0] = (char)(unsigned char)(n == 1 ? v : (0xF00u >> n & 0xFF) | v);
+    return b->len && memmem(b->p, b->len, u, (size_t)n) != NULL;
+}
+
 /* Decimal digits at k->p into *v (at most 9 of them); false when none. */
 static bool read_count(struct lk *k, long *v) {
     const char *start = k->p;
@@ -211,12 +226,22 @@ static int expr(struct lk *k, struct ms_buf *out) {
             rc = k->p < k->end && *k->p == '"' ? read_string(k, &s2) : fail(k, "a range needs a string after '..'");
             const long lo = one_cp(&s), hi = one_cp(&s2);
             if (!rc && (lo < 0 || hi < 0 || hi < lo)) rc = fail(k, "a range's ends must be single characters in order");
+            const unsigned long x = k->excl;
+            if (!rc && x && lo == (long)x && hi == (long)x) rc = fail(k, "a range of U+%04lX alone, which the text cannot hold", x);
             if (!rc) {
-                char cls[64];
-                snprintf(cls, sizeof cls, "[\\U%08lX-\\U%08lX]", (unsigned long)lo, (unsigned long)hi);
+                /* the range less excl */
+                char cls[96] = "[";
+                const unsigned long l = (unsigned long)lo, h = (unsigned long)hi;
+                size_t w = 1;
+                if (!x || x < l || x > h) w += (size_t)snprintf(cls + w, sizeof cls - w, "\\U%08lX-\\U%08lX", l, h);
+                if (x && x >= l && x <= h && l < x) w += (size_t)snprintf(cls + w, sizeof cls - w, "\\U%08lX-\\U%08lX", l, x - 1);
+                if (x && x >= l && x <= h && x < h) w += (size_t)snprintf(cls + w, sizeof cls - w, "\\U%08lX-\\U%08lX", x + 1, h);
+                snprintf(cls + w, sizeof cls - w, "]");
                 put(k, &a, cls);
             }
             ms_buf_free(&s2);
+        } else if (!rc && k->excl && contains_cp(&s, k->excl)) {
+            rc = fail(k, "a string holds U+%04X, which the text cannot", (unsigned)k->excl);
         } else if (!rc && ms_grammar_put_literal(&a, s.p ? s.p : "", s.len)) {
             k->oom = true;
         }
@@ -240,7 +265,7 @@ static int expr(struct lk *k, struct ms_buf *out) {
         }
         ms_buf_free(&re);
     } else {
-        char name[65];
+        char name[LK_NAME + 1];
         if (!read_name(k, name)) return fail(k, "unexpected '%c'", c);
         if (json_object_get(k->used, name) == NULL && json_object_set_new(k->used, name, json_integer(k->line)))
             k->oom = true;
@@ -269,8 +294,11 @@ static int expr(struct lk *k, struct ms_buf *out) {
         long m = -1, n;
         if (!read_count(k, &m)) rc = fail(k, "'~' needs a count");
         n = m;
-        if (!rc && k->end - k->p >= 2 && k->p[0] == '.' && k->p[1] == '.') {
-            k->p += 2;
+        const char *dots = k->p;
+        while (dots < k->end && (*dots == ' ' || *dots == '\t')) dots++;
+        if (!rc && k->end - dots >= 2 && dots[0] == '.' && dots[1] == '.') {
+            k->p = dots + 2;
+            while (k->p < k->end && (*k->p == ' ' || *k->p == '\t')) k->p++;
             if (!read_count(k, &n) || n < m) rc = fail(k, "'~ N..M' needs M >= N");
         }
         if (!rc && n > MS_GRAMMAR_MAX_REPEAT) rc = fail(k, "a count past %d", MS_GRAMMAR_MAX_REPEAT);
@@ -304,7 +332,7 @@ static int expansions(struct lk *k, struct ms_buf *out) {
         struct ms_buf seq = {0};
         for (skip(k); !rc && !seq_end(k); skip(k)) rc = expr(k, &seq);
         if (!rc && k->p + 1 < k->end && k->p[0] == '-' && k->p[1] == '>') { /* an alias: Lark's tree only */
-            char name[65];
+            char name[LK_NAME + 1];
             k->p += 2;
             skip(k);
             if (!read_name(k, name)) rc = fail(k, "'->' needs a name");
@@ -352,7 +380,7 @@ static int import_common(struct lk *k, const char *name, const char *as) {
 
 /* A line starting with "%". */
 static int directive(struct lk *k) {
-    char word[65], mod[65], name[65];
+    char word[LK_NAME + 1], mod[LK_NAME + 1], name[LK_NAME + 1];
     k->p++;
     if (!read_name(k, word)) return fail(k, "a directive needs a name");
     if (strcmp(word, "import")) return fail(k, "'%%%s' is not supported", word);
@@ -363,7 +391,7 @@ static int directive(struct lk *k) {
         k->p++;
         if (!read_name(k, name)) return fail(k, "'%%import common.' needs a name");
         skip(k);
-        char as[65];
+        char as[LK_NAME + 1];
         const bool alias = k->end - k->p >= 2 && k->p[0] == '-' && k->p[1] == '>';
         if (alias) {
             k->p += 2;
@@ -390,7 +418,7 @@ static int directive(struct lk *k) {
 
 /* One rule: [?!]name[.N]: expansions. */
 static int rule(struct lk *k) {
-    char name[65];
+    char name[LK_NAME + 1];
     if (*k->p == '?' || *k->p == '!') k->p++;
     if (!read_name(k, name)) return fail(k, "a rule must start with a name");
     if (k->p < k->end && *k->p == '{') return fail(k, "templates are not supported");

@@ -21,7 +21,9 @@
  * hold it to the wrong language): %ignore (it lets whitespace in between
  * any two tokens), %declare and the other directives, templates,
  * case-insensitive strings ("..."i), regex flags, imports from other
- * modules, undefined names.
+ * modules, undefined names, a string that holds excl (below). Left
+ * recursion, which Lark allows, comes out as GBNF that text/grammar.h
+ * refuses: the caller parses the result before using it.
  *
  * The language is the grammar read as a context-free grammar over
  * characters: Lark's lexer (longest match, terminal priorities) can only
