@@ -22,6 +22,22 @@ check "DeepSeek V3 pre-tokenizer" "grep -q 'tokenizer.ggml.pre = \"deepseek-v3\"
 check "real vocabulary tokenization" "grep -q '\"tokens\":\[0,19923\]' '$TMP/logits.json'"
 "$BIN" run -m "$M" -p "Hello, world!" -n 4 --temp 0 >/dev/null 2>&1
 check "runs" "[ $? -eq 0 ]"
+# One call a turn with the tools' grammar off (here: scripted output): the
+# model's "></" (one token in this vocabulary) ends the call and begins the
+# block's closing tag; the closing the server writes must finish that tag,
+# not start another after it.
+if command -v curl >/dev/null && command -v jq >/dev/null; then
+    . "$(dirname "$0")/server/lib_serve.sh"
+    printf '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke></' >"$TMP/script.txt"
+    MOESTREAM_SERVE_SCRIPT="$TMP/script.txt" start_server fit -m "$M"
+    U=$(url fit)
+    T=$(curl -s -m 60 "$U/tokenize" -H 'Content-Type: application/json' -d '{"content":"></"}' | jq -c .tokens)
+    FT='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+    R=$(curl -s -m 120 "$U/v1/chat/completions" -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],\"tools\":$FT,\"reasoning_effort\":\"none\",\"parallel_tool_calls\":false,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}")
+    check "one call a turn: a closing tag the model began is finished, the call kept (\"></\" is $T)" \
+        '[ "$(jq -r "[.choices[0].finish_reason, .choices[0].message.tool_calls[0].function.arguments] | join(\" \")" <<<"$R")" = "tool_calls {\"city\":\"Paris\"}" ] && [ "$(jq length <<<"$T")" = 1 ]'
+    stop_server fit
+fi
 "$BIN" mkmodel --preset tiny --vocab-from "$TMP/missing.json" -o "$TMP/x.gguf" 2>"$TMP/err.txt"
 check "missing tokenizer.json is an error" "[ $? -ne 0 ] && grep -q 'missing.json' '$TMP/err.txt'"
 finish cli_vocab_from
