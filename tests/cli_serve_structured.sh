@@ -9,8 +9,7 @@
 # schemas or grammars that cannot be used are 400s that name the problem.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/server/lib_serve.sh"
-command -v curl >/dev/null && command -v jq >/dev/null && python3 -c 'import jsonschema' 2>/dev/null ||
-    { echo "FAIL: curl, jq and python3-jsonschema are needed (scripts/install-deps.sh)"; exit 1; }
+need_jsonschema
 tiny_model "$TMP/m.gguf" --seed 7
 CT='Content-Type: application/json'
 start_server st -m "$TMP/m.gguf" -c 2048

@@ -9,8 +9,7 @@
 # requests then give no valid call.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/server/lib_serve.sh"
-command -v curl >/dev/null && command -v jq >/dev/null && python3 -c 'import jsonschema' 2>/dev/null ||
-    { echo "FAIL: curl, jq and python3-jsonschema are needed (scripts/install-deps.sh)"; exit 1; }
+need_jsonschema
 tiny_model "$TMP/m.gguf" --seed 7
 CT='Content-Type: application/json'
 post() { curl -s -m 300 -H "$CT" "$U$1" -d "$2"; }

@@ -23,6 +23,7 @@
 #include "text/grammar.h"
 #include "text/json_schema.h"
 #include "text/lark.h"
+#include "text/utf8.h"
 
 #define WS "dsml_ws"
 #define MAX_RAW_ENUM 256 /* raw enum values as alternatives; more: JSON only */
@@ -92,21 +93,10 @@ static void lit(struct tg *t, struct ms_buf *b, const char *s) {
 
 /* ---- which raw text a property's schema admits ---- */
 
-/* The schema a local "#/..." $ref names inside root, or NULL. */
+/* The schema a local $ref names inside root, or NULL. */
 static const json_t *resolve(const json_t *root, const char *ref) {
-    if (ref[0] != '#' || (ref[1] && ref[1] != '/')) return NULL;
-    const json_t *cur = root;
-    char seg[256];
-    for (const char *p = ref + 1; cur && *p == '/';) {
-        size_t n = 0;
-        for (p++; *p && *p != '/' && n + 1 < sizeof seg; p++) {
-            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) seg[n++] = p[1] == '0' ? '~' : '/', p++;
-            else seg[n++] = *p;
-        }
-        seg[n] = 0;
-        cur = json_is_object(cur) ? json_object_get(cur, seg) : NULL;
-    }
-    return cur;
+    const char *why;
+    return ms_json_schema_ref(root, ref, &why);
 }
 
 static bool has(const json_t *s, const char *k) { return json_object_get(s, k) != NULL; }
@@ -131,17 +121,23 @@ static long long count_kw(const json_t *s, const char *k, long long def) {
     return d >= 0 && d == (double)(long long)d ? (long long)d : def;
 }
 
-/* Whether s has a keyword other than those named (space-separated) and
- * annotations: one raw text could not be checked against. */
-static bool has_other(const json_t *s, const char *named) {
+/* Whether keyword k is neither one of those named (space-separated) nor
+ * an annotation (nor a vendor's "x-..."). */
+static bool is_other(const char *k, const char *named) {
     static const char annotations[] = " title description default examples $comment deprecated readOnly writeOnly "
-                                      "$id $schema $anchor $defs definitions ";
+                                      "$id $schema $anchor $defs definitions strict ";
+    char w[72];
+    snprintf(w, sizeof w, " %.64s ", k);
+    return !strstr(named, w) && !strstr(annotations, w) && strncmp(k, "x-", 2);
+}
+
+/* Whether s has a keyword other than those named: one raw text could not
+ * be checked against. */
+static bool has_other(const json_t *s, const char *named) {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) {
-        char w[72];
-        snprintf(w, sizeof w, " %.64s ", k);
-        if (!strstr(named, w) && !strstr(annotations, w) && strncmp(k, "x-", 2)) return true;
+        if (is_other(k, named)) return true;
     }
     return false;
 }
@@ -172,8 +168,7 @@ static void raw_of(const json_t *root, const json_t *s, int depth, struct raw *r
         for (size_t i = 0; i < (cn ? 1 : json_array_size(en)); i++) {
             const json_t *v = cn ? cn : json_array_get(en, i);
             if (!json_is_string(v)) continue;
-            size_t chars = 0;
-            for (const char *c = json_string_value(v); *c; c++) chars += ((unsigned char)*c & 0xC0) != 0x80;
+            const size_t chars = ms_utf8_count(json_string_value(v), json_string_length(v));
             if ((long long)chars < mn || (mx >= 0 && (long long)chars > mx)) continue;
             if (!r->vals && !(r->vals = json_array())) {
                 r->none = true;
@@ -411,13 +406,7 @@ static const json_t *params_object(struct tg *t, const json_t *params, bool *non
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)o, k, v) {
-            char w[72];
-            snprintf(w, sizeof w, " %.64s ", k);
-            if (!strstr(" type properties required additionalProperties title description $schema $id $defs "
-                        "definitions $comment strict examples default $ref ",
-                        w) &&
-                strncmp(k, "x-", 2))
-                warnf(t, "'%s' at / is not enforced", k);
+            if (is_other(k, " type properties required additionalProperties $ref ")) warnf(t, "'%s' at / is not enforced", k);
         }
         if (o == obj) break;
     }

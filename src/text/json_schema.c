@@ -119,10 +119,7 @@ void js_put_class_cp(struct js_conv *c, struct ms_buf *e, uint32_t cp) {
 }
 
 void js_utf8_char(char out[8], uint32_t cp) {
-    const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    for (int i = n - 1; i > 0; i--) out[i] = (char)(0x80 | (cp & 63)), cp >>= 6;
-    out[0] = (char)(unsigned char)(n == 1 ? cp : (0xF00u >> n & 0xFF) | cp);
-    out[n] = 0;
+    out[ms_utf8_encode(cp, out)] = 0;
 }
 
 void js_json_char(char out[8], uint32_t cp) {
@@ -355,13 +352,12 @@ static int count_kw(struct js_conv *c, const json_t *s, const char *k, const cha
 
 /* ---- $ref --------------------------------------------------------------- */
 
-/* The schema a local $ref names, or NULL with err set. */
-static const json_t *resolve(struct js_conv *c, const char *ref, const char *ptr) {
+const json_t *ms_json_schema_ref(const json_t *root, const char *ref, const char **why) {
     if (ref[0] != '#' || (ref[1] && ref[1] != '/'))
-        return js_fail(c, ptr, "$ref '%s' is not a local JSON pointer ('#', '#/$defs/NAME', ...)", ref), NULL;
-    const json_t *cur = c->root;
+        return *why = "is not a local JSON pointer ('#', '#/$defs/NAME', ...)", NULL;
+    const json_t *cur = root;
     char *seg = malloc(strlen(ref) + 1);
-    if (!seg) return c->oom = true, js_fail(c, ptr, "out of memory"), NULL;
+    if (!seg) return *why = "cannot be read: out of memory", NULL;
     for (const char *p = ref + 1; cur && *p == '/';) {
         size_t n = 0;
         for (p++; *p && *p != '/'; p++) {
@@ -378,7 +374,7 @@ static const json_t *resolve(struct js_conv *c, const char *ref, const char *ptr
          * other bytes that are not UTF-8 name nothing a schema can hold */
         if (memchr(seg, 0, n) || (n && !utf8_ok(seg, n))) {
             free(seg);
-            return js_fail(c, ptr, "$ref '%s' has a segment that decodes to a NUL or to invalid UTF-8", ref), NULL;
+            return *why = "has a segment that decodes to a NUL or to invalid UTF-8", NULL;
         }
         char *end;
         const unsigned long i = strtoul(seg, &end, 10);
@@ -387,8 +383,16 @@ static const json_t *resolve(struct js_conv *c, const char *ref, const char *ptr
                                                  : NULL;
     }
     free(seg);
-    if (!cur) js_fail(c, ptr, "$ref '%s' not found", ref);
+    if (!cur) *why = "not found";
     return cur;
+}
+
+/* The schema a local $ref names, or NULL with err set. */
+static const json_t *resolve(struct js_conv *c, const char *ref, const char *ptr) {
+    const char *why = NULL;
+    const json_t *t = ms_json_schema_ref(c->root, ref, &why);
+    if (!t) js_fail(c, ptr, "$ref '%s' %s", ref, why);
+    return t;
 }
 
 /* Warns about the keywords beside $ref that it overrides. */
@@ -1005,8 +1009,7 @@ static bool enum_keeps(const json_t *s, const json_t *v) {
         if (!ok) return false;
     }
     if (json_is_string(v)) {
-        size_t n = 0;
-        for (const char *p = json_string_value(v); *p; p++) n += ((unsigned char)*p & 0xC0) != 0x80;
+        const size_t n = ms_utf8_count(json_string_value(v), json_string_length(v));
         const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
         if ((json_is_number(mn) && (double)n < json_number_value(mn)) ||
             (json_is_number(mx) && (double)n > json_number_value(mx)))

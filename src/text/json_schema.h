@@ -126,6 +126,11 @@ int ms_json_schema_grammar(const json_t *schema, struct ms_buf *out, ms_json_sch
  */
 int ms_regex_gbnf(const char *re, size_t n, uint32_t excl, struct ms_buf *out, ms_err *err);
 
+/* The subschema a local $ref ("#", "#/$defs/NAME", any JSON pointer with
+ * ~0 ~1 and %XX escapes) names inside root (borrowed), or NULL with *why
+ * (a phrase: "not found", "is not a local JSON pointer ...", ...). */
+const json_t *ms_json_schema_ref(const json_t *root, const char *ref, const char **why);
+
 /* ---- several schemas in one grammar ----
  *
  * For grammars that hold JSON values in several places (the arguments of

@@ -147,12 +147,8 @@ static int read_string(struct lk *k, struct ms_buf *b) {
                 cp = cp << 4 | (uint32_t)v, k->p++;
             }
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return fail(k, "bad \\%c escape in a string", c);
-            char u[8];
-            const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-            uint32_t v = cp;
-            for (int i = n - 1; i > 0; i--) u[i] = (char)(0x80 | (v & 63)), v >>= 6;
-            u[0] = (char)(unsigned char)(n == 1 ? v : (0xF00u >> n & 0xFF) | v);
-            if (ms_buf_put(b, u, (size_t)n)) k->oom = true;
+            char u[4];
+            if (ms_buf_put(b, u, ms_utf8_encode(cp, u))) k->oom = true;
         } else {
             const char two[2] = {'\\', c};
             if (ms_buf_put(b, two, 2)) k->oom = true;
@@ -179,12 +175,9 @@ static int expansions(struct lk *k, struct ms_buf *out);
 
 /* Whether the UTF-8 text b holds code point cp. */
 static bool contains_cp(const struct ms_buf *b, uint32_t cp) {
-    char u[5] = {0};
-    const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    uint32_t v = cp;
-    for (int i = n - 1; i > 0; i--) u[i] = (char)(0x80 | (v & 63)), v >>= 6;
-    u[0] = (char)(unsigned char)(n == 1 ? v : (0xF00u >> n & 0xFF) | v);
-    return b->len && memmem(b->p, b->len, u, (size_t)n) != NULL;
+    char u[4];
+    const size_t n = ms_utf8_encode(cp, u);
+    return b->len && memmem(b->p, b->len, u, n) != NULL;
 }
 
 /* Decimal digits at k->p into *v (at most 9 of them); false when none. */

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "text/unicode_cat.h"
+#include "text/utf8.h"
 
 /* Collapsed bytes of the non-ASCII categories. */
 #define C_OTHER 0xD0
@@ -92,29 +93,6 @@ size_t ms_utf8_decode_llama(const uint8_t *s, size_t n, uint32_t *cp) {
     }
     *cp = c;
     return len;
-}
-
-static size_t utf8_encode(uint32_t c, char *o) {
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
 }
 
 static uint8_t collapse(uint32_t c) {
@@ -282,7 +260,7 @@ int ms_pretok_split(const struct ms_pretok *p, const char *text, size_t n,
     }
     size_t k = 0, c = 0;
     for (size_t w = 0; w < b.n; w++) {
-        for (size_t e = c + b.len[w]; c < e; c++) k += utf8_encode(cpts[c], out->text + k);
+        for (size_t e = c + b.len[w]; c < e; c++) k += ms_utf8_encode(cpts[c], out->text + k);
         out->ends[w] = k;
     }
     out->text[k] = '\0';

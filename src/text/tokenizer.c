@@ -23,6 +23,7 @@
 
 #include "text/byte_level.h"
 #include "text/pretok.h"
+#include "text/utf8.h"
 #include "util/mem.h"
 
 /* ---- string -> int32 hash map ------------------------------------------ */
@@ -179,15 +180,7 @@ static int make_piece(struct ms_tokenizer *t, uint32_t id) {
                 p = q;
             }
             char u[4];
-            size_t ul = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-            if (ul == 1) u[0] = (char)cp;
-            else if (ul == 2) u[0] = (char)(0xC0 | (cp >> 6)), u[1] = (char)(0x80 | (cp & 0x3F));
-            else if (ul == 3)
-                u[0] = (char)(0xE0 | (cp >> 12)), u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                u[2] = (char)(0x80 | (cp & 0x3F));
-            else
-                u[0] = (char)(0xF0 | (cp >> 18)), u[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F));
+            const size_t ul = ms_utf8_encode(cp, u);
             static const char hex[] = "0123456789abcdef";
             memcpy(p + k, "[UNK_BYTE_0x", 12);
             k += 12;

@@ -6,6 +6,19 @@
 #include <stdint.h>
 #include <string.h>
 
+size_t ms_utf8_encode(uint32_t cp, char out[4]) {
+    const size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (size_t i = n - 1; i > 0; i--) out[i] = (char)(0x80 | (cp & 0x3F)), cp >>= 6;
+    out[0] = (char)(unsigned char)(n == 1 ? cp : (0xF00u >> n & 0xFF) | cp);
+    return n;
+}
+
+size_t ms_utf8_count(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
 size_t ms_utf8_valid_len(const char *s, size_t n) {
     const unsigned char c = (unsigned char)s[0];
     const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;

@@ -10,6 +10,7 @@
 #define MS_TEXT_UTF8_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -28,6 +29,14 @@ size_t ms_utf8_valid_len(const char *s, size_t n);
  * mid-character; the disk KV cache keys checkpoints by text and uses this
  * to cut them only where a character ends. */
 size_t ms_utf8_partial_tail(const char *s, size_t n);
+
+/* cp (at most U+10FFFF, not a surrogate) as UTF-8 into out[0..4);
+ * returns its length, 1-4. */
+size_t ms_utf8_encode(uint32_t cp, char out[4]);
+
+/* Code points in s[0..n), counted by their lead bytes (s is valid UTF-8:
+ * the length a JSON Schema minLength / maxLength counts). */
+size_t ms_utf8_count(const char *s, size_t n);
 
 /* Appends s[0..n) to out with every invalid byte replaced by U+FFFD.
  * 0, or -1 on OOM. */

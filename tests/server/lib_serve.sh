@@ -6,7 +6,14 @@
 #   url NAME                    http://127.0.0.1:PORT
 #   wait_busy 0|1               waits (bounded, 120 s) until $U/health's busy flag is that
 #   wait_metric NAME N          waits (bounded, 120 s) until metric NAME of $U/metrics is >= N
+#   need_jsonschema             stops the test unless curl, jq and python3-jsonschema are installed
 declare -A SRV_PID SRV_PORT
+# Stops the test unless curl, jq and Python's jsonschema (which validates
+# replies independently of the server) are installed.
+need_jsonschema() {
+    command -v curl >/dev/null && command -v jq >/dev/null && python3 -c 'import jsonschema' 2>/dev/null ||
+        { echo "FAIL: curl, jq and python3-jsonschema are needed (scripts/install-deps.sh)"; exit 1; }
+}
 start_server() {
     local name=$1; shift
     rm -f "$TMP/$name.port"
