@@ -851,6 +851,26 @@ static int constrain_step(struct server *sv, const struct job *j, struct ms_gram
     return ms_grammar_constrain(gm, sv->gvocab, *masked, sv->eos, ms_sampler_first_cut(&j->sp), err);
 }
 
+/* The tools' grammar stops holding j's call (why: a phrase, logged); the
+ * call goes on free. */
+static void tool_block_drop(const struct job *j, struct ms_grammar_matcher **tm, const char *why) {
+    fprintf(stderr, "serve: %s: the tools' grammar gave up (%s); the call goes on unconstrained\n", j->id, why);
+    ms_grammar_matcher_free(*tm);
+    *tm = NULL;
+}
+
+/* The logits a decode step samples from: the model's raw ones, or under
+ * ignore_eos a copy in *masked (allocated on first use) with end of
+ * sentence ruled out (raw again when that copy cannot be made). */
+static const float *eos_ruled_out(const struct server *sv, const struct job *j, const float *raw, float **masked) {
+    if (!j->ignore_eos || sv->eos < 0) return raw;
+    const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
+    if (!*masked && !(*masked = malloc(n_vocab * sizeof **masked))) return raw;
+    memcpy(*masked, raw, n_vocab * sizeof **masked);
+    (*masked)[sv->eos] = -INFINITY;
+    return *masked;
+}
+
 /* A tool-call block opened (the DSML parser p just entered it): the
  * matcher of j's tool grammar, in *tm, fed what the block holds so far
  * (its opening tag, and whatever came with it). A block the grammar
@@ -861,12 +881,7 @@ static int tool_block_start(struct server *sv, const struct job *j, const struct
     if (grammar_vocab(sv, err) || ms_grammar_matcher_new(tm, j->tool_grammar, err)) return -1;
     const int rc = ms_grammar_matcher_accept(*tm, p->buf + p->block_ws, p->len - p->block_ws, err);
     if (rc < 0) return -1;
-    if (rc == 0) {
-        fprintf(stderr, "serve: %s: the tool-call block's opening does not fit the tools' grammar; the calls "
-                        "are not constrained\n", j->id);
-        ms_grammar_matcher_free(*tm);
-        *tm = NULL;
-    }
+    if (rc == 0) tool_block_drop(j, tm, "the block's opening does not fit it");
     return 0;
 }
 
@@ -878,20 +893,9 @@ static int tool_block_start(struct server *sv, const struct job *j, const struct
 static int tool_block_accept(const struct job *j, struct ms_grammar_matcher **tm, const char *piece, size_t n,
                              bool written, ms_err *err) {
     const int rc = ms_grammar_matcher_accept(*tm, piece, n, err);
-    if (rc < 0) { /* too ambiguous (or OOM): the call goes on free */
-        fprintf(stderr, "serve: %s: the tools' grammar gave up (%s); the call goes on unconstrained\n", j->id,
-                err->msg);
-        ms_grammar_matcher_free(*tm);
-        *tm = NULL;
-        return 0;
-    }
     if (rc == 0 && !written) return ms_err_set(err, "internal error: a token the tools' grammar refuses was chosen");
-    if (rc == 0) {
-        fprintf(stderr, "serve: %s: the forced call's markup does not fit the tools' grammar; the calls are not "
-                        "constrained\n", j->id);
-        ms_grammar_matcher_free(*tm);
-        *tm = NULL;
-    }
+    if (rc < 0) tool_block_drop(j, tm, err->msg); /* too ambiguous (or OOM) */
+    if (rc == 0) tool_block_drop(j, tm, "the forced call's markup does not fit it");
     return 0;
 }
 
@@ -1016,14 +1020,7 @@ static void run_job(struct server *sv, struct job *j) {
             j->error = strdup(msg);
             break;
         }
-        if (j->ignore_eos && sv->eos >= 0) {
-            if (!masked) masked = malloc(n_vocab * sizeof *masked);
-            if (masked) {
-                memcpy(masked, logits, n_vocab * sizeof *masked);
-                masked[sv->eos] = -INFINITY;
-                logits = masked;
-            }
-        }
+        logits = eos_ruled_out(sv, j, raw, &masked);
         /* one call a turn: the tools' grammar closes the block itself (a
          * written closing could land after a token that began it) */
         if (g.close_block && !tcm && !wr.close_fitted)
@@ -1040,16 +1037,8 @@ static void run_job(struct server *sv, struct job *j) {
             if (rc < 0) {
                 /* too ambiguous here (a custom tool's alternation of
                  * thousands): the call goes on free rather than fail */
-                fprintf(stderr, "serve: %s: the tools' grammar gave up (%s); the call goes on unconstrained\n", j->id,
-                        err.msg);
-                ms_grammar_matcher_free(tcm);
-                tcm = NULL;
-                logits = raw;
-                if (j->ignore_eos && sv->eos >= 0 && masked) {
-                    memcpy(masked, raw, n_vocab * sizeof *masked);
-                    masked[sv->eos] = -INFINITY;
-                    logits = masked;
-                }
+                tool_block_drop(j, &tcm, err.msg);
+                logits = eos_ruled_out(sv, j, raw, &masked);
             } else if (rc == 0) {
                 tok = sv->eos;
             }
