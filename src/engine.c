@@ -618,12 +618,10 @@ void ms_session_free(struct ms_session *s) {
 
 int64_t ms_session_n_ctx(const struct ms_session *s) { return s->n_ctx; }
 
-int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
-                    ms_err *err) {
-    if (check_model_file(s->e, err)) return -1;
-    const int rc = dsv4_session_eval(s->s, tokens, n, logits, err);
-    /* A fault during the pass (its results are garbage), or a failed read
-     * of a file that changed meanwhile: say that, not the symptom. */
+/* An eval's return code rc, or the model file's fault instead: a fault
+ * during the pass (its results are garbage), or a failed read of a file
+ * that changed meanwhile, is said as such, not as its symptom. */
+static int eval_checked(struct ms_session *s, int rc, ms_err *err) {
     if (rc || ms_mapguard_faulted(s->e->map_guard)) {
         ms_err ferr;
         if (check_model_file(s->e, &ferr)) {
@@ -633,6 +631,24 @@ int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, floa
     }
     return rc;
 }
+
+int ms_session_eval(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
+                    ms_err *err) {
+    if (check_model_file(s->e, err)) return -1;
+    return eval_checked(s, dsv4_session_eval(s->s, tokens, n, logits, err), err);
+}
+
+int ms_session_eval_draft(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
+                          ms_err *err) {
+    if (check_model_file(s->e, err)) return -1;
+    return eval_checked(s, dsv4_session_eval_draft(s->s, tokens, n, logits, err), err);
+}
+
+int ms_session_draft_keep(struct ms_session *s, int64_t k, ms_err *err) {
+    return dsv4_session_draft_keep(s->s, k, err);
+}
+
+int64_t ms_session_draft_max(const struct ms_session *s) { return dsv4_session_draft_max(s->s); }
 
 void ms_session_set_progress(struct ms_session *s, ms_progress_fn fn, void *ctx) {
     dsv4_session_set_progress(s->s, fn, ctx);

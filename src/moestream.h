@@ -295,6 +295,27 @@ const float *ms_session_logits(const struct ms_session *s);
 const int32_t *ms_session_tokens(const struct ms_session *s);
 void ms_session_reset(struct ms_session *s);
 
+/*
+ * Speculative decoding: an eval whose last tokens can be taken back
+ * (dsv4_session_eval_draft in model/session.h). ms_session_eval_draft
+ * evaluates tokens[0..n) as ms_session_eval does, into logits [n][n_vocab]
+ * (required; unchanged by the caller until the draft is kept), and keeps a
+ * copy of the few rows of attention state the n positions overwrite. Then
+ * ms_session_draft_keep(s, k) keeps the first k (1 <= k <= n) and takes
+ * the rest back: s is bit for bit the session an eval of those k tokens
+ * alone leaves, logits included (row k - 1). A caller drafts tokens (the
+ * sampled one first, then guesses), samples after each position from its
+ * row and keeps the tokens up to the first guess that differs from the
+ * sample. n <= ms_session_draft_max(s) (8 at DeepSeek V4's shape: the
+ * ratio-4 compressor's slots). Any other eval, reset, restore or load
+ * keeps every token of an open draft. Errors: ms_session_eval's, n out of
+ * range, logits NULL, k out of range, no draft open (all changing
+ * nothing). */
+int ms_session_eval_draft(struct ms_session *s, const int32_t *tokens, int64_t n, float *logits,
+                          ms_err *err);
+int ms_session_draft_keep(struct ms_session *s, int64_t k, ms_err *err);
+int64_t ms_session_draft_max(const struct ms_session *s);
+
 /* In-memory marks on a session's history (dsv4_session_snapshot in
  * model/session.h): a snapshot copies the window rings, frontiers and
  * logits (about 23 MiB at DeepSeek V4 Flash's shape, whatever the length)

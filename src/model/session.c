@@ -182,6 +182,8 @@ static uint64_t new_epoch(void) {
 
 static void drop_captures(struct dsv4_session *s);
 static void send_captures(struct dsv4_session *s);
+static void draft_free(struct dsv4_draft *d);
+static void draft_close(struct dsv4_session *s);
 static void copy_floats(float *dst, const float *src, size_t n);
 static void copy_window(struct dsv4_layer_state *dst, const struct dsv4_layer_state *src,
                         const struct state_dims *sd);
@@ -201,6 +203,7 @@ void dsv4_session_free(struct dsv4_session *s) {
     ms_free(s->tokens);
     ms_free(s->logits);
     ms_free(s->sink_buf);
+    draft_free(s->draft);
     free(s);
 }
 
@@ -333,6 +336,7 @@ uint64_t dsv4_session_bytes(const struct dsv4_model *m, const struct dsv4_sessio
 
 void dsv4_session_reset(struct dsv4_session *s) {
     drop_captures(s);
+    draft_close(s);
     s->epoch = new_epoch();
     s->n_past = 0;
     s->has_logits = false;
@@ -378,6 +382,7 @@ static int eval_passes(struct dsv4_session *s, const int32_t *tokens, int64_t n,
 
 int dsv4_session_eval(struct dsv4_session *s, const int32_t *tokens, int64_t n, float *logits,
                       ms_err *err) {
+    draft_close(s); /* all its tokens kept */
     const int rc = eval_passes(s, tokens, n, logits, err);
     drop_captures(s); /* consumed, whatever happened */
     return rc;
@@ -518,6 +523,146 @@ const float *dsv4_session_logits(const struct dsv4_session *s) {
     return s->has_logits ? s->logits : NULL;
 }
 
+/* ---- drafts ---------------------------------------------------------------
+ *
+ * An open draft keeps, for each of its n positions and each layer, the
+ * ring row and frontier slots the position is about to overwrite: draft
+ * positions fall on distinct slots (n <= dsv4_session_draft_max), so those
+ * rows are exactly the pre-draft state of every slot it touches, and
+ * putting back the rows of the dropped positions restores the state after
+ * the kept ones. Compressed rows are appended at n_past / r, so a count
+ * taken back needs nothing more. */
+
+static void draft_free(struct dsv4_draft *d) {
+    if (!d) return;
+    free(d->n_comp);
+    free(d->off);
+    ms_free(d->save);
+    free(d);
+}
+
+static void draft_close(struct dsv4_session *s) {
+    if (s->draft) s->draft->open = false;
+}
+
+/* Floats a position's copy takes in layer il: ring row, fa and fb slots,
+ * ia and ib slots. */
+static size_t draft_row_floats(const struct dsv4_model *m, uint32_t il) {
+    const uint32_t r = m->layers[il].ratio;
+    const size_t d = m->hp.n_embd_head, dI = m->hp.indexer_head_size;
+    return d + (r ? 2 * (size_t)dsv4_coff(r) * d : 0) + (r == 4 ? 2 * (size_t)dsv4_coff(4) * dI : 0);
+}
+
+int64_t dsv4_session_draft_max(const struct dsv4_session *s) {
+    int64_t mx = DSV4_DRAFT_MAX;
+    if ((int64_t)s->m->hp.n_swa < mx) mx = s->m->hp.n_swa;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        const uint32_t r = s->m->layers[il].ratio;
+        if (r && dsv4_comp_slots(r) < mx) mx = dsv4_comp_slots(r);
+    }
+    return mx > 0 ? mx : 1;
+}
+
+static struct dsv4_draft *draft_alloc(const struct dsv4_session *s) {
+    struct dsv4_draft *d = calloc(1, sizeof *d);
+    const uint32_t L = s->m->n_layer ? s->m->n_layer : 1;
+    if (!d || !(d->n_comp = calloc(L, sizeof *d->n_comp)) || !(d->off = calloc(L, sizeof *d->off))) {
+        draft_free(d);
+        return NULL;
+    }
+    size_t total = 0;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        d->off[il] = total;
+        total += (size_t)dsv4_session_draft_max(s) * draft_row_floats(s->m, il);
+    }
+    bool ok = true;
+    d->save = zalloc(total, sizeof(float), &ok);
+    if (!ok) {
+        draft_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Copies position q's ring row and frontier slots of layer il to (back:
+ * from) its place in the draft's save. */
+static void draft_copy(struct dsv4_session *s, uint32_t il, int64_t q, bool back) {
+    const struct dsv4_model *m = s->m;
+    struct dsv4_layer_state *st = &s->ls[il];
+    const uint32_t r = m->layers[il].ratio;
+    const size_t d = m->hp.n_embd_head, dI = m->hp.indexer_head_size;
+    float *save = s->draft->save + s->draft->off[il] + (size_t)(q - s->draft->n0) * draft_row_floats(m, il);
+    struct part {
+        float *buf;
+        size_t width;
+        int64_t slots;
+    } part[5] = {{st->raw, d, m->hp.n_swa}};
+    int np = 1;
+    if (r) {
+        const size_t Wc = (size_t)dsv4_coff(r) * d;
+        part[np++] = (struct part){st->fa, Wc, dsv4_comp_slots(r)};
+        part[np++] = (struct part){st->fb, Wc, dsv4_comp_slots(r)};
+    }
+    if (r == 4) {
+        const size_t Wi = (size_t)dsv4_coff(4) * dI;
+        part[np++] = (struct part){st->ia, Wi, dsv4_comp_slots(4)};
+        part[np++] = (struct part){st->ib, Wi, dsv4_comp_slots(4)};
+    }
+    for (int i = 0; i < np; i++) {
+        float *row = part[i].buf + (size_t)(q % part[i].slots) * part[i].width;
+        memcpy(back ? row : save, back ? save : row, part[i].width * sizeof(float));
+        save += part[i].width;
+    }
+}
+
+int dsv4_session_eval_draft(struct dsv4_session *s, const int32_t *tokens, int64_t n,
+                            float *logits, ms_err *err) {
+    if (n < 1 || n > dsv4_session_draft_max(s))
+        return ms_err_set(err, "a draft holds 1 to %lld tokens (got %lld)",
+                          (long long)dsv4_session_draft_max(s), (long long)n);
+    if (!logits) return ms_err_set(err, "a draft needs its logits array");
+    if (s->cap) return ms_err_set(err, "a draft cannot carry state captures");
+    if (!s->draft && !(s->draft = draft_alloc(s))) return ms_err_set(err, "out of memory for a draft");
+    struct dsv4_draft *d = s->draft;
+    d->open = false;
+    d->snapped = false;
+    d->n0 = s->n_past;
+    d->n = n;
+    d->logits = logits;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        d->n_comp[il] = s->ls[il].n_comp;
+        for (int64_t q = d->n0; q < d->n0 + n; q++) draft_copy(s, il, q, false);
+    }
+    /* on failure nothing is left to take back: a refused eval changed
+     * nothing, one that failed midway reset the session */
+    if (eval_passes(s, tokens, n, logits, err)) return -1;
+    d->open = true;
+    return 0;
+}
+
+int dsv4_session_draft_keep(struct dsv4_session *s, int64_t k, ms_err *err) {
+    struct dsv4_draft *d = s->draft;
+    if (!d || !d->open) return ms_err_set(err, "no draft is open");
+    if (k < 1 || k > d->n)
+        return ms_err_set(err, "a draft of %lld tokens keeps 1 to %lld (got %lld)", (long long)d->n,
+                          (long long)d->n, (long long)k);
+    d->open = false;
+    if (k == d->n) return 0;
+    const int64_t kept = d->n0 + k;
+    for (uint32_t il = 0; il < s->m->n_layer; il++) {
+        const uint32_t r = s->m->layers[il].ratio;
+        for (int64_t q = kept; q < d->n0 + d->n; q++) draft_copy(s, il, q, true);
+        s->ls[il].n_comp = d->n_comp[il] + (r ? kept / r - d->n0 / r : 0);
+    }
+    s->n_past = kept;
+    copy_floats(s->logits, d->logits + (size_t)(k - 1) * s->m->hp.n_vocab, s->m->hp.n_vocab);
+    s->has_logits = true;
+    /* a snapshot of a dropped position would look valid once the session
+     * is that long again */
+    if (d->snapped) s->epoch = new_epoch();
+    return 0;
+}
+
 /* ---- snapshots ----------------------------------------------------------
  *
  * A snapshot is a capture (the window ring, the frontiers and the logits
@@ -548,6 +693,8 @@ void dsv4_snapshot_free(struct dsv4_snapshot *snap) {
 struct dsv4_snapshot *dsv4_session_snapshot(const struct dsv4_session *s) {
     struct dsv4_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return NULL;
+    /* taken inside an open draft: stale if its tokens are taken back */
+    if (s->draft && s->draft->open) s->draft->snapped = true;
     bool ok = true;
     snap->m = s->m;
     snap->n_layer = s->m->n_layer;
@@ -598,6 +745,7 @@ int dsv4_session_restore(struct dsv4_session *s, struct dsv4_snapshot *snap, ms_
         return ms_err_set(err, "snapshot is stale: its session was reset, restored to another "
                           "point or loaded since (or it is another session's)");
     drop_captures(s);
+    draft_close(s);
     s->n_past = snap->n_past;
     s->has_logits = snap->has_logits;
     copy_floats(s->logits, snap->logits, s->m->hp.n_vocab);

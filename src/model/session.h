@@ -189,6 +189,47 @@ int dsv4_session_capture_at(struct dsv4_session *s, const int64_t *at, int n_at,
 /* Bytes one capture allocates for model m (at any n_ctx). */
 uint64_t dsv4_capture_bytes(const struct dsv4_model *m);
 
+/*
+ * Drafts (speculative decoding): an eval whose last tokens can be taken
+ * back.
+ *
+ * dsv4_session_eval_draft evaluates tokens[0..n) as dsv4_session_eval does
+ * (logits [n][n_vocab] required: the caller verifies the drafted tokens
+ * against them), after keeping a copy of what the n positions will
+ * overwrite: their window-ring rows, their compressor-frontier slots and
+ * every layer's compressed-row count (n rows a layer, about 12 KiB a
+ * position and layer at DeepSeek V4 Flash's shape). The draft stays open
+ * until dsv4_session_draft_keep(s, k), which keeps the first k of the n
+ * tokens (1 <= k <= n) and takes the others back: the ring and frontier
+ * slots get their copies again, the compressed rows the dropped positions
+ * emitted are forgotten (the counts; rows past a count are written again
+ * before they are read), n_past becomes n_past_before + k and the logits
+ * those after token k - 1 (row k - 1 of the eval's logits array, which
+ * must stay unchanged until then). The session is then exactly the one an
+ * eval of those k tokens alone leaves, bit for bit (evals of any length
+ * compute every row alike, dsv4_session_eval).
+ *
+ * n is at most dsv4_session_draft_max(): the positions of one draft must
+ * fall on distinct ring and frontier slots, so that each slot's copy is
+ * the state before the draft (the ratio-4 frontier has 8 slots). Snapshots
+ * taken before the draft stay valid. A snapshot taken while it is open
+ * would hold dropped positions: when tokens are taken back after one, the
+ * session changes lineage as a restore does, and every snapshot of it
+ * turns stale (callers snapshot between drafts).
+ * Another eval, a reset, a restore or a load closes an open draft as if
+ * all its tokens were kept. Errors (nothing changed): n outside
+ * [1, draft_max], logits NULL, captures armed, k outside [1, n] or no
+ * draft open; otherwise dsv4_session_eval's (a failure resets the session
+ * and ends the draft).
+ */
+int dsv4_session_eval_draft(struct dsv4_session *s, const int32_t *tokens, int64_t n,
+                            float *logits, ms_err *err);
+int dsv4_session_draft_keep(struct dsv4_session *s, int64_t k, ms_err *err);
+/* The longest draft this session's model allows (>= 1): min(n_swa, the
+ * smallest compressor frontier's slots, DSV4_DRAFT_MAX). */
+int64_t dsv4_session_draft_max(const struct dsv4_session *s);
+#define DSV4_DRAFT_MAX 16
+
 int64_t dsv4_session_n_past(const struct dsv4_session *s);
 /* Logits [n_vocab] after the last evaluated position, or NULL if none. */
 const float *dsv4_session_logits(const struct dsv4_session *s);

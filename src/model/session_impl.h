@@ -152,6 +152,21 @@ struct dsv4_session {
     int cap_sent;             /* those handed to cap_fn so far */
     dsv4_capture_fn cap_fn;
     void *cap_ctx;
+    /* the draft (dsv4_session_eval_draft): NULL before the first, then kept
+     * for the next ones; a pointer so that dsv4_session_snapshot (const s)
+     * can mark the open one as snapped */
+    struct dsv4_draft *draft;
+};
+
+/* What an open draft overwrote (session.c). */
+struct dsv4_draft {
+    bool open;
+    bool snapped;          /* a snapshot was taken while it was open */
+    int64_t n0, n;         /* n_past before it, its tokens */
+    const float *logits;   /* the caller's [n][n_vocab] */
+    int64_t *n_comp;       /* [n_layer] compressed-row counts before it */
+    size_t *off;           /* [n_layer] each layer's first float in save */
+    float *save;           /* per layer [draft_max][ring row, fa, fb, ia, ib] */
 };
 
 /* Layer il has run every token before position `at` in this pass: if a
