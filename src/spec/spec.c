@@ -1,0 +1,257 @@
+/*
+ * spec.c - speculative decoding with prompt-lookup guesses (see spec.h).
+ */
+#include "spec/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/mem.h"
+
+/* Moving averages: eval seconds and guess acceptance. */
+#define T_ALPHA 0.25
+#define A_ALPHA 0.1
+/* Acceptance before any guess of an n-gram length was tried, and where an
+ * untried length drifts back to (so a bad streak is tried again later). */
+#define A_PRIOR 0.5
+#define A_DRIFT 0.02
+/* Most guesses an eval, whatever the session allows. */
+#define GUESS_CAP 15
+
+struct ms_spec {
+    struct ms_session *s;
+    struct ms_spec_params p;
+    ms_spec_commit_fn commit;
+    void *commit_ctx;
+    int64_t V;
+    int64_t n_commit;      /* accepted tokens in the session */
+    int64_t n_reported;    /* n_commit at the last commit call */
+    float *rows;           /* [draft_max + 1][V] logits of the open draft */
+    int32_t guess[GUESS_CAP];
+    int n_guess, n_next;   /* guesses of the open draft, the next one to check */
+    int ngram;             /* the n-gram length the guesses came from */
+    bool open;
+    double t_eval[GUESS_CAP + 2]; /* seconds of an eval of n tokens (0: not measured) */
+    double accept[MS_SPEC_NGRAM_MAX + 1];
+    int32_t *hist;         /* [hist_cap]: the accepted tokens (n_commit) */
+    int64_t hist_cap;
+    struct ms_spec_stats st;
+};
+
+struct ms_spec_params ms_spec_defaults(void) {
+    return (struct ms_spec_params){.draft_max = 7, .ngram_min = 2};
+}
+
+int ms_spec_lookup(const int32_t *hist, int64_t n, int ngram_min, int32_t *out, int max_out,
+                   int *ngram) {
+    *ngram = 0;
+    if (ngram_min < 1) ngram_min = 1;
+    for (int m = MS_SPEC_NGRAM_MAX; m >= ngram_min; m--) {
+        if (n <= m) continue;
+        const int32_t *key = hist + n - m;
+        /* the latest earlier occurrence: what followed it is freshest */
+        for (int64_t j = n - m - 1; j >= 0; j--) {
+            if (hist[j] != key[0] || memcmp(hist + j, key, (size_t)m * sizeof *key)) continue;
+            int64_t k = n - (j + m);
+            if (k > max_out) k = max_out;
+            memcpy(out, hist + j + m, (size_t)k * sizeof *out);
+            *ngram = m;
+            return (int)k;
+        }
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Room for n tokens in hist; -1 on OOM. */
+static int hist_reserve(struct ms_spec *sp, int64_t n) {
+    if (n <= sp->hist_cap) return 0;
+    int64_t cap = sp->hist_cap ? sp->hist_cap : 1024;
+    while (cap < n) cap *= 2;
+    int32_t *h = realloc(sp->hist, (size_t)cap * sizeof *h);
+    if (!h) return -1;
+    sp->hist = h;
+    sp->hist_cap = cap;
+    return 0;
+}
+
+/* hist and the counts from the session as it is (start, after a failure). */
+static int hist_sync(struct ms_spec *sp) {
+    sp->open = false;
+    sp->n_commit = sp->n_reported = ms_session_n_past(sp->s);
+    if (hist_reserve(sp, sp->n_commit + 1)) return -1;
+    if (sp->n_commit) memcpy(sp->hist, ms_session_tokens(sp->s), (size_t)sp->n_commit * sizeof *sp->hist);
+    return 0;
+}
+
+int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
+                const struct ms_spec_params *p, ms_spec_commit_fn commit, void *commit_ctx,
+                ms_err *err) {
+    const struct ms_spec_params q = p ? *p : ms_spec_defaults();
+    if (q.draft_max < 0) return ms_err_set(err, "draft_max must be >= 0 (got %d)", q.draft_max);
+    if (q.ngram_min < 1 || q.ngram_min > MS_SPEC_NGRAM_MAX)
+        return ms_err_set(err, "ngram_min must be in [1, %d] (got %d)", MS_SPEC_NGRAM_MAX, q.ngram_min);
+    struct ms_spec *sp = calloc(1, sizeof *sp);
+    if (!sp) return ms_err_set(err, "out of memory");
+    sp->s = s;
+    sp->p = q;
+    int64_t cap = ms_session_draft_max(s) - 1;
+    if (cap > GUESS_CAP) cap = GUESS_CAP;
+    if (sp->p.draft_max > cap) sp->p.draft_max = (int)cap;
+    sp->commit = commit;
+    sp->commit_ctx = commit_ctx;
+    sp->V = n_vocab;
+    if (hist_sync(sp)) {
+        ms_spec_free(sp);
+        return ms_err_set(err, "out of memory");
+    }
+    for (int m = 0; m <= MS_SPEC_NGRAM_MAX; m++) sp->accept[m] = A_PRIOR;
+    if (sp->p.draft_max > 0) {
+        sp->rows = ms_aligned_alloc(64, (size_t)(sp->p.draft_max + 1) * (size_t)sp->V * sizeof(float));
+        if (!sp->rows) {
+            ms_spec_free(sp);
+            return ms_err_set(err, "out of memory for %d rows of logits", sp->p.draft_max + 1);
+        }
+    }
+    *out = sp;
+    return 0;
+}
+
+void ms_spec_free(struct ms_spec *sp) {
+    if (!sp) return;
+    ms_err err;
+    ms_spec_finish(sp, &err);
+    ms_free(sp->rows);
+    free(sp->hist);
+    free(sp);
+}
+
+const float *ms_spec_logits(const struct ms_spec *sp) {
+    return sp->open ? sp->rows + (size_t)sp->n_next * (size_t)sp->V : ms_session_logits(sp->s);
+}
+
+int64_t ms_spec_n_past(const struct ms_spec *sp) { return sp->n_commit; }
+
+struct ms_spec_stats ms_spec_get_stats(const struct ms_spec *sp) { return sp->st; }
+
+/* The session holds the accepted tokens alone: tell the caller. */
+static void committed(struct ms_spec *sp) {
+    if (sp->n_commit > sp->n_reported && sp->commit) sp->commit(sp->commit_ctx, sp->s, sp->n_reported);
+    sp->n_reported = sp->n_commit;
+}
+
+/* Ends the open draft keeping the accepted part: the token it began with
+ * and the guesses confirmed since. */
+static int close_draft(struct ms_spec *sp, ms_err *err) {
+    if (!sp->open) return 0;
+    sp->open = false;
+    /* the guess checked last was refused (or never checked): acceptance */
+    if (sp->n_next < sp->n_guess) {
+        double *a = &sp->accept[sp->ngram];
+        *a += A_ALPHA * (0.0 - *a);
+    }
+    if (ms_session_draft_keep(sp->s, 1 + sp->n_next, err)) return -1;
+    committed(sp);
+    return 0;
+}
+
+int ms_spec_finish(struct ms_spec *sp, ms_err *err) {
+    if (!sp->open) return 0;
+    /* unchecked guesses at the end say nothing about acceptance */
+    sp->n_guess = sp->n_next;
+    return close_draft(sp, err);
+}
+
+int ms_spec_best_k(const double *t_eval, int found, double a) {
+    /* an eval length never run costs what the longest shorter one measured
+     * does, so that it gets tried */
+    double t_known = t_eval[1];
+    if (t_known <= 0) return 0; /* plain decode is measured first */
+    double expect = 1.0, ai = 1.0, best_rate = 1.0 / t_known;
+    int best = 0;
+    for (int k = 1; k <= found; k++) {
+        if (t_eval[1 + k] > 0) t_known = t_eval[1 + k];
+        ai *= a;
+        expect += ai;
+        if (expect / t_known > best_rate) {
+            best_rate = expect / t_known;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* How many of the `found` guesses from an n-gram of length ngram to
+ * evaluate behind the token. */
+static int guesses_that_pay(struct ms_spec *sp, int found, int ngram) {
+    const int k = ms_spec_best_k(sp->t_eval, found, sp->accept[ngram]);
+    /* not tried: drift back, so that a bad streak is not the last word */
+    if (k == 0) sp->accept[ngram] += A_DRIFT * (A_PRIOR - sp->accept[ngram]);
+    return k;
+}
+
+static void t_record(struct ms_spec *sp, int n, double dt) {
+    double *t = &sp->t_eval[n];
+    *t = *t > 0 ? *t + T_ALPHA * (dt - *t) : dt;
+}
+
+int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
+    if (sp->open && sp->n_next < sp->n_guess && sp->guess[sp->n_next] == tok) {
+        /* the guess was right: its position is evaluated already */
+        double *a = &sp->accept[sp->ngram];
+        *a += A_ALPHA * (1.0 - *a);
+        sp->n_next++;
+        sp->hist[sp->n_commit++] = tok; /* room: reserved with the draft */
+        sp->st.accepted++;
+        if (sp->n_next == sp->n_guess) return close_draft(sp, err);
+        return 0;
+    }
+    if (close_draft(sp, err)) return -1;
+    const int64_t n_ctx = ms_session_n_ctx(sp->s);
+    if (sp->n_commit >= n_ctx)
+        return ms_err_set(err, "context full: %lld positions used, context size %lld",
+                          (long long)sp->n_commit, (long long)n_ctx);
+    /* guesses: prompt lookup over the accepted tokens and tok */
+    int k = 0, ngram = 0;
+    int max_k = sp->p.draft_max;
+    if (max_k > n_ctx - sp->n_commit - 1) max_k = (int)(n_ctx - sp->n_commit - 1);
+    if (hist_reserve(sp, sp->n_commit + 1 + max_k + 1)) return ms_err_set(err, "out of memory");
+    sp->hist[sp->n_commit] = tok;
+    if (max_k > 0) {
+        k = ms_spec_lookup(sp->hist, sp->n_commit + 1, sp->p.ngram_min, sp->guess, max_k, &ngram);
+        if (k > 0 && !sp->p.always) k = guesses_that_pay(sp, k, ngram);
+    }
+    const double t0 = now_s();
+    if (k == 0) {
+        if (ms_session_eval(sp->s, &tok, 1, NULL, err)) goto failed;
+        t_record(sp, 1, now_s() - t0);
+        sp->st.evals++;
+        sp->n_commit++;
+        committed(sp);
+        return 0;
+    }
+    int32_t toks[GUESS_CAP + 1];
+    toks[0] = tok;
+    memcpy(toks + 1, sp->guess, (size_t)k * sizeof *toks);
+    if (ms_session_eval_draft(sp->s, toks, 1 + k, sp->rows, err)) goto failed;
+    t_record(sp, 1 + k, now_s() - t0);
+    sp->st.evals++;
+    sp->st.drafts++;
+    sp->st.guessed += k;
+    sp->open = true;
+    sp->n_guess = k;
+    sp->n_next = 0;
+    sp->ngram = ngram;
+    sp->n_commit++;
+    return 0;
+failed:
+    /* a refused eval changed nothing; one that failed midway emptied s */
+    hist_sync(sp); /* shrinks or keeps: room was reserved */
+    return -1;
+}

@@ -1,0 +1,122 @@
+/*
+ * spec.h - speculative decoding with guesses from the context (prompt
+ * lookup): after the token just sampled, the tokens that followed the
+ * latest earlier occurrence of the last few tokens are guessed to come
+ * next, and the sampled token and the guesses are evaluated in one eval
+ * (ms_session_eval_draft). The caller samples after each position from its
+ * row as it always does; a guess equal to the sample costs no eval of its
+ * own, and at the first guess that differs the rest are taken back
+ * (ms_session_draft_keep).
+ *
+ * The tokens, the logits and the sampler's draws are those of plain
+ * decoding, bit for bit (an eval computes every position alike, whatever
+ * its length): speculation changes the speed, never the text, at any
+ * temperature and under any grammar. Coding agents gain most: an edit
+ * repeats the lines around it, a tool call repeats paths and names.
+ *
+ * Whether guessing pays depends on the machine: one eval of n tokens costs
+ * about one token's weight reads where decode is bound by memory (many
+ * cores), nearly n tokens' compute where it is bound by arithmetic (a few
+ * cores). So the stepper measures both sides as it goes and guesses k
+ * tokens only when the expected tokens per second beat plain decode:
+ *     k* = argmax_k (1 + a + a^2 + ... + a^k) / t(1 + k),
+ * a the measured chance that a guess is kept given the one before it was
+ * (per n-gram length), t(n) the measured seconds of an eval of n tokens
+ * (moving averages; an eval length not yet measured is taken as costing
+ * no more than the longest one below it, so it is tried once). With a = 0
+ * or t growing linearly, k* = 0: plain decode, nothing lost but a lookup.
+ * (The expected count is Leviathan et al., "Fast Inference from
+ * Transformers via Speculative Decoding", 2023, with one guess per
+ * position.)
+ *
+ * Depends on moestream.h and util/ only. One stepper per session and
+ * generation; not thread-safe.
+ */
+#ifndef MS_SPEC_SPEC_H
+#define MS_SPEC_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moestream.h"
+
+/* Longest n-gram looked up. */
+#define MS_SPEC_NGRAM_MAX 4
+
+struct ms_spec_params {
+    int draft_max; /* most guesses an eval (0: no speculation); capped at
+                      ms_session_draft_max - 1 */
+    int ngram_min; /* shortest n-gram that may start guesses (1..MS_SPEC_NGRAM_MAX) */
+    bool always;   /* guess whenever the lookup finds tokens, without the
+                      cost model: for tests and measurements */
+};
+
+/* draft_max 7 (DeepSeek V4's cap), ngram_min 2. */
+struct ms_spec_params ms_spec_defaults(void);
+
+/*
+ * Prompt lookup over token ids hist[0..n): for m = MS_SPEC_NGRAM_MAX down to
+ * ngram_min, the latest j < n - m with hist[j..j+m) == hist[n-m..n); the
+ * first m that has one gives out[0..) = hist[j+m ..), at most max_out
+ * tokens (fewer where hist ends). Returns the count (0: no match) and
+ * stores m in *ngram (0 when none). O(n * MS_SPEC_NGRAM_MAX) a call.
+ */
+int ms_spec_lookup(const int32_t *hist, int64_t n, int ngram_min, int32_t *out, int max_out,
+                   int *ngram);
+
+/* The cost model: the k in [0, found] with the best expected tokens per
+ * second, (1 + a + ... + a^k) / t_eval[1 + k], ties to the smaller; an
+ * unmeasured length (t_eval 0) costs the longest shorter one measured. 0
+ * while t_eval[1] is unmeasured. t_eval: [found + 2] seconds; a: the chance
+ * that a guess is kept given the one before it was. */
+int ms_spec_best_k(const double *t_eval, int found, double a);
+
+struct ms_spec_stats {
+    int64_t evals;      /* evals made (plain and drafts) */
+    int64_t drafts;     /* of them, evals with guesses */
+    int64_t guessed;    /* guesses evaluated */
+    int64_t accepted;   /* guesses that matched the token sampled there */
+};
+
+/* Called when the session holds exactly the accepted tokens again and has
+ * grown since the last call (from n_before tokens): a disk KV cache's
+ * continued checkpoints go here (ms_kv_after_eval), never on a state that
+ * holds guesses. */
+typedef void (*ms_spec_commit_fn)(void *ctx, struct ms_session *s, int64_t n_before);
+
+struct ms_spec;
+
+/* A stepper over s (which must outlive it; n_vocab its model's), from
+ * s's present state, which must have logits. p NULL: the defaults. commit
+ * may be NULL. Errors: OOM, bad parameters. */
+int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
+                const struct ms_spec_params *p, ms_spec_commit_fn commit, void *commit_ctx,
+                ms_err *err);
+/* Ends the stepper: ms_spec_finish, then frees (NULL: nothing). */
+void ms_spec_free(struct ms_spec *sp);
+
+/* The logits [n_vocab] after the last accepted token: where the next token
+ * is sampled from. Valid until the next ms_spec_accept / ms_spec_finish. */
+const float *ms_spec_logits(const struct ms_spec *sp);
+/* Accepted tokens in the session (ms_session_n_past less the guesses
+ * still pending): the context check uses this. */
+int64_t ms_spec_n_past(const struct ms_spec *sp);
+
+/*
+ * Appends tok, the token chosen from ms_spec_logits (sampled, forced or
+ * written by the caller alike), as ms_session_eval(s, &tok, 1) would: free
+ * when it equals the pending guess, else the pending guesses are taken back
+ * and tok is evaluated, with new guesses behind it when they pay. Errors:
+ * the eval's (the session is then empty, as after a failed eval); the
+ * context full (nothing changed).
+ */
+int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err);
+
+/* Takes back the guesses still pending, so that s holds exactly the
+ * accepted tokens (call before using s otherwise: a snapshot, a save, the
+ * next request). Idempotent; the stepper may go on afterwards. */
+int ms_spec_finish(struct ms_spec *sp, ms_err *err);
+
+struct ms_spec_stats ms_spec_get_stats(const struct ms_spec *sp);
+
+#endif

@@ -1,0 +1,323 @@
+/*
+ * test_spec.c - speculative decoding (spec/spec.h): the prompt lookup on a
+ * table of histories; a generation through the stepper is the plain one
+ * bit for bit (every token, every logits row the sampler sees), greedy and
+ * sampled, with guesses made whenever the lookup finds some, kept and cut;
+ * the commit function only ever sees the session holding accepted tokens;
+ * the context's end; the cost model on a machine where guesses never pay.
+ * On the tiny mkmodel model.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mkmodel/mkmodel.h"
+#include "moestream.h"
+#include "sample/sampler.h"
+#include "spec/spec.h"
+#include "test_util.h"
+
+static const char *g_path;
+
+static int setup(void **state) {
+    (void)state;
+    if (test_tmp_setup("test_spec")) return -1;
+    g_path = tmp_path("m.gguf");
+    struct mkmodel_opts o;
+    ms_err err;
+    return mkmodel_preset(&o, "tiny", &err) || mkmodel_write(&o, g_path, &err) ? -1 : 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(g_path);
+    return 0;
+}
+
+static void test_lookup(void **state) {
+    (void)state;
+    int32_t out[8];
+    int m;
+    /* the 4-gram 1 2 3 4 occurs earlier: what followed it (9 8 ...) */
+    const int32_t a[] = {1, 2, 3, 4, 9, 8, 7, 5, 2, 3, 4, 6, 1, 2, 3, 4};
+    assert_int_equal(ms_spec_lookup(a, 16, 2, out, 3, &m), 3);
+    assert_int_equal(m, 4);
+    assert_int_equal(out[0], 9);
+    assert_int_equal(out[1], 8);
+    assert_int_equal(out[2], 7);
+    /* without the 4-gram: 2 3 4 latest at index 9 -> 6 1 2 3 4 (up to the end) */
+    const int32_t b[] = {7, 2, 3, 4, 9, 8, 7, 5, 2, 3, 4, 6, 1, 2, 3, 4};
+    assert_int_equal(ms_spec_lookup(b, 16, 2, out, 8, &m), 5);
+    assert_int_equal(m, 3);
+    const int32_t want_b[] = {6, 1, 2, 3, 4};
+    assert_memory_equal(out, want_b, sizeof want_b);
+    /* a bigram only, refused when ngram_min is 3 */
+    const int32_t c[] = {5, 6, 1, 9, 9, 5, 6};
+    assert_int_equal(ms_spec_lookup(c, 7, 3, out, 8, &m), 0);
+    assert_int_equal(m, 0);
+    assert_int_equal(ms_spec_lookup(c, 7, 2, out, 8, &m), 5);
+    assert_int_equal(m, 2);
+    assert_int_equal(out[0], 1);
+    /* a loop: the guesses run to the history's end */
+    const int32_t d[] = {3, 4, 3, 4, 3, 4};
+    assert_int_equal(ms_spec_lookup(d, 6, 2, out, 8, &m), 2);
+    assert_int_equal(m, 4);
+    assert_int_equal(out[0], 3);
+    assert_int_equal(out[1], 4);
+    /* nothing before, too short, max_out 0 */
+    const int32_t e[] = {1, 2, 3, 4, 5};
+    assert_int_equal(ms_spec_lookup(e, 5, 1, out, 8, &m), 0);
+    assert_int_equal(ms_spec_lookup(e, 1, 1, out, 8, &m), 0);
+    assert_int_equal(ms_spec_lookup(d, 6, 2, out, 0, &m), 0);
+    /* a unigram with ngram_min 1 */
+    const int32_t f[] = {8, 1, 2, 8};
+    assert_int_equal(ms_spec_lookup(f, 4, 1, out, 8, &m), 3);
+    assert_int_equal(m, 1);
+}
+
+static void test_cost_model(void **state) {
+    (void)state;
+    const double linear[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const double flat[10] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const double half[10] = {0, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5};
+    const double unmeasured[10] = {0};
+    const double gaps[10] = {0, 1, 0, 0, 4, 0, 0, 0, 0, 0};
+    /* each guess costs a whole token: never, even when always right */
+    assert_int_equal(ms_spec_best_k(linear, 8, 0.99), 0);
+    /* free guesses: all of them, unless never kept */
+    assert_int_equal(ms_spec_best_k(flat, 8, 0.5), 8);
+    assert_int_equal(ms_spec_best_k(flat, 3, 0.5), 3);
+    assert_int_equal(ms_spec_best_k(flat, 8, 0.0), 0);
+    /* half a token each: (2 - 0.5^k) / (1 + k / 2) never beats 1 at a = 0.5
+     * (k = 1 ties), at a = 0.9 k = 3 is best (3.439 / 2.5) */
+    assert_int_equal(ms_spec_best_k(half, 8, 0.5), 0);
+    assert_int_equal(ms_spec_best_k(half, 8, 0.9), 3);
+    /* plain decode not measured yet: no guesses */
+    assert_int_equal(ms_spec_best_k(unmeasured, 8, 0.9), 0);
+    /* lengths not measured cost the longest shorter one: 2 and 3 tokens
+     * cost 1 (tried), 4 and up cost 4 */
+    assert_int_equal(ms_spec_best_k(gaps, 8, 0.9), 2);
+}
+
+struct commit_check {
+    const int32_t *want; /* the accepted tokens so far (the plain run's) */
+    int64_t calls, last;
+    bool ok;
+};
+
+static void on_commit(void *ctx, struct ms_session *s, int64_t n_before) {
+    struct commit_check *c = ctx;
+    const int64_t n = ms_session_n_past(s);
+    if (n_before != c->last || n <= n_before || memcmp(ms_session_tokens(s), c->want, (size_t)n * sizeof(int32_t)))
+        c->ok = false;
+    c->last = n;
+    c->calls++;
+}
+
+#define N_PROMPT 24
+#define N_GEN 120
+
+/* Plain decode, then the stepper with guesses whenever found, same seed:
+ * the same tokens and the same rows under the sampler. */
+static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min) {
+    struct ms_engine_params p = ms_engine_params_default(g_path);
+    p.n_threads = 2;
+    p.stream = mode;
+    p.n_ctx = 256;
+    struct ms_engine *e;
+    struct ms_session *s;
+    ms_err err;
+    assert_int_equal(ms_engine_load(&e, &p, &err), 0);
+    assert_int_equal(ms_session_new(&s, e, 256, &err), 0);
+    const int32_t V = (int32_t)ms_engine_info(e).n_vocab;
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)((i % 6) * 37 + 5); /* a loop to copy */
+    struct ms_sampler_params sp = ms_sampler_defaults(42);
+    sp.temp = temp;
+    int32_t plain[N_PROMPT + N_GEN];
+    float *rows = malloc((size_t)N_GEN * (size_t)V * sizeof *rows);
+    assert_non_null(rows);
+    memcpy(plain, prompt, sizeof prompt);
+    struct ms_sampler *smp;
+    assert_int_equal(ms_sampler_new(&smp, &sp, V, &err), 0);
+    assert_int_equal(ms_session_eval(s, prompt, N_PROMPT, NULL, &err), 0);
+    for (int i = 0; i < N_GEN; i++) {
+        memcpy(rows + (size_t)i * V, ms_session_logits(s), (size_t)V * sizeof(float));
+        plain[N_PROMPT + i] = ms_sampler_sample(smp, ms_session_logits(s));
+        assert_int_equal(ms_session_eval(s, &plain[N_PROMPT + i], 1, NULL, &err), 0);
+    }
+    ms_sampler_free(smp);
+
+    ms_session_reset(s);
+    assert_int_equal(ms_sampler_new(&smp, &sp, V, &err), 0);
+    assert_int_equal(ms_session_eval(s, prompt, N_PROMPT, NULL, &err), 0);
+    struct ms_spec_params q = ms_spec_defaults();
+    q.always = true;
+    q.ngram_min = ngram_min;
+    struct commit_check cc = {.want = plain, .last = N_PROMPT, .ok = true};
+    struct ms_spec *st;
+    assert_int_equal(ms_spec_new(&st, s, V, &q, on_commit, &cc, &err), 0);
+    for (int i = 0; i < N_GEN; i++) {
+        const float *lg = ms_spec_logits(st);
+        if (memcmp(lg, rows + (size_t)i * V, (size_t)V * sizeof(float)))
+            fail_msg("the logits before generated token %d differ from plain decoding", i);
+        const int32_t tok = ms_sampler_sample(smp, lg);
+        if (tok != plain[N_PROMPT + i]) fail_msg("token %d: %d, plain decoding %d", i, tok, plain[N_PROMPT + i]);
+        assert_int_equal(ms_spec_accept(st, tok, &err), 0);
+        assert_int_equal(ms_spec_n_past(st), N_PROMPT + i + 1);
+        assert_true(ms_session_n_past(s) >= ms_spec_n_past(st));
+    }
+    assert_int_equal(ms_spec_finish(st, &err), 0);
+    assert_int_equal(ms_spec_finish(st, &err), 0); /* idempotent */
+    assert_int_equal(ms_session_n_past(s), N_PROMPT + N_GEN);
+    assert_memory_equal(ms_session_tokens(s), plain, sizeof plain);
+    assert_true(cc.ok);
+    assert_int_equal(cc.last, N_PROMPT + N_GEN);
+    const struct ms_spec_stats stats = ms_spec_get_stats(st);
+    print_message("temp %.1f ngram_min %d: %lld evals for %d tokens, %lld drafts, %lld of %lld guesses kept\n",
+                  (double)temp, ngram_min, (long long)stats.evals, N_GEN, (long long)stats.drafts,
+                  (long long)stats.accepted, (long long)stats.guessed);
+    assert_true(stats.drafts > 0);
+    assert_true(stats.accepted < stats.guessed); /* some were cut */
+    assert_int_equal(stats.evals, N_GEN - stats.accepted);
+    if (temp <= 0) assert_true(stats.accepted > 0); /* the greedy runs repeat themselves */
+    ms_spec_free(st);
+    ms_sampler_free(smp);
+    free(rows);
+    ms_session_free(s);
+    ms_engine_free(e);
+}
+
+static void test_greedy(void **state) {
+    (void)state;
+    same_as_plain(0.0f, MS_STREAM_OFF, 2);
+}
+
+static void test_sampled(void **state) {
+    (void)state;
+    same_as_plain(1.0f, MS_STREAM_OFF, 1);
+}
+
+static void test_streamed(void **state) {
+    (void)state;
+    same_as_plain(0.0f, MS_STREAM_ON, 1);
+}
+
+/* Tokens the caller forces (a written tool call), here a loop broken every
+ * few tokens: guesses kept and cut over and over, and the logits at every
+ * step are those of one eval of the whole sequence. */
+static void test_forced(void **state) {
+    (void)state;
+    struct ms_engine_params p = ms_engine_params_default(g_path);
+    p.n_threads = 2;
+    p.stream = MS_STREAM_OFF;
+    p.n_ctx = 256;
+    struct ms_engine *e;
+    struct ms_session *s;
+    ms_err err;
+    assert_int_equal(ms_engine_load(&e, &p, &err), 0);
+    assert_int_equal(ms_session_new(&s, e, 256, &err), 0);
+    const int32_t V = (int32_t)ms_engine_info(e).n_vocab;
+    enum { N = 230 };
+    int32_t seq[N];
+    for (int i = 0; i < N; i++) seq[i] = (int32_t)((i % 7) * 41 + 3 + (i % 11 == 10 ? 1 : 0));
+    float *ref = malloc((size_t)N * (size_t)V * sizeof *ref);
+    assert_non_null(ref);
+    assert_int_equal(ms_session_eval(s, seq, N, ref, &err), 0);
+    ms_session_reset(s);
+    assert_int_equal(ms_session_eval(s, seq, 10, NULL, &err), 0);
+    struct ms_spec_params q = ms_spec_defaults();
+    q.always = true;
+    struct ms_spec *st;
+    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    for (int i = 10; i < N; i++) {
+        if (memcmp(ms_spec_logits(st), ref + (size_t)(i - 1) * V, (size_t)V * sizeof(float)))
+            fail_msg("the logits after position %d differ from one eval's", i - 1);
+        assert_int_equal(ms_spec_accept(st, seq[i], &err), 0);
+    }
+    if (memcmp(ms_spec_logits(st), ref + (size_t)(N - 1) * V, (size_t)V * sizeof(float)))
+        fail_msg("the last logits differ from one eval's");
+    const struct ms_spec_stats stats = ms_spec_get_stats(st);
+    print_message("forced: %lld evals for %d tokens, %lld of %lld guesses kept\n", (long long)stats.evals,
+                  N - 10, (long long)stats.accepted, (long long)stats.guessed);
+    assert_true(stats.accepted > (N - 10) / 2);
+    assert_true(stats.accepted < stats.guessed);
+    assert_int_equal(stats.evals + stats.accepted, N - 10);
+    ms_spec_free(st);
+    assert_int_equal(ms_session_n_past(s), N);
+    free(ref);
+    ms_session_free(s);
+    ms_engine_free(e);
+}
+
+/* The context's last positions: guesses never run past it, and a token
+ * past it is refused with nothing changed. */
+static void test_context_end(void **state) {
+    (void)state;
+    struct ms_engine_params p = ms_engine_params_default(g_path);
+    p.n_threads = 1;
+    p.stream = MS_STREAM_OFF;
+    p.n_ctx = 40;
+    struct ms_engine *e;
+    struct ms_session *s;
+    ms_err err;
+    assert_int_equal(ms_engine_load(&e, &p, &err), 0);
+    assert_int_equal(ms_session_new(&s, e, 40, &err), 0);
+    const int32_t V = (int32_t)ms_engine_info(e).n_vocab;
+    int32_t loop[36];
+    for (int i = 0; i < 36; i++) loop[i] = (int32_t)(i % 3 + 10);
+    assert_int_equal(ms_session_eval(s, loop, 33, NULL, &err), 0);
+    struct ms_spec_params q = ms_spec_defaults();
+    q.always = true;
+    struct ms_spec *st;
+    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    /* the loop goes on: each accept may guess, but never past 40 */
+    for (int i = 33; i < 40; i++) {
+        assert_int_equal(ms_spec_accept(st, loop[i % 36], &err), 0);
+        assert_true(ms_session_n_past(s) <= 40);
+    }
+    assert_int_equal(ms_spec_n_past(st), 40);
+    assert_int_not_equal(ms_spec_accept(st, 10, &err), 0);
+    assert_non_null(strstr(err.msg, "context full"));
+    assert_int_equal(ms_spec_n_past(st), 40);
+    assert_int_equal(ms_spec_finish(st, &err), 0);
+    assert_int_equal(ms_session_n_past(s), 40);
+    assert_true(ms_spec_get_stats(st).accepted > 0);
+    ms_spec_free(st);
+    /* a stepper with draft_max 0 is plain decode */
+    ms_session_reset(s);
+    assert_int_equal(ms_session_eval(s, loop, 30, NULL, &err), 0);
+    q.draft_max = 0;
+    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    for (int i = 30; i < 36; i++) assert_int_equal(ms_spec_accept(st, loop[i], &err), 0);
+    assert_int_equal(ms_spec_get_stats(st).drafts, 0);
+    assert_int_equal(ms_spec_get_stats(st).evals, 6);
+    ms_spec_free(st);
+    /* bad parameters */
+    q.draft_max = -1;
+    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    q.draft_max = 3;
+    q.ngram_min = 0;
+    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    ms_session_free(s);
+    ms_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_cost_model),
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_sampled),
+        cmocka_unit_test(test_streamed),
+        cmocka_unit_test(test_forced),
+        cmocka_unit_test(test_context_end),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
