@@ -51,7 +51,7 @@ build-release: deps
 	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build build-release -j $(JOBS)
 	@# the bench tools are not in `all`; building them here keeps them compiling
-	@cmake --build build-release -j $(JOBS) --target bench_kernels bench_indexer
+	@cmake --build build-release -j $(JOBS) --target bench_kernels bench_indexer bench_draft
 
 build-fuzz/fuzz_gguf: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_FUZZ=ON >/dev/null

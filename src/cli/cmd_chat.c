@@ -63,6 +63,7 @@ static void usage(FILE *f) {
             "      --system TEXT    system prompt\n"
             "      --nothink        start in non-thinking mode (/think switches back)\n"
             "      --verbose-prompt print each turn's new prompt token ids to stderr\n" GEN_SAMPLING_HELP
+            GEN_SPEC_HELP
             KV_HELP
             ENGINE_HELP
             "Lines starting with / are commands (/help lists them); Ctrl-C stops an answer.\n");
@@ -95,6 +96,7 @@ struct chat {
     int turn;
     struct ms_kvstore *kv;          /* disk KV cache, or NULL */
     struct kv_cli kp;
+    struct ms_spec *spec;           /* speculative decoding, or NULL (--draft 0) */
 };
 
 static void msg_free(struct ms_chat_msg *m) {
@@ -295,6 +297,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
 
     double t_decode = 0.0;
     out.kv = c->kv;
+    out.spec = c->spec;
     if (gen_decode(c->s, c->smp, c->tok, NULL, c->n_predict, true, &g_stop, stdout, &out, &t_decode, err))
         goto broken;
     printf("\n");
@@ -308,16 +311,18 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
         if (ms_buf_put(&c->done_kind, &kc, 1)) goto oom;
     }
     const struct ms_stream_stats st2 = ms_engine_stream_stats(c->e);
+    char drafts[128];
+    gen_spec_summary(c->spec, out.n_eval, drafts, sizeof drafts);
     char io_wait[96] = "";
     if (st2.streaming)
         snprintf(io_wait, sizeof io_wait, "; I/O wait: prefill %.3f s, decode %.3f s", w1 - w0,
                  st2.io_wait_seconds - w1);
     fprintf(stderr,
             "chat: turn %d: prefilled %zu new tokens (reused %lld), generated %lld tokens; "
-            "prefill %.2f tok/s, decode %.2f tok/s%s%s%s\n",
+            "prefill %.2f tok/s, decode %.2f tok/s%s%s%s%s\n",
             c->turn, n_ids, (long long)reused, (long long)out.n_eval,
             t_prefill > 0 ? (double)n_ids / t_prefill : 0.0,
-            t_decode > 0 ? (double)out.n / t_decode : 0.0, io_wait,
+            t_decode > 0 ? (double)out.n / t_decode : 0.0, io_wait, drafts,
             out.interrupted ? " (interrupted)" : "", out.ctx_full ? " (context full)" : "");
     rc = 0;
     goto done;
@@ -535,7 +540,7 @@ int cmd_chat(int argc, char **argv) {
         {"n-predict", required_argument, 0, 'n'}, {"nothink", no_argument, 0, OPT_NOTHINK},
         {"system", required_argument, 0, OPT_SYSTEM}, {"help", no_argument, 0, 'h'},
         {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
-        GEN_SAMPLING_OPTIONS, KV_OPTIONS,         ENGINE_OPTIONS,
+        GEN_SAMPLING_OPTIONS, GEN_SPEC_OPTIONS,   KV_OPTIONS,         ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     struct engine_cli eng = {.ep = ms_engine_params_default(NULL)};
     eng.ep.n_ctx = MS_CTX_AUTO; /* a conversation grows: as long as memory allows */
@@ -543,11 +548,13 @@ int cmd_chat(int argc, char **argv) {
     bool seeded = false;
     struct chat c = {.think = true, .n_predict = 1024, .kp = {.p = ms_kv_params_default(NULL)}};
     struct ms_sampler_params sp = ms_sampler_defaults(0);
+    struct ms_spec_params spec = ms_spec_defaults();
     int opt;
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "m:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("chat", opt, optarg, &sp, &seeded);
+        if (r == 0) r = gen_spec_opt("chat", opt, optarg, &spec);
         if (r == 0) r = engine_cli_opt("chat", opt, optarg, &eng);
         if (r == 0) r = kv_opt("chat", opt, optarg, &c.kp);
         if (r < 0) return 2;
@@ -598,6 +605,7 @@ int cmd_chat(int argc, char **argv) {
     if (ms_session_new(&c.s, c.e, 0, &err)) goto fail;
     if (ms_sampler_new(&c.smp, &sp, (int32_t)ms_engine_info(c.e).n_vocab, &err)) goto fail;
     if (kv_open_opt(&c.kv, c.e, &c.kp, &err)) goto fail;
+    if (gen_spec_new(&c.spec, c.s, c.tok, &spec, c.kv, &err)) goto fail;
     if (system && *system) {
         char *sys = strdup(system);
         if (!sys || push_msg(&c, "system", sys, NULL)) {
@@ -665,6 +673,7 @@ done:
     ms_buf_free(&c.snap_kind);
     ms_snapshot_free(c.snap);
     ms_sampler_free(c.smp);
+    ms_spec_free(c.spec);
     ms_kv_close(c.kv);
     ms_session_free(c.s);
     ms_engine_free(c.e);

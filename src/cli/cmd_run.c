@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "      --stats          print a JSON line of figures to stderr at the end\n"
             "      --stats-json FILE  write that JSON object to FILE\n"
             "      --profile-routing FILE  write the observed routing as an expert hotlist\n"
-            GEN_SAMPLING_HELP
+            GEN_SAMPLING_HELP GEN_SPEC_HELP
             GEN_GRAMMAR_HELP
             KV_HELP
             ENGINE_HELP);
@@ -45,6 +45,7 @@ struct run_opts {
     struct engine_cli eng;
     struct kv_cli kp;
     struct ms_sampler_params sp;
+    struct ms_spec_params spec; /* --draft */
     struct gen_grammar gg; /* --grammar / --json-schema and friends */
     bool seeded;
     const char *prompt, *prompt_file, *stats_json, *profile;
@@ -134,11 +135,12 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
         {"no-special", no_argument, 0, OPT_NO_SPECIAL},
         {"verbose-prompt", no_argument, 0, OPT_VERBOSE_PROMPT},
         {"help", no_argument, 0, 'h'},           GEN_SAMPLING_OPTIONS,
-        GEN_GRAMMAR_OPTIONS,                     KV_OPTIONS,                              ENGINE_OPTIONS,
+        GEN_SPEC_OPTIONS,                        GEN_GRAMMAR_OPTIONS,                     KV_OPTIONS,                              ENGINE_OPTIONS,
         {0, 0, 0, 0}};
     *o = (struct run_opts){.eng = {.ep = ms_engine_params_default(NULL)},
                            .kp = {.p = ms_kv_params_default(NULL)},
                            .sp = ms_sampler_defaults(0),
+                           .spec = ms_spec_defaults(),
                            .n_predict = 256,
                            .think = true};
     int c;
@@ -146,6 +148,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:h", opts, NULL)) != -1) {
         int r = gen_sampling_opt("run", c, optarg, &o->sp, &o->seeded);
+        if (r == 0) r = gen_spec_opt("run", c, optarg, &o->spec);
         if (r == 0) r = gen_grammar_opt("run", c, optarg, &o->gg);
         if (r == 0) r = engine_cli_opt("run", c, optarg, &o->eng);
         if (r == 0) r = kv_opt("run", c, optarg, &o->kp);
@@ -251,6 +254,7 @@ static int run_run(const struct run_opts *o) {
     size_t rlen = 0, n_segs = 0;
     struct ms_chat_seg *segs = NULL;
     struct gen_out out = {0};
+    struct ms_spec *spec = NULL;
     struct gen_grammar gg = o->gg; /* the options; loaded below */
     struct ms_tokenizer *early = NULL;
     int rc = 1;
@@ -349,6 +353,8 @@ static int run_run(const struct run_opts *o) {
     const double t_prefill = gen_now() - t0;
     const struct ms_stream_stats st1 = ms_engine_stream_stats(e);
     double t_decode = 0.0;
+    if (gen_spec_new(&spec, s, tok, &o->spec, kv, &err)) goto fail;
+    out.spec = spec;
     if (gen_decode(s, smp, tok, &gg, o->n_predict, false, NULL, stdout, &out, &t_decode, &err)) goto fail;
     if (printf("\n") < 0 || fflush(stdout)) {
         ms_err_errno(&err, errno ? errno : EIO, "cannot write the output");
@@ -363,17 +369,22 @@ static int run_run(const struct run_opts *o) {
     char fmt_cost[96] = ""; /* what the structured-output masks took of decode */
     if (gg.mask_steps > 0)
         snprintf(fmt_cost, sizeof fmt_cost, "; format masks: %.3f ms/token", 1e3 * gg.mask_seconds / (double)gg.mask_steps);
+    char drafts[128];
+    gen_spec_summary(spec, out.n_eval, drafts, sizeof drafts);
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
-                    "(%.2f tok/s); stop: %s; seed %llu%s%s\n",
+                    "(%.2f tok/s); stop: %s; seed %llu%s%s%s\n",
             n_todo, t_prefill, t_prefill > 0 ? (double)n_todo / t_prefill : 0.0, (long long)out.n,
             t_decode, t_decode > 0 ? (double)out.n / t_decode : 0.0,
             out.eos ? "end of sentence" : out.ctx_full ? "context full" : "token limit",
-            (unsigned long long)o->sp.seed, io_wait, fmt_cost);
+            (unsigned long long)o->sp.seed, io_wait, fmt_cost, drafts);
+    const struct ms_spec_stats sps = spec ? ms_spec_get_stats(spec) : (struct ms_spec_stats){.evals = out.n_eval};
     const struct run_stats rs = {.prefill_tokens = (int64_t)n_todo, .decode_tokens = out.n, .kv = kv,
                                  .prefill_seconds = t_prefill, .decode_seconds = t_decode,
                                  .prefill_bytes_read = st1.bytes_read - st0.bytes_read,
                                  .prefill_io_wait = st1.io_wait_seconds - st0.io_wait_seconds,
-                                 .decode_io_wait = st2.io_wait_seconds - st1.io_wait_seconds};
+                                 .decode_io_wait = st2.io_wait_seconds - st1.io_wait_seconds,
+                                 .decode_evals = sps.evals, .draft_guessed = sps.guessed,
+                                 .draft_accepted = sps.accepted};
     if (o->profile && ms_engine_write_routing_profile(e, o->profile, &err)) goto fail;
     if (o->stats && write_run_stats(stderr, e, &rs)) {
         ms_err_set(&err, "cannot write the stats");
@@ -393,6 +404,7 @@ static int run_run(const struct run_opts *o) {
 fail:
     fprintf(stderr, "moestream run: %s\n", err.msg);
 done:
+    ms_spec_free(spec);
     gen_out_free(&out);
     free(ids);
     free(rest);

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "                       tenth of the memory and less when the plan needs it; 0 =\n"
             "                       off; the memory plan counts it)\n"
             "      --no-tool-grammar  sample tool calls freely (default: a call follows its\n"
-            "                       tool's JSON schema, so it always parses)\n" KV_SERVE_HELP
+            "                       tool's JSON schema, so it always parses)\n" GEN_SPEC_HELP KV_SERVE_HELP
                 ENGINE_HELP);
 }
 
@@ -83,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
         {"kv-ram-mb", required_argument, 0, OPT_KV_RAM_MB},
         {"no-tool-grammar", no_argument, 0, OPT_NO_TOOL_GRAMMAR},
         {"help", no_argument, 0, 'h'},
+        GEN_SPEC_OPTIONS,
         ENGINE_OPTIONS,
         KV_SERVE_OPTIONS,
         {0, 0, 0, 0}};
@@ -90,7 +91,8 @@ int cmd_serve(int argc, char **argv) {
     eng.ep.n_ctx = MS_CTX_AUTO; /* a conversation grows: as long as memory allows */
     struct kv_cli kp = {.p = ms_kv_params_default(NULL)};
     struct ms_server_opts so = {.host = "127.0.0.1", .port = 8000, .stop = &g_stop, .kv = &kp.p,
-                                .ram_bytes = (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20};
+                                .ram_bytes = (uint64_t)MS_SERVE_RAM_MB_DEFAULT << 20,
+                                .spec = ms_spec_defaults()};
     long v;
     int c;
     bool ram_given = false;
@@ -99,6 +101,7 @@ int cmd_serve(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "m:t:c:h", opts, NULL)) != -1) {
         int r = engine_cli_opt("serve", c, optarg, &eng);
         if (r == 0) r = kv_opt("serve", c, optarg, &kp);
+        if (r == 0) r = gen_spec_opt("serve", c, optarg, &so.spec);
         if (r < 0) return 2;
         if (r > 0) continue;
         switch (c) {

@@ -240,6 +240,9 @@ int write_run_stats(FILE *f, const struct ms_engine *e, const struct run_stats *
     json_object_set_new(o, "prefill_seconds", json_real(rs->prefill_seconds));
     json_object_set_new(o, "decode_tokens", json_integer(rs->decode_tokens));
     json_object_set_new(o, "decode_seconds", json_real(rs->decode_seconds));
+    json_object_set_new(o, "decode_evals", json_integer(rs->decode_evals));
+    json_object_set_new(o, "draft_guessed", json_integer(rs->draft_guessed));
+    json_object_set_new(o, "draft_accepted", json_integer(rs->draft_accepted));
     json_object_set_new(o, "bytes_read", json_integer((json_int_t)ss.bytes_read));
     json_object_set_new(o, "proc_read_bytes", json_integer((json_int_t)proc_read_bytes()));
     json_object_set_new(o, "routed_bytes", json_integer((json_int_t)info.routed_bytes));

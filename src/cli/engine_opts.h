@@ -133,6 +133,8 @@ struct run_stats {
     double prefill_io_wait;      /* seconds the prefill waited for expert reads */
     double decode_io_wait;       /* seconds the decode steps waited for expert reads */
     const struct ms_kvstore *kv; /* NULL, or the disk KV cache whose figures to add */
+    int64_t decode_evals;        /* evals decode made (fewer than its tokens with drafts) */
+    int64_t draft_guessed, draft_accepted; /* guesses evaluated, and kept */
 };
 
 /* Writes the stats JSON object (one line) to f: the run's figures, the

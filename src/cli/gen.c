@@ -75,6 +75,37 @@ int gen_sampling_opt(const char *cmd, int c, const char *arg, struct ms_sampler_
     }
 }
 
+int gen_spec_opt(const char *cmd, int c, const char *arg, struct ms_spec_params *p) {
+    long v;
+    switch (c) {
+    case GEN_OPT_DRAFT:
+        if (!ms_parse_long(arg, 0, 64, &v)) {
+            p->draft_max = (int)v;
+            return 1;
+        }
+        fprintf(stderr, "moestream %s: --draft must be an integer in [0, 64] (0: off)\n", cmd);
+        return -1;
+    case GEN_OPT_DRAFT_ALWAYS: p->always = true; return 1;
+    default: return 0;
+    }
+}
+
+int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tokenizer *t,
+                 const struct ms_spec_params *p, struct ms_kvstore *kv, ms_err *err) {
+    *out = NULL;
+    if (p->draft_max <= 0) return 0;
+    return ms_spec_new(out, s, (int32_t)ms_tokenizer_n_vocab(t), p, gen_commit, kv, err);
+}
+
+void gen_spec_summary(const struct ms_spec *sp, int64_t n_tokens, char *buf, size_t size) {
+    buf[0] = 0;
+    if (!sp) return;
+    const struct ms_spec_stats st = ms_spec_get_stats(sp);
+    if (st.guessed > 0)
+        snprintf(buf, size, "; drafts: %lld evals for %lld tokens, %lld of %lld guesses kept",
+                 (long long)st.evals, (long long)n_tokens, (long long)st.accepted, (long long)st.guessed);
+}
+
 enum { BAR_MIN_TOKENS = 64, BAR_WIDTH = 40, BAR_MIN_WIDTH = 10 };
 
 /* What the progress callback of gen_prefill needs. */
@@ -309,6 +340,10 @@ static int grammar_step(struct gen_grammar *gg, uint32_t n_vocab, int32_t eos, c
     return rc;
 }
 
+void gen_commit(void *ctx, struct ms_session *s, int64_t n_before) {
+    if (ctx) ms_kv_after_eval(ctx, s, n_before);
+}
+
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
                struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
                FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err) {
@@ -319,13 +354,18 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
     const int32_t think = ms_tokenizer_find(t, "<think>", 7);
     const int32_t end_think = ms_tokenizer_find(t, "</think>", 8);
     bool gr_on = gg && gg->g && !gg->after_think;
-    int rc = 0;
-    for (int64_t i = 0; i < n_max; i++) {
+    /* without a stepper, one that never guesses: the same loop */
+    const struct ms_spec_params plain = {.draft_max = 0, .ngram_min = 1};
+    struct ms_spec *sp = out->spec, *own = NULL;
+    int rc = sp ? ms_spec_begin(sp, err)
+                : ms_spec_new(&own, s, (int32_t)ms_tokenizer_n_vocab(t), &plain, gen_commit, out->kv, err);
+    if (own) sp = own;
+    for (int64_t i = 0; !rc && i < n_max; i++) {
         if (stop && *stop) {
             out->interrupted = true;
             break;
         }
-        const float *logits = ms_session_logits(s);
+        const float *logits = ms_spec_logits(sp);
         if (!logits) {
             rc = ms_err_set(err, "no logits to sample from (empty session)");
             break;
@@ -385,15 +425,21 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
             break;
         }
         if (i + 1 == n_max && !eval_last) break;
-        if (ms_session_n_past(s) >= ms_session_n_ctx(s)) {
+        if (ms_spec_n_past(sp) >= ms_session_n_ctx(s)) {
             out->ctx_full = true;
             break;
         }
-        const int64_t n_before = ms_session_n_past(s);
-        if ((rc = ms_session_eval(s, &tok, 1, NULL, err))) break;
+        if ((rc = ms_spec_accept(sp, tok, err))) break;
         out->n_eval++;
-        if (out->kv) ms_kv_after_eval(out->kv, s, n_before);
     }
+    /* the session ends at the last accepted token, guesses taken back
+     * (after an error too: the first error is the one reported) */
+    if (sp) {
+        ms_err later;
+        const int rf = ms_spec_finish(sp, rc ? &later : err);
+        if (!rc) rc = rf;
+    }
+    ms_spec_free(own);
     *t_decode = gen_now() - t0;
     return rc;
 }

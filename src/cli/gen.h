@@ -12,6 +12,7 @@
 
 #include "moestream.h"
 #include "sample/sampler.h"
+#include "spec/spec.h"
 #include "text/grammar.h"
 #include "util/parse.h" /* ms_parse_long for the subcommands' own integer options */
 
@@ -33,6 +34,29 @@ enum {
     "      --top-p P        keep the smallest set with mass >= P (default 0.95; 1: off)\n"  \
     "      --min-p P        keep tokens with p >= P * p_max (default 0.05; 0: off)\n"       \
     "      --seed S         sampling seed (default: from the clock)\n"
+
+/* getopt_long codes and help of the speculative-decoding options. */
+enum { GEN_OPT_DRAFT = 1200, GEN_OPT_DRAFT_ALWAYS };
+#define GEN_SPEC_OPTIONS                                                                       \
+    {"draft", required_argument, 0, GEN_OPT_DRAFT}, {"draft-always", no_argument, 0, GEN_OPT_DRAFT_ALWAYS}
+#define GEN_SPEC_HELP                                                                          \
+    "      --draft N        guess up to N tokens a step from the context and check them in\n"  \
+    "                       one eval where that pays (speculative decoding; the same\n"        \
+    "                       output; default 7, the most; 0: off)\n"                             \
+    "      --draft-always   guess whenever the context offers tokens, paying or not\n"         \
+    "                       (for measurements)\n"
+/* Handles one speculative-decoding option c (argument arg) into *p: 1 when
+ * c was one, 0 when not, -1 (after printing "moestream <cmd>: ...") when
+ * its value is malformed. */
+int gen_spec_opt(const char *cmd, int c, const char *arg, struct ms_spec_params *p);
+/* The stepper gen_decode uses for s (gen_out.spec) with parameters p: NULL
+ * with *err unset when p asks for none (draft_max 0); kv: the store that
+ * gets continued checkpoints, or NULL. */
+int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tokenizer *t,
+                 const struct ms_spec_params *p, struct ms_kvstore *kv, ms_err *err);
+/* One line of the stepper's figures for a run's summary ("" when it made
+ * no guesses): evals, guesses kept. */
+void gen_spec_summary(const struct ms_spec *sp, int64_t n_tokens, char *buf, size_t size);
 
 /* Handles one sampling option c with argument arg into *p. Returns 1 when c
  * was a sampling option, 0 when it was not, -1 (after printing "moestream
@@ -115,6 +139,7 @@ void gen_grammar_free(struct gen_grammar *gg);
 /* The tokens a decode produced (not counting a final end-of-sentence). */
 struct gen_out {
     struct ms_kvstore *kv; /* input: NULL, or the store that gets continued checkpoints */
+    struct ms_spec *spec;  /* input: NULL, or the session's speculative stepper (spec/spec.h) */
     int32_t *tokens; /* malloc'd [n] */
     int64_t n, cap;
     int64_t n_eval;  /* how many of them were evaluated into the session */
@@ -131,7 +156,11 @@ struct gen_out {
  * produced token, as chat needs). Stops early at the tokenizer's EOS (not
  * evaluated, not stored), when *stop becomes non-zero, or when the context is
  * full. With out->kv set, a continued checkpoint is saved whenever an eval
- * crosses the store's interval. *t_decode receives the seconds spent.
+ * crosses the store's interval. With out->spec (made over s with
+ * gen_commit as its commit function and the store as its context), the
+ * tokens after each one are guessed and evaluated with it where that pays
+ * (spec/spec.h): the same text, sooner. *t_decode receives the seconds
+ * spent.
  * With gg (may be NULL; loaded by gen_grammar_load) each token is drawn
  * from what its grammar allows, and EOS only once the grammar is
  * complete; a grammar complete with nothing more allowed ends the output
@@ -144,5 +173,9 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
                struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
                FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err);
 void gen_out_free(struct gen_out *o);
+/* ms_spec_commit_fn for gen_decode's stepper: ctx a struct ms_kvstore or
+ * NULL; a continued checkpoint when the accepted tokens cross its
+ * interval. */
+void gen_commit(void *ctx, struct ms_session *s, int64_t n_before);
 
 #endif

@@ -229,6 +229,9 @@ static char *metrics_body(struct server *sv) {
     COUNTER("prompt_tokens_total", "Prompt tokens of finished requests.", m.prompt_tokens);
     COUNTER("cached_prompt_tokens_total", "Prompt tokens not prefilled: reused from the live session, the snapshot or the disk KV cache.", m.cached_tokens);
     COUNTER("completion_tokens_total", "Generated tokens.", m.completion_tokens);
+    COUNTER("decode_evals_total", "Evals decode made: fewer than the tokens it evaluated where guesses were kept (speculative decoding, --draft).", m.decode_evals);
+    COUNTER("draft_guessed_tokens_total", "Guessed tokens evaluated behind a sampled one (--draft).", m.draft_guessed);
+    COUNTER("draft_accepted_tokens_total", "Guessed tokens that matched the token chosen there, evaluated for free.", m.draft_accepted);
     COUNTER("prefix_cache_hits_total", "Requests that extended the live session.", m.prefix_hits);
     COUNTER("snapshot_restores_total", "Requests that restored the in-memory snapshot (the live session before its prompt's last token).", m.snapshot_restores);
     COUNTER("full_prefills_total", "Requests prefilled from an empty session.", m.full_prefills);
@@ -684,6 +687,9 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     sv->end_think_tok = ms_tokenizer_find(sv->tok, MS_CHAT_END_THINK, strlen(MS_CHAT_END_THINK));
     if (ms_session_new(&sv->s, e, sv->o.n_ctx, err)) goto out;
     sv->n_ctx = ms_session_n_ctx(sv->s);
+    if (sv->o.spec.draft_max > 0 &&
+        ms_spec_new(&sv->spec, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &sv->o.spec, worker_commit, sv, err))
+        goto out;
     sv->live_disk_n = -1;
     sv->pk.budget = sv->o.ram_bytes;
     sv->m.ram_budget = sv->o.ram_bytes;
@@ -749,6 +755,7 @@ out:
     if (d) MHD_stop_daemon(d);
     ms_kv_close(sv->kv);
     parked_free(&sv->pk);
+    ms_spec_free(sv->spec);
     ms_session_free(sv->s);
     ms_snapshot_free(sv->snap);
     free(sv->snap_text);

@@ -165,6 +165,8 @@ struct metrics {
     double prefill_seconds, decode_seconds;
     uint64_t prefix_hits, snapshot_restores, full_prefills;
     double last_prefill_tps, last_decode_tps, last_ttft;
+    /* speculative decoding: decode's evals, guesses evaluated and kept */
+    uint64_t decode_evals, draft_guessed, draft_accepted;
     /* disk KV cache: the store's figures, copied by the worker after each
      * use (the store itself is worker-only) */
     bool kv_on;
@@ -203,8 +205,10 @@ struct server {
     size_t replay_lines; /* lines in the log (this process's count) */
     bool replay_torn;    /* the last append failed part-way */
 
-    /* worker-only: the live session */
+    /* worker-only: the live session, and its speculative stepper (NULL:
+     * off), kept across requests so that its cost model is measured once */
     struct ms_session *s;
+    struct ms_spec *spec;
     struct ms_buf live;     /* text of the evaluated tokens */
     struct ms_snapshot *snap;
     char *snap_text;
@@ -342,6 +346,9 @@ void job_emit(struct job *j, const char *s, size_t n);
 
 /* ---- worker.c ---- */
 void *worker_main(void *arg);
+/* ms_spec_commit_fn of the live session's stepper (ctx: the server): a
+ * continued disk checkpoint when the accepted tokens cross an interval. */
+void worker_commit(void *ctx, struct ms_session *s, int64_t n_before);
 
 /* ---- replay.c: exact replay of sampled tool-call blocks ---- */
 /* Reads the replay log in dir (a disk KV cache's directory) into the table

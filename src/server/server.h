@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "moestream.h"
+#include "spec/spec.h"
 #include "util/err.h"
 
 /* serve --kv-ram-mb by default: at DeepSeek V4 Flash's shape a session
@@ -45,6 +46,10 @@ struct ms_server_opts {
     /* Tool calls are sampled freely (true), instead of following the
      * tools' schemas (docs/structured-output.md, "Tool calls"). */
     bool no_tool_grammar;
+    /* Speculative decoding (spec/spec.h): guesses from the context checked
+     * in one eval where that pays; draft_max 0 = off. The text is the same
+     * either way. */
+    struct ms_spec_params spec;
     volatile sig_atomic_t *stop; /* set by the caller's SIGTERM/SIGINT handler */
     /* Test hook: when set, generation k emits scripted_outputs[k % n] (its
      * tokens, special-token text parsed, then end of sentence) instead of

@@ -899,6 +899,11 @@ static int tool_block_accept(const struct job *j, struct ms_grammar_matcher **tm
     return 0;
 }
 
+void worker_commit(void *ctx, struct ms_session *s, int64_t n_before) {
+    struct server *sv = ctx;
+    if (sv->kv) ms_kv_after_eval(sv->kv, s, n_before);
+}
+
 static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
@@ -982,6 +987,23 @@ static void run_job(struct server *sv, struct job *j) {
     sv->n_generations++;
     struct written wr;
     written_init(sv, j, &wr);
+    /* speculative decoding over the prompt just evaluated (or restored);
+     * without it, a stepper that never guesses keeps one loop */
+    const struct ms_spec_params plain = {.draft_max = 0, .ngram_min = 1};
+    struct ms_spec *sp = sv->spec, *own = NULL;
+    if (sp ? ms_spec_begin(sp, &err)
+           : ms_spec_new(&own, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &plain, worker_commit, sv, &err)) {
+        j->error = strdup(err.msg);
+        j->finish = "error";
+        written_free(&wr);
+        free(script);
+        ms_grammar_matcher_free(gm);
+        ms_sampler_free(smp);
+        if (j->parse_output) ms_dsml_free(&g.parser);
+        fmt_end(sv, j);
+        return;
+    }
+    if (own) sp = own;
     const double t1 = now_s();
     const size_t n_vocab = ms_tokenizer_n_vocab(sv->tok);
     float *masked = NULL;
@@ -998,7 +1020,7 @@ static void run_job(struct server *sv, struct job *j) {
             if (stopping && !j->error) j->error = strdup("server shutting down");
             break;
         }
-        const float *logits = ms_session_logits(sv->s);
+        const float *logits = ms_spec_logits(sp);
         if (!logits) {
             j->finish = "error";
             j->error = strdup("no logits (empty prompt)");
@@ -1128,21 +1150,34 @@ static void run_job(struct server *sv, struct job *j) {
         if (g.stopped) break;
         /* at the token limit the last token is evaluated too, so the live
          * session ends where the client's copy of the answer does */
-        if (ms_session_n_past(sv->s) >= ms_session_n_ctx(sv->s)) break;
-        const int64_t n_before = ms_session_n_past(sv->s);
-        if (ms_session_eval(sv->s, &tok, 1, NULL, &err)) {
+        if (ms_spec_n_past(sp) >= ms_session_n_ctx(sv->s)) break;
+        /* evaluated now, or already as the guess there (a continued disk
+         * checkpoint is saved through worker_commit when the accepted
+         * tokens cross an interval) */
+        if (ms_spec_accept(sp, tok, &err)) {
             j->finish = "error";
             j->error = strdup(err.msg);
             ms_session_reset(sv->s);
+            ms_spec_begin(sp, &err);
             sv->live.len = 0;
             sv->live_disk_n = -1;
             break;
         }
-        /* a continued checkpoint when generation crosses an interval frontier */
-        if (sv->kv) ms_kv_after_eval(sv->kv, sv->s, n_before);
         live_append(sv, piece, plen);
         if (last) break;
     }
+    /* the live session ends at the last accepted token: its guesses go */
+    if (ms_spec_finish(sp, &err)) {
+        if (!j->error) {
+            j->finish = "error";
+            j->error = strdup(err.msg);
+        }
+        ms_session_reset(sv->s);
+        sv->live.len = 0;
+        sv->live_disk_n = -1;
+    }
+    const struct ms_spec_stats sps = ms_spec_get_stats(sp);
+    ms_spec_free(own);
     if (j->parse_output) {
         if (!g.stopped) ms_dsml_finish(&g.parser);
         ms_dsml_free(&g.parser);
@@ -1173,6 +1208,9 @@ static void run_job(struct server *sv, struct job *j) {
     sv->m.prompt_tokens += (uint64_t)j->n_prompt;
     sv->m.cached_tokens += (uint64_t)j->n_cached;
     sv->m.completion_tokens += (uint64_t)n_gen;
+    sv->m.decode_evals += (uint64_t)sps.evals;
+    sv->m.draft_guessed += (uint64_t)sps.guessed;
+    sv->m.draft_accepted += (uint64_t)sps.accepted;
     sv->m.prefill_seconds += t_prefill;
     sv->m.decode_seconds += t_decode;
     if (j->n_prompt > j->n_cached && t_prefill > 0)
@@ -1181,12 +1219,15 @@ static void run_job(struct server *sv, struct job *j) {
     if (j->t_first > 0) sv->m.last_ttft = j->t_first - j->t_queued;
     if (!strcmp(j->finish, "cancelled")) sv->m.cancelled++;
     pthread_mutex_unlock(&sv->mu);
-    char fmt_cost[128] = "";
+    char fmt_cost[256] = "";
     if (mask_steps > 0)
         snprintf(fmt_cost, sizeof fmt_cost, ", format masks %.3f ms/token", 1e3 * mask_seconds / (double)mask_steps);
     if (tool_mask_steps > 0)
         snprintf(fmt_cost + strlen(fmt_cost), sizeof fmt_cost - strlen(fmt_cost), ", tool-call masks %.3f ms/token",
                  1e3 * tool_mask_seconds / (double)tool_mask_steps);
+    if (sps.guessed > 0)
+        snprintf(fmt_cost + strlen(fmt_cost), sizeof fmt_cost - strlen(fmt_cost), ", %lld evals, %lld of %lld guesses kept",
+                 (long long)sps.evals, (long long)sps.accepted, (long long)sps.guessed);
     fprintf(stderr,
             "serve: %s: prompt %lld tokens (%lld cached), prefill %.3f s, %lld generated in %.3f s%s, "
             "finish %s%s\n",

@@ -123,6 +123,11 @@ int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
     return 0;
 }
 
+int ms_spec_begin(struct ms_spec *sp, ms_err *err) {
+    sp->st = (struct ms_spec_stats){0};
+    return hist_sync(sp) ? ms_err_set(err, "out of memory") : 0;
+}
+
 void ms_spec_free(struct ms_spec *sp) {
     if (!sp) return;
     ms_err err;

@@ -23,8 +23,9 @@
  * a the measured chance that a guess is kept given the one before it was
  * (per n-gram length), t(n) the measured seconds of an eval of n tokens
  * (moving averages; an eval length not yet measured is taken as costing
- * no more than the longest one below it, so it is tried once). With a = 0
- * or t growing linearly, k* = 0: plain decode, nothing lost but a lookup.
+ * no more than the longest one below it, so it is tried once, and the
+ * measurements live as long as the stepper). With a = 0 or t growing
+ * linearly, k* = 0: plain decode, nothing lost but a lookup.
  * (The expected count is Leviathan et al., "Fast Inference from
  * Transformers via Speculative Decoding", 2023, with one guess per
  * position.)
@@ -92,6 +93,13 @@ struct ms_spec;
 int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
                 const struct ms_spec_params *p, ms_spec_commit_fn commit, void *commit_ctx,
                 ms_err *err);
+/* Takes s as it is now as the accepted tokens (call after the caller
+ * evaluated a prompt, restored, loaded or reset s, before the next
+ * accept), and starts its stats afresh. The measurements of the cost
+ * model are kept: one stepper per
+ * session lives across generations and requests, so that each eval length
+ * is tried once a process, not once a request. Errors: OOM. */
+int ms_spec_begin(struct ms_spec *sp, ms_err *err);
 /* Ends the stepper: ms_spec_finish, then frees (NULL: nothing). */
 void ms_spec_free(struct ms_spec *sp);
 
@@ -117,6 +125,7 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err);
  * next request). Idempotent; the stepper may go on afterwards. */
 int ms_spec_finish(struct ms_spec *sp, ms_err *err);
 
+/* The figures since ms_spec_new or the last ms_spec_begin. */
 struct ms_spec_stats ms_spec_get_stats(const struct ms_spec *sp);
 
 #endif
