@@ -12,7 +12,11 @@
  *   model   the stepper's cost model decides (the default --draft 7)
  *   always  guesses whenever the lookup finds some (--draft-always)
  * Each way gets a fresh stepper a round (its cost model learns within the
- * run, as a new process would). Prints one CSV line a run:
+ * run, as a new process would). First, what a step of n tokens costs after
+ * the prompt (n = 1 .. the session's draft cap; each a draft of n tokens
+ * of which one is kept, --runs x 8 times, the median), one CSV line each:
+ *   step,n,ms,ratio_to_one
+ * then one line a run:
  *   way,edit_every,run,tokens,seconds,tok_s,evals,guessed,accepted
  *
  * usage: bench_draft -m MODEL -f TEXT [-t N] [--prompt 512] [--gen 256]
@@ -93,6 +97,42 @@ int main(int argc, char **argv) {
         return 1;
     }
     int32_t *out = malloc((size_t)n_gen * sizeof *out);
+    /* the cost of a step: drafts of n text tokens after the prompt, one
+     * kept, the prompt's end restored from a snapshot each time */
+    if (ms_session_eval(s, ids, n_prompt, NULL, &err)) goto fail;
+    struct ms_snapshot *at_prompt = ms_session_snapshot(s);
+    const int64_t nmax = ms_session_draft_max(s);
+    float *rows = malloc((size_t)nmax * (size_t)V * sizeof *rows);
+    if (!at_prompt || !rows) {
+        ms_err_set(&err, "out of memory");
+        goto fail;
+    }
+    double t_one = 0;
+    printf("step,n,ms,ratio_to_one\n");
+    for (int64_t n = 1; n <= nmax; n++) {
+        enum { REPS_MAX = 64 };
+        double t[REPS_MAX];
+        const int reps = runs * 8 < REPS_MAX ? runs * 8 : REPS_MAX;
+        for (int i = 0; i < reps; i++) {
+            const double t0 = now();
+            if (ms_session_eval_draft(s, ids + n_prompt, n, rows, &err) || ms_session_draft_keep(s, 1, &err))
+                goto fail;
+            t[i] = now() - t0;
+            if (ms_session_restore(s, at_prompt, &err)) goto fail;
+        }
+        for (int i = 1; i < reps; i++) /* insertion sort, for the median */
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                const double x = t[j];
+                t[j] = t[j - 1];
+                t[j - 1] = x;
+            }
+        const double med = t[reps / 2];
+        if (n == 1) t_one = med;
+        printf("step,%lld,%.2f,%.2f\n", (long long)n, 1e3 * med, med / t_one);
+        fflush(stdout);
+    }
+    ms_snapshot_free(at_prompt);
+    free(rows);
     printf("way,edit_every,run,tokens,seconds,tok_s,evals,guessed,accepted\n");
     static const char *const ways[] = {"plain", "model", "always"};
     for (const char *ep = edits; ep && *ep; ep = strchr(ep, ',') ? strchr(ep, ',') + 1 : NULL) {

@@ -84,4 +84,8 @@ for v in -1 65 x ""; do
     "$BIN" run -m "$TMP/m.gguf" -p hi --draft "$v" >/dev/null 2>"$TMP/bad.err"; rc=$?
     check "run --draft '$v': a usage error" '[ $rc -eq 2 ] && grep -q -- "--draft must be" "$TMP/bad.err"'
 done
+for cmd in "run -p hi" chat serve; do
+    "$BIN" $cmd -m "$TMP/m.gguf" --draft 0 --draft-always >/dev/null 2>"$TMP/bad.err" </dev/null; rc=$?
+    check "${cmd%% *} --draft 0 --draft-always: a usage error" '[ $rc -eq 2 ] && grep -q -- "--draft-always with --draft 0" "$TMP/bad.err"'
+done
 finish cli_serve_draft

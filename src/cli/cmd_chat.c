@@ -312,7 +312,7 @@ static int turn(struct chat *c, const char *line, ms_err *err) {
     }
     const struct ms_stream_stats st2 = ms_engine_stream_stats(c->e);
     char drafts[128];
-    gen_spec_summary(c->spec, out.n_eval, drafts, sizeof drafts);
+    gen_spec_summary(c->spec, drafts, sizeof drafts);
     char io_wait[96] = "";
     if (st2.streaming)
         snprintf(io_wait, sizeof io_wait, "; I/O wait: prefill %.3f s, decode %.3f s", w1 - w0,
@@ -586,7 +586,7 @@ int cmd_chat(int argc, char **argv) {
     }
     const int chk = engine_cli_check("chat", &eng);
     if (chk) return chk;
-    if (kv_cli_check("chat", &c.kp)) return 2;
+    if (kv_cli_check("chat", &c.kp) || gen_spec_check("chat", &spec)) return 2;
     if (!seeded) sp.seed = gen_clock_seed();
 
     ms_err err = {0};

@@ -207,7 +207,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o) {
     }
     int chk = engine_cli_check("run", &o->eng);
     if (chk) return chk;
-    if (kv_cli_check("run", &o->kp)) return 2;
+    if (kv_cli_check("run", &o->kp) || gen_spec_check("run", &o->spec)) return 2;
     ms_err gerr; /* a bad format is a usage error, found before the model loads */
     if (gen_grammar_parse(&o->gg, &gerr)) {
         fprintf(stderr, "moestream run: %s\n", gerr.msg);
@@ -370,7 +370,7 @@ static int run_run(const struct run_opts *o) {
     if (gg.mask_steps > 0)
         snprintf(fmt_cost, sizeof fmt_cost, "; format masks: %.3f ms/token", 1e3 * gg.mask_seconds / (double)gg.mask_steps);
     char drafts[128];
-    gen_spec_summary(spec, out.n_eval, drafts, sizeof drafts);
+    gen_spec_summary(spec, drafts, sizeof drafts);
     fprintf(stderr, "run: prefill %zu tokens in %.3f s (%.2f tok/s); decode %lld tokens in %.3f s "
                     "(%.2f tok/s); stop: %s; seed %llu%s%s%s\n",
             n_todo, t_prefill, t_prefill > 0 ? (double)n_todo / t_prefill : 0.0, (long long)out.n,

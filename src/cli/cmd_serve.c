@@ -195,7 +195,7 @@ int cmd_serve(int argc, char **argv) {
     }
     int chk = engine_cli_check("serve", &eng);
     if (chk) return chk;
-    if (kv_cli_check("serve", &kp)) return 2;
+    if (kv_cli_check("serve", &kp) || gen_spec_check("serve", &so.spec)) return 2;
     if (so.port_file && (chk = cli_check_writable("serve", "--port-file", so.port_file))) return chk;
     eng.ep.n_snapshots = 1; /* the live session before its prompt's last token */
     eng.ep.kept_state_bytes = so.ram_bytes;

@@ -90,6 +90,14 @@ int gen_spec_opt(const char *cmd, int c, const char *arg, struct ms_spec_params 
     }
 }
 
+int gen_spec_check(const char *cmd, const struct ms_spec_params *p) {
+    if (p->always && p->draft_max == 0) {
+        fprintf(stderr, "moestream %s: --draft-always with --draft 0: no guesses to make\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
 int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tokenizer *t,
                  const struct ms_spec_params *p, struct ms_kvstore *kv, ms_err *err) {
     *out = NULL;
@@ -97,13 +105,12 @@ int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tok
     return ms_spec_new(out, s, (int32_t)ms_tokenizer_n_vocab(t), p, gen_commit, kv, err);
 }
 
-void gen_spec_summary(const struct ms_spec *sp, int64_t n_tokens, char *buf, size_t size) {
+void gen_spec_summary(const struct ms_spec *sp, char *buf, size_t size) {
     buf[0] = 0;
     if (!sp) return;
     const struct ms_spec_stats st = ms_spec_get_stats(sp);
-    if (st.guessed > 0)
-        snprintf(buf, size, "; drafts: %lld evals for %lld tokens, %lld of %lld guesses kept",
-                 (long long)st.evals, (long long)n_tokens, (long long)st.accepted, (long long)st.guessed);
+    snprintf(buf, size, "; drafts: %lld evals, %lld of %lld guesses kept", (long long)st.evals,
+             (long long)st.accepted, (long long)st.guessed);
 }
 
 enum { BAR_MIN_TOKENS = 64, BAR_WIDTH = 40, BAR_MIN_WIDTH = 10 };

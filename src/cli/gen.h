@@ -40,23 +40,27 @@ enum { GEN_OPT_DRAFT = 1200, GEN_OPT_DRAFT_ALWAYS };
 #define GEN_SPEC_OPTIONS                                                                       \
     {"draft", required_argument, 0, GEN_OPT_DRAFT}, {"draft-always", no_argument, 0, GEN_OPT_DRAFT_ALWAYS}
 #define GEN_SPEC_HELP                                                                          \
-    "      --draft N        guess up to N tokens a step from the context and check them in\n"  \
-    "                       one eval where that pays (speculative decoding; the same\n"        \
-    "                       output; default 7, the most; 0: off)\n"                             \
+    "      --draft N        speculative decoding: guess up to N next tokens from the context\n" \
+    "                       and check them in one step with the sampled token, where that\n"   \
+    "                       is measured to pay; the output is the same (default 7, the most\n" \
+    "                       DeepSeek V4 allows: larger values are capped; 0: off)\n"           \
     "      --draft-always   guess whenever the context offers tokens, paying or not\n"         \
     "                       (for measurements)\n"
 /* Handles one speculative-decoding option c (argument arg) into *p: 1 when
  * c was one, 0 when not, -1 (after printing "moestream <cmd>: ...") when
  * its value is malformed. */
 int gen_spec_opt(const char *cmd, int c, const char *arg, struct ms_spec_params *p);
+/* Usage check after parsing: --draft-always with --draft 0 asks for
+ * nothing. 0, or 2 after printing "moestream <cmd>: ...". */
+int gen_spec_check(const char *cmd, const struct ms_spec_params *p);
 /* The stepper gen_decode uses for s (gen_out.spec) with parameters p: NULL
  * with *err unset when p asks for none (draft_max 0); kv: the store that
  * gets continued checkpoints, or NULL. */
 int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tokenizer *t,
                  const struct ms_spec_params *p, struct ms_kvstore *kv, ms_err *err);
-/* One line of the stepper's figures for a run's summary ("" when it made
- * no guesses): evals, guesses kept. */
-void gen_spec_summary(const struct ms_spec *sp, int64_t n_tokens, char *buf, size_t size);
+/* The stepper's figures for a run's summary line ("" without a stepper):
+ * "; drafts: E evals, K of G guesses kept". */
+void gen_spec_summary(const struct ms_spec *sp, char *buf, size_t size);
 
 /* Handles one sampling option c with argument arg into *p. Returns 1 when c
  * was a sampling option, 0 when it was not, -1 (after printing "moestream

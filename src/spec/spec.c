@@ -15,7 +15,7 @@
 /* Acceptance before any guess of an n-gram length was tried, and where an
  * untried length drifts back to (so a bad streak is tried again later). */
 #define A_PRIOR 0.5
-#define A_DRIFT 0.02
+#define A_DRIFT 0.005
 /* Most guesses an eval, whatever the session allows. */
 #define GUESS_CAP 15
 
@@ -124,6 +124,12 @@ int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
 }
 
 int ms_spec_begin(struct ms_spec *sp, ms_err *err) {
+    /* guesses a caller left pending go first (an eval since would have
+     * kept them: then there is nothing left to take back) */
+    if (sp->open) {
+        ms_err ignored;
+        ms_spec_finish(sp, &ignored);
+    }
     sp->st = (struct ms_spec_stats){0};
     return hist_sync(sp) ? ms_err_set(err, "out of memory") : 0;
 }
