@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
                 if (w == 0) q.draft_max = 0;
                 if (w == 2) q.always = true;
                 struct ms_spec *sp;
-                if (ms_spec_new(&sp, s, V, &q, NULL, NULL, &err)) goto fail;
+                if (ms_spec_new(&sp, s, V, &q, NULL, &err)) goto fail;
                 const double t0 = now();
                 for (long i = 0; i < n_gen; i++) {
                     (void)ms_spec_logits(sp);

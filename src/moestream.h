@@ -466,6 +466,16 @@ int ms_kv_prefill(struct ms_kvstore *kv, struct ms_session *s, const int32_t *to
  * checkpoint when an interval frontier was crossed (landing past it counts,
  * not only landing on it). Failures only warn. */
 void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before);
+/* ms_kv_after_eval in two halves, for a caller whose session is not
+ * always where its accepted tokens end (speculative decoding, spec/spec.h):
+ * ms_kv_continued_due takes the step from n_before to n accepted tokens
+ * (ids [n] their ids) as ms_kv_after_eval would and says whether a
+ * continued checkpoint is due at exactly n; the caller then brings the
+ * session to those n tokens and calls ms_kv_save_continued (failures only
+ * warn). Called for every step in order, it saves where ms_kv_after_eval
+ * would have. */
+bool ms_kv_continued_due(struct ms_kvstore *kv, const int32_t *ids, int64_t n_before, int64_t n);
+void ms_kv_save_continued(struct ms_kvstore *kv, struct ms_session *s);
 
 /* Drops the page cache of every checkpoint file in the directory
  * (posix_fadvise DONTNEED on the synced files), so the next restore reads

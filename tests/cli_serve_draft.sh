@@ -80,6 +80,22 @@ check "run --draft-always: the same text as --draft 0" 'cmp -s "$TMP/r0.txt" "$T
 check "run --stats-json: guesses made, and every token but the last evaluated once (an eval or a kept guess)" \
     'jq -e ".draft_guessed > 0 and .decode_evals + .draft_accepted == .decode_tokens - 1" "$TMP/st.json" >/dev/null &&
      grep -q "guesses kept" "$TMP/r1.err"'
+# the disk KV cache's continued checkpoints land where plain decoding puts
+# them (a grammar makes the output repeat the prompt, so guesses are kept
+# across the interval frontiers)
+G='root ::= ("one two three four five six seven " | "one two three " | "four five " | "six ")+'
+tiny_model "$TMP/m1.gguf" --seed 1 # whose greedy output under G runs to -n
+for d in 0 always; do
+    rm -rf "$TMP/kv$d"; mkdir -p "$TMP/kv$d"
+    flag=--draft-always; [ $d = 0 ] && flag="--draft 0"
+    "$BIN" run -m "$TMP/m1.gguf" -t 2 -c 1300 -p "$REP" -n 300 --temp 0 $flag --grammar "$G" --kv-dir "$TMP/kv$d" \
+        --kv-interval 16 --kv-min-tokens 16 >"$TMP/kvo$d.txt" 2>"$TMP/kve$d.txt"
+    ls "$TMP/kv$d" | sort >"$TMP/kvls$d.txt"
+done
+check "--kv-dir: the same text, and the same checkpoint files (positions) as --draft 0" \
+    'cmp -s "$TMP/kvo0.txt" "$TMP/kvoalways.txt" && [ "$(wc -l <"$TMP/kvls0.txt")" -gt 10 ] &&
+     cmp -s "$TMP/kvls0.txt" "$TMP/kvlsalways.txt" && grep -q "guesses kept" "$TMP/kvealways.txt" &&
+     ! grep -q " 0 of " "$TMP/kvealways.txt"'
 for v in -1 65 x ""; do
     "$BIN" run -m "$TMP/m.gguf" -p hi --draft "$v" >/dev/null 2>"$TMP/bad.err"; rc=$?
     check "run --draft '$v': a usage error" '[ $rc -eq 2 ] && grep -q -- "--draft must be" "$TMP/bad.err"'

@@ -3,7 +3,9 @@
  * table of histories; a generation through the stepper is the plain one
  * bit for bit (every token, every logits row the sampler sees), greedy and
  * sampled, with guesses made whenever the lookup finds some, kept and cut;
- * the commit function only ever sees the session holding accepted tokens;
+ * the hooks see every accepted token in order and, where they ask for it,
+ * the session holding exactly the accepted tokens (plain decoding's
+ * state, so a disk checkpoint lands where it would without guesses);
  * the context's end; the cost model on a machine where guesses never pay.
  * On the tiny mkmodel model.
  */
@@ -105,19 +107,35 @@ static void test_cost_model(void **state) {
     assert_int_equal(ms_spec_best_k(gaps, 8, 0.9), 2);
 }
 
+/* The hooks' view: due sees every accepted token once, in order, with the
+ * plain run's ids; every `every`-th is asked for, and commit must then find the
+ * session holding exactly those tokens, with plain decoding's logits. */
 struct commit_check {
-    const int32_t *want; /* the accepted tokens so far (the plain run's) */
-    int64_t calls, last;
+    const int32_t *want;  /* the plain run's tokens */
+    const float *rows;    /* its logits before generated token i, [n_rows][V] */
+    int64_t n_rows;
+    int64_t n_prompt, V, last, due_at, calls, commits;
+    int64_t every; /* ask for the state every this many tokens (0: never) */
+    struct ms_session *s;
     bool ok;
 };
 
-static void on_commit(void *ctx, struct ms_session *s, int64_t n_before) {
+static bool on_due(void *ctx, const int32_t *hist, int64_t n) {
     struct commit_check *c = ctx;
-    const int64_t n = ms_session_n_past(s);
-    if (n_before != c->last || n <= n_before || memcmp(ms_session_tokens(s), c->want, (size_t)n * sizeof(int32_t)))
-        c->ok = false;
+    if (n != c->last + 1 || memcmp(hist, c->want, (size_t)n * sizeof(int32_t))) c->ok = false;
     c->last = n;
     c->calls++;
+    c->due_at = c->every && n % c->every == 0 ? n : -1;
+    return c->due_at > 0;
+}
+
+static void on_commit(void *ctx, struct ms_session *s) {
+    struct commit_check *c = ctx;
+    const int64_t n = ms_session_n_past(s), i = n - c->n_prompt;
+    if (s != c->s || n != c->due_at || memcmp(ms_session_tokens(s), c->want, (size_t)n * sizeof(int32_t)) ||
+        (i < c->n_rows && memcmp(ms_session_logits(s), c->rows + i * c->V, (size_t)c->V * sizeof(float))))
+        c->ok = false;
+    c->commits++;
 }
 
 #define N_PROMPT 24
@@ -125,7 +143,7 @@ static void on_commit(void *ctx, struct ms_session *s, int64_t n_before) {
 
 /* Plain decode, then the stepper with guesses whenever found, same seed:
  * the same tokens and the same rows under the sampler. */
-static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min) {
+static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min, int64_t every) {
     struct ms_engine_params p = ms_engine_params_default(g_path);
     p.n_threads = 2;
     p.stream = mode;
@@ -160,9 +178,11 @@ static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min) {
     struct ms_spec_params q = ms_spec_defaults();
     q.always = true;
     q.ngram_min = ngram_min;
-    struct commit_check cc = {.want = plain, .last = N_PROMPT, .ok = true};
+    struct commit_check cc = {.want = plain, .rows = rows, .n_rows = N_GEN, .n_prompt = N_PROMPT, .V = V, .last = N_PROMPT,
+                              .s = s, .every = every, .ok = true};
+    const struct ms_spec_hooks hooks = {.due = on_due, .commit = on_commit, .ctx = &cc};
     struct ms_spec *st;
-    assert_int_equal(ms_spec_new(&st, s, V, &q, on_commit, &cc, &err), 0);
+    assert_int_equal(ms_spec_new(&st, s, V, &q, &hooks, &err), 0);
     for (int i = 0; i < N_GEN; i++) {
         const float *lg = ms_spec_logits(st);
         if (memcmp(lg, rows + (size_t)i * V, (size_t)V * sizeof(float)))
@@ -179,6 +199,8 @@ static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min) {
     assert_memory_equal(ms_session_tokens(s), plain, sizeof plain);
     assert_true(cc.ok);
     assert_int_equal(cc.last, N_PROMPT + N_GEN);
+    assert_int_equal(cc.calls, N_GEN);
+    if (every) assert_int_equal(cc.commits, (N_PROMPT + N_GEN) / every - N_PROMPT / every);
     const struct ms_spec_stats stats = ms_spec_get_stats(st);
     print_message("temp %.1f ngram_min %d: %lld evals for %d tokens, %lld drafts, %lld of %lld guesses kept\n",
                   (double)temp, ngram_min, (long long)stats.evals, N_GEN, (long long)stats.drafts,
@@ -196,17 +218,17 @@ static void same_as_plain(float temp, enum ms_stream_mode mode, int ngram_min) {
 
 static void test_greedy(void **state) {
     (void)state;
-    same_as_plain(0.0f, MS_STREAM_OFF, 2);
+    same_as_plain(0.0f, MS_STREAM_OFF, 2, 0);
 }
 
 static void test_sampled(void **state) {
     (void)state;
-    same_as_plain(1.0f, MS_STREAM_OFF, 1);
+    same_as_plain(1.0f, MS_STREAM_OFF, 1, 3);
 }
 
 static void test_streamed(void **state) {
     (void)state;
-    same_as_plain(0.0f, MS_STREAM_ON, 1);
+    same_as_plain(0.0f, MS_STREAM_ON, 1, 5);
 }
 
 /* Tokens the caller forces (a written tool call), here a loop broken every
@@ -234,8 +256,12 @@ static void test_forced(void **state) {
     assert_int_equal(ms_session_eval(s, seq, 10, NULL, &err), 0);
     struct ms_spec_params q = ms_spec_defaults();
     q.always = true;
+    /* the state asked for every 7 tokens, often inside a draft */
+    struct commit_check cc = {.want = seq, .rows = ref + (size_t)9 * V, .n_rows = N - 9, .n_prompt = 10, .V = V, .last = 10,
+                              .s = s, .every = 7, .ok = true};
+    const struct ms_spec_hooks hooks = {.due = on_due, .commit = on_commit, .ctx = &cc};
     struct ms_spec *st;
-    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    assert_int_equal(ms_spec_new(&st, s, V, &q, &hooks, &err), 0);
     for (int i = 10; i < N; i++) {
         if (memcmp(ms_spec_logits(st), ref + (size_t)(i - 1) * V, (size_t)V * sizeof(float)))
             fail_msg("the logits after position %d differ from one eval's", i - 1);
@@ -246,6 +272,8 @@ static void test_forced(void **state) {
     const struct ms_spec_stats stats = ms_spec_get_stats(st);
     print_message("forced: %lld evals for %d tokens, %lld of %lld guesses kept\n", (long long)stats.evals,
                   N - 10, (long long)stats.accepted, (long long)stats.guessed);
+    assert_true(cc.ok);
+    assert_int_equal(cc.commits, N / 7 - 10 / 7);
     assert_true(stats.accepted > (N - 10) / 2);
     assert_true(stats.accepted < stats.guessed);
     assert_int_equal(stats.evals + stats.accepted, N - 10);
@@ -276,7 +304,7 @@ static void test_context_end(void **state) {
     struct ms_spec_params q = ms_spec_defaults();
     q.always = true;
     struct ms_spec *st;
-    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, &err), 0);
     /* the loop goes on: each accept may guess, but never past 40 */
     for (int i = 33; i < 40; i++) {
         assert_int_equal(ms_spec_accept(st, loop[i % 36], &err), 0);
@@ -294,17 +322,17 @@ static void test_context_end(void **state) {
     ms_session_reset(s);
     assert_int_equal(ms_session_eval(s, loop, 30, NULL, &err), 0);
     q.draft_max = 0;
-    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    assert_int_equal(ms_spec_new(&st, s, V, &q, NULL, &err), 0);
     for (int i = 30; i < 36; i++) assert_int_equal(ms_spec_accept(st, loop[i], &err), 0);
     assert_int_equal(ms_spec_get_stats(st).drafts, 0);
     assert_int_equal(ms_spec_get_stats(st).evals, 6);
     ms_spec_free(st);
     /* bad parameters */
     q.draft_max = -1;
-    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, &err), 0);
     q.draft_max = 3;
     q.ngram_min = 0;
-    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, NULL, &err), 0);
+    assert_int_not_equal(ms_spec_new(&st, s, V, &q, NULL, &err), 0);
     ms_session_free(s);
     ms_engine_free(e);
 }

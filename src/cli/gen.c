@@ -102,7 +102,8 @@ int gen_spec_new(struct ms_spec **out, struct ms_session *s, const struct ms_tok
                  const struct ms_spec_params *p, struct ms_kvstore *kv, ms_err *err) {
     *out = NULL;
     if (p->draft_max <= 0) return 0;
-    return ms_spec_new(out, s, (int32_t)ms_tokenizer_n_vocab(t), p, gen_commit, kv, err);
+    const struct ms_spec_hooks hooks = ms_spec_kv_hooks(kv);
+    return ms_spec_new(out, s, (int32_t)ms_tokenizer_n_vocab(t), p, &hooks, err);
 }
 
 void gen_spec_summary(const struct ms_spec *sp, char *buf, size_t size) {
@@ -347,10 +348,6 @@ static int grammar_step(struct gen_grammar *gg, uint32_t n_vocab, int32_t eos, c
     return rc;
 }
 
-void gen_commit(void *ctx, struct ms_session *s, int64_t n_before) {
-    if (ctx) ms_kv_after_eval(ctx, s, n_before);
-}
-
 int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tokenizer *t,
                struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
                FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err) {
@@ -364,8 +361,9 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
     /* without a stepper, one that never guesses: the same loop */
     const struct ms_spec_params plain = {.draft_max = 0, .ngram_min = 1};
     struct ms_spec *sp = out->spec, *own = NULL;
+    const struct ms_spec_hooks hooks = ms_spec_kv_hooks(out->kv);
     int rc = sp ? ms_spec_begin(sp, err)
-                : ms_spec_new(&own, s, (int32_t)ms_tokenizer_n_vocab(t), &plain, gen_commit, out->kv, err);
+                : ms_spec_new(&own, s, (int32_t)ms_tokenizer_n_vocab(t), &plain, &hooks, err);
     if (own) sp = own;
     for (int64_t i = 0; !rc && i < n_max; i++) {
         if (stop && *stop) {

@@ -160,8 +160,8 @@ struct gen_out {
  * produced token, as chat needs). Stops early at the tokenizer's EOS (not
  * evaluated, not stored), when *stop becomes non-zero, or when the context is
  * full. With out->kv set, a continued checkpoint is saved whenever an eval
- * crosses the store's interval. With out->spec (made over s with
- * gen_commit as its commit function and the store as its context), the
+ * crosses the store's interval. With out->spec (gen_spec_new over s and
+ * the same store), the
  * tokens after each one are guessed and evaluated with it where that pays
  * (spec/spec.h): the same text, sooner. *t_decode receives the seconds
  * spent.
@@ -177,9 +177,5 @@ int gen_decode(struct ms_session *s, struct ms_sampler *smp, const struct ms_tok
                struct gen_grammar *gg, int64_t n_max, bool eval_last, volatile sig_atomic_t *stop,
                FILE *out_f, struct gen_out *out, double *t_decode, ms_err *err);
 void gen_out_free(struct gen_out *o);
-/* ms_spec_commit_fn for gen_decode's stepper: ctx a struct ms_kvstore or
- * NULL; a continued checkpoint when the accepted tokens cross its
- * interval. */
-void gen_commit(void *ctx, struct ms_session *s, int64_t n_before);
 
 #endif

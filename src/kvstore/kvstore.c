@@ -916,21 +916,30 @@ static bool cut_ok(const struct ms_tokenizer *tok, const struct pos_ids *t, int6
  * (4 bytes, the first already in). */
 #define CHAR_TOKENS_MAX 3
 
-void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before) {
-    const int64_t I = kv->p.interval_tokens, n = ms_session_n_past(s);
+bool ms_kv_continued_due(struct ms_kvstore *kv, const int32_t *ids, int64_t n_before, int64_t n) {
+    const int64_t I = kv->p.interval_tokens;
     if (n < kv->continued_at) kv->continued_at = 0; /* another history since */
     if (I > 0 && n >= kv->p.min_tokens && n / I > n_before / I) kv->continued_at = n;
-    if (!kv->continued_at) return;
+    if (!kv->continued_at) return false;
     /* the frontier, or the first token after it where a character ends */
     const struct ms_tokenizer *tok = ms_engine_tokenizer(kv->e);
-    const struct pos_ids ids = {dsv4_session_token_ids(ms_session_impl(s)), NULL, INT64_MAX};
-    if (tok && !cut_ok(tok, &ids, n)) {
+    const struct pos_ids t = {ids, NULL, INT64_MAX};
+    if (tok && !cut_ok(tok, &t, n)) {
         if (n - kv->continued_at >= CHAR_TOKENS_MAX) kv->continued_at = 0;
-        return;
+        return false;
     }
+    return true;
+}
+
+void ms_kv_save_continued(struct ms_kvstore *kv, struct ms_session *s) {
     kv->continued_at = 0;
     const struct dsv4_state_view v = dsv4_session_view(ms_session_impl(s));
     save_or_warn(kv, s, &v, MS_KV_CONTINUED);
+}
+
+void ms_kv_after_eval(struct ms_kvstore *kv, struct ms_session *s, int64_t n_before) {
+    if (ms_kv_continued_due(kv, dsv4_session_token_ids(ms_session_impl(s)), n_before, ms_session_n_past(s)))
+        ms_kv_save_continued(kv, s);
 }
 
 /* The caller's progress function seen through ms_kv_prefill's pieces:

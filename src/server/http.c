@@ -687,9 +687,6 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
     sv->end_think_tok = ms_tokenizer_find(sv->tok, MS_CHAT_END_THINK, strlen(MS_CHAT_END_THINK));
     if (ms_session_new(&sv->s, e, sv->o.n_ctx, err)) goto out;
     sv->n_ctx = ms_session_n_ctx(sv->s);
-    if (sv->o.spec.draft_max > 0 &&
-        ms_spec_new(&sv->spec, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &sv->o.spec, worker_commit, sv, err))
-        goto out;
     sv->live_disk_n = -1;
     sv->pk.budget = sv->o.ram_bytes;
     sv->m.ram_budget = sv->o.ram_bytes;
@@ -702,6 +699,11 @@ int ms_server_run(struct ms_engine *e, const char *model_path, const struct ms_s
                 (unsigned long long)(sv->o.kv->budget_bytes >> 20));
         replay_open(sv, sv->o.kv->dir);
     }
+    /* after the store: its continued checkpoints go through the stepper */
+    const struct ms_spec_hooks hooks = ms_spec_kv_hooks(sv->kv);
+    if (sv->o.spec.draft_max > 0 &&
+        ms_spec_new(&sv->spec, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &sv->o.spec, &hooks, err))
+        goto out;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&worker, NULL, worker_main, sv)) {

@@ -346,9 +346,6 @@ void job_emit(struct job *j, const char *s, size_t n);
 
 /* ---- worker.c ---- */
 void *worker_main(void *arg);
-/* ms_spec_commit_fn of the live session's stepper (ctx: the server): a
- * continued disk checkpoint when the accepted tokens cross an interval. */
-void worker_commit(void *ctx, struct ms_session *s, int64_t n_before);
 
 /* ---- replay.c: exact replay of sampled tool-call blocks ---- */
 /* Reads the replay log in dir (a disk KV cache's directory) into the table

@@ -899,11 +899,6 @@ static int tool_block_accept(const struct job *j, struct ms_grammar_matcher **tm
     return 0;
 }
 
-void worker_commit(void *ctx, struct ms_session *s, int64_t n_before) {
-    struct server *sv = ctx;
-    if (sv->kv) ms_kv_after_eval(sv->kv, s, n_before);
-}
-
 static void run_job(struct server *sv, struct job *j) {
     ms_err err = {0};
     j->t_start = now_s();
@@ -991,8 +986,9 @@ static void run_job(struct server *sv, struct job *j) {
      * without it, a stepper that never guesses keeps one loop */
     const struct ms_spec_params plain = {.draft_max = 0, .ngram_min = 1};
     struct ms_spec *sp = sv->spec, *own = NULL;
+    const struct ms_spec_hooks hooks = ms_spec_kv_hooks(sv->kv);
     if (sp ? ms_spec_begin(sp, &err)
-           : ms_spec_new(&own, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &plain, worker_commit, sv, &err)) {
+           : ms_spec_new(&own, sv->s, (int32_t)ms_tokenizer_n_vocab(sv->tok), &plain, &hooks, &err)) {
         j->error = strdup(err.msg);
         j->finish = "error";
         written_free(&wr);
@@ -1152,8 +1148,8 @@ static void run_job(struct server *sv, struct job *j) {
          * session ends where the client's copy of the answer does */
         if (ms_spec_n_past(sp) >= ms_session_n_ctx(sv->s)) break;
         /* evaluated now, or already as the guess there (a continued disk
-         * checkpoint is saved through worker_commit when the accepted
-         * tokens cross an interval) */
+         * checkpoint is saved through the stepper's hooks where plain
+         * decoding would save it) */
         if (ms_spec_accept(sp, tok, &err)) {
             j->finish = "error";
             j->error = strdup(err.msg);

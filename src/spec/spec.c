@@ -22,11 +22,9 @@
 struct ms_spec {
     struct ms_session *s;
     struct ms_spec_params p;
-    ms_spec_commit_fn commit;
-    void *commit_ctx;
+    struct ms_spec_hooks hooks;
     int64_t V;
     int64_t n_commit;      /* accepted tokens in the session */
-    int64_t n_reported;    /* n_commit at the last commit call */
     float *rows;           /* [draft_max + 1][V] logits of the open draft */
     int32_t guess[GUESS_CAP];
     int n_guess, n_next;   /* guesses of the open draft, the next one to check */
@@ -38,6 +36,17 @@ struct ms_spec {
     int64_t hist_cap;
     struct ms_spec_stats st;
 };
+
+static bool kv_due(void *ctx, const int32_t *hist, int64_t n) {
+    return ms_kv_continued_due(ctx, hist, n - 1, n);
+}
+
+static void kv_commit(void *ctx, struct ms_session *s) { ms_kv_save_continued(ctx, s); }
+
+struct ms_spec_hooks ms_spec_kv_hooks(struct ms_kvstore *kv) {
+    return kv ? (struct ms_spec_hooks){.due = kv_due, .commit = kv_commit, .ctx = kv}
+              : (struct ms_spec_hooks){0};
+}
 
 struct ms_spec_params ms_spec_defaults(void) {
     return (struct ms_spec_params){.draft_max = 7, .ngram_min = 2};
@@ -84,15 +93,14 @@ static int hist_reserve(struct ms_spec *sp, int64_t n) {
 /* hist and the counts from the session as it is (start, after a failure). */
 static int hist_sync(struct ms_spec *sp) {
     sp->open = false;
-    sp->n_commit = sp->n_reported = ms_session_n_past(sp->s);
+    sp->n_commit = ms_session_n_past(sp->s);
     if (hist_reserve(sp, sp->n_commit + 1)) return -1;
     if (sp->n_commit) memcpy(sp->hist, ms_session_tokens(sp->s), (size_t)sp->n_commit * sizeof *sp->hist);
     return 0;
 }
 
 int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
-                const struct ms_spec_params *p, ms_spec_commit_fn commit, void *commit_ctx,
-                ms_err *err) {
+                const struct ms_spec_params *p, const struct ms_spec_hooks *hooks, ms_err *err) {
     const struct ms_spec_params q = p ? *p : ms_spec_defaults();
     if (q.draft_max < 0) return ms_err_set(err, "draft_max must be >= 0 (got %d)", q.draft_max);
     if (q.ngram_min < 1 || q.ngram_min > MS_SPEC_NGRAM_MAX)
@@ -104,8 +112,7 @@ int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
     int64_t cap = ms_session_draft_max(s) - 1;
     if (cap > GUESS_CAP) cap = GUESS_CAP;
     if (sp->p.draft_max > cap) sp->p.draft_max = (int)cap;
-    sp->commit = commit;
-    sp->commit_ctx = commit_ctx;
+    if (hooks && hooks->due && hooks->commit) sp->hooks = *hooks;
     sp->V = n_vocab;
     if (hist_sync(sp)) {
         ms_spec_free(sp);
@@ -151,12 +158,6 @@ int64_t ms_spec_n_past(const struct ms_spec *sp) { return sp->n_commit; }
 
 struct ms_spec_stats ms_spec_get_stats(const struct ms_spec *sp) { return sp->st; }
 
-/* The session holds the accepted tokens alone: tell the caller. */
-static void committed(struct ms_spec *sp) {
-    if (sp->n_commit > sp->n_reported && sp->commit) sp->commit(sp->commit_ctx, sp->s, sp->n_reported);
-    sp->n_reported = sp->n_commit;
-}
-
 /* Ends the open draft keeping the accepted part: the token it began with
  * and the guesses confirmed since. */
 static int close_draft(struct ms_spec *sp, ms_err *err) {
@@ -167,8 +168,18 @@ static int close_draft(struct ms_spec *sp, ms_err *err) {
         double *a = &sp->accept[sp->ngram];
         *a += A_ALPHA * (0.0 - *a);
     }
-    if (ms_session_draft_keep(sp->s, 1 + sp->n_next, err)) return -1;
-    committed(sp);
+    return ms_session_draft_keep(sp->s, 1 + sp->n_next, err);
+}
+
+/* One more token accepted (hist[n_commit - 1]): the caller's hooks see
+ * it, and when they want the state there, the guesses past it go. */
+static int advance(struct ms_spec *sp, ms_err *err) {
+    if (!sp->hooks.due || !sp->hooks.due(sp->hooks.ctx, sp->hist, sp->n_commit)) return 0;
+    if (sp->open) {
+        sp->n_guess = sp->n_next; /* the rest unchecked: no verdict */
+        if (close_draft(sp, err)) return -1;
+    }
+    sp->hooks.commit(sp->hooks.ctx, sp->s);
     return 0;
 }
 
@@ -220,8 +231,8 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
         sp->n_next++;
         sp->hist[sp->n_commit++] = tok; /* room: reserved with the draft */
         sp->st.accepted++;
-        if (sp->n_next == sp->n_guess) return close_draft(sp, err);
-        return 0;
+        if (sp->n_next == sp->n_guess && close_draft(sp, err)) return -1;
+        return advance(sp, err);
     }
     if (close_draft(sp, err)) return -1;
     const int64_t n_ctx = ms_session_n_ctx(sp->s);
@@ -244,8 +255,7 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
         t_record(sp, 1, now_s() - t0);
         sp->st.evals++;
         sp->n_commit++;
-        committed(sp);
-        return 0;
+        return advance(sp, err);
     }
     int32_t toks[GUESS_CAP + 1];
     toks[0] = tok;
@@ -260,7 +270,7 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
     sp->n_next = 0;
     sp->ngram = ngram;
     sp->n_commit++;
-    return 0;
+    return advance(sp, err);
 failed:
     /* a refused eval changed nothing; one that failed midway emptied s */
     hist_sync(sp); /* shrinks or keeps: room was reserved */

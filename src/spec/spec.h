@@ -79,20 +79,29 @@ struct ms_spec_stats {
     int64_t accepted;   /* guesses that matched the token sampled there */
 };
 
-/* Called when the session holds exactly the accepted tokens again and has
- * grown since the last call (from n_before tokens): a disk KV cache's
- * continued checkpoints go here (ms_kv_after_eval), never on a state that
- * holds guesses. */
-typedef void (*ms_spec_commit_fn)(void *ctx, struct ms_session *s, int64_t n_before);
+/* What the caller needs to see at given accepted lengths (a disk KV
+ * cache's continued checkpoints, ms_kv_continued_due): due is called once
+ * for every accepted token, in order, with hist [n] the accepted ids; when
+ * it returns true, the stepper takes back any guesses past those n tokens
+ * (so the session holds exactly them, as plain decoding's would) and calls
+ * commit. Either may be NULL (then neither is called). */
+struct ms_spec_hooks {
+    bool (*due)(void *ctx, const int32_t *hist, int64_t n);
+    void (*commit)(void *ctx, struct ms_session *s);
+    void *ctx;
+};
+
+/* Hooks that save kv's continued checkpoints where plain decoding would
+ * (ms_kv_continued_due, ms_kv_save_continued); kv NULL: none. */
+struct ms_spec_hooks ms_spec_kv_hooks(struct ms_kvstore *kv);
 
 struct ms_spec;
 
 /* A stepper over s (which must outlive it; n_vocab its model's), from
- * s's present state, which must have logits. p NULL: the defaults. commit
- * may be NULL. Errors: OOM, bad parameters. */
+ * s's present state, which must have logits. p NULL: the defaults; hooks
+ * NULL: none (copied). Errors: OOM, bad parameters. */
 int ms_spec_new(struct ms_spec **out, struct ms_session *s, int32_t n_vocab,
-                const struct ms_spec_params *p, ms_spec_commit_fn commit, void *commit_ctx,
-                ms_err *err);
+                const struct ms_spec_params *p, const struct ms_spec_hooks *hooks, ms_err *err);
 /* Takes s as it is now as the accepted tokens (call after the caller
  * evaluated a prompt, restored, loaded or reset s, before the next
  * accept), and starts its stats afresh. The measurements of the cost
