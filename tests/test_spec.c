@@ -89,22 +89,28 @@ static void test_cost_model(void **state) {
     const double flat[10] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const double half[10] = {0, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5};
     const double unmeasured[10] = {0};
-    const double gaps[10] = {0, 1, 0, 0, 4, 0, 0, 0, 0, 0};
+    const double only_one[10] = {0, 1};
+    const double ends[10] = {0, 1, 0, 0, 0, 0, 0, 0, 0, 5.5};
     /* each guess costs a whole token: never, even when always right */
-    assert_int_equal(ms_spec_best_k(linear, 8, 0.99), 0);
-    /* free guesses: all of them, unless never kept */
-    assert_int_equal(ms_spec_best_k(flat, 8, 0.5), 8);
-    assert_int_equal(ms_spec_best_k(flat, 3, 0.5), 3);
-    assert_int_equal(ms_spec_best_k(flat, 8, 0.0), 0);
+    assert_int_equal(ms_spec_best_k(linear, 8, 9, 0.99), 0);
+    /* free guesses: all of them, unless never kept; n_max bounds them */
+    assert_int_equal(ms_spec_best_k(flat, 8, 9, 0.5), 8);
+    assert_int_equal(ms_spec_best_k(flat, 3, 9, 0.5), 3);
+    assert_int_equal(ms_spec_best_k(flat, 8, 5, 0.5), 4);
+    assert_int_equal(ms_spec_best_k(flat, 8, 9, 0.0), 0);
     /* half a token each: (2 - 0.5^k) / (1 + k / 2) never beats 1 at a = 0.5
      * (k = 1 ties), at a = 0.9 k = 3 is best (3.439 / 2.5) */
-    assert_int_equal(ms_spec_best_k(half, 8, 0.5), 0);
-    assert_int_equal(ms_spec_best_k(half, 8, 0.9), 3);
+    assert_int_equal(ms_spec_best_k(half, 8, 9, 0.5), 0);
+    assert_int_equal(ms_spec_best_k(half, 8, 9, 0.9), 3);
     /* plain decode not measured yet: no guesses */
-    assert_int_equal(ms_spec_best_k(unmeasured, 8, 0.9), 0);
-    /* lengths not measured cost the longest shorter one: 2 and 3 tokens
-     * cost 1 (tried), 4 and up cost 4 */
-    assert_int_equal(ms_spec_best_k(gaps, 8, 0.9), 2);
+    assert_int_equal(ms_spec_best_k(unmeasured, 8, 9, 0.9), 0);
+    /* only one token measured: the longest step is tried first */
+    assert_int_equal(ms_spec_best_k(only_one, 8, 9, 0.5), 8);
+    /* both ends measured, 9 tokens costing 5.5: the lengths between on the
+     * line 1 + 0.5625 (n - 1); at a = 0.5 none pays, at a = 0.95 the
+     * rates run 1.248, 1.342, 1.380, 1.392, 1.390 for k = 1 .. 5: k = 4 */
+    assert_int_equal(ms_spec_best_k(ends, 8, 9, 0.5), 0);
+    assert_int_equal(ms_spec_best_k(ends, 8, 9, 0.95), 4);
 }
 
 /* The hooks' view: due sees every accepted token once, in order, with the

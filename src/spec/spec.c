@@ -190,19 +190,28 @@ int ms_spec_finish(struct ms_spec *sp, ms_err *err) {
     return close_draft(sp, err);
 }
 
-int ms_spec_best_k(const double *t_eval, int found, double a) {
-    /* an eval length never run costs what the longest shorter one measured
-     * does, so that it gets tried */
-    double t_known = t_eval[1];
-    if (t_known <= 0) return 0; /* plain decode is measured first */
-    double expect = 1.0, ai = 1.0, best_rate = 1.0 / t_known;
+/* Seconds a step of n tokens is taken to cost: measured, else the line
+ * between the nearest measured lengths below and above it, else (none
+ * above) the nearest below, so that a longer step gets tried once. */
+static double t_est(const double *t_eval, int n, int n_max) {
+    if (t_eval[n] > 0) return t_eval[n];
+    int lo = n - 1, hi = n + 1;
+    while (lo > 1 && t_eval[lo] <= 0) lo--;
+    while (hi <= n_max && t_eval[hi] <= 0) hi++;
+    if (hi > n_max) return t_eval[lo];
+    return t_eval[lo] + (t_eval[hi] - t_eval[lo]) * (double)(n - lo) / (double)(hi - lo);
+}
+
+int ms_spec_best_k(const double *t_eval, int found, int n_max, double a) {
+    if (t_eval[1] <= 0) return 0; /* plain decode is measured first */
+    double expect = 1.0, ai = 1.0, best_rate = 1.0 / t_eval[1];
     int best = 0;
-    for (int k = 1; k <= found; k++) {
-        if (t_eval[1 + k] > 0) t_known = t_eval[1 + k];
+    for (int k = 1; k <= found && 1 + k <= n_max; k++) {
         ai *= a;
         expect += ai;
-        if (expect / t_known > best_rate) {
-            best_rate = expect / t_known;
+        const double rate = expect / t_est(t_eval, 1 + k, n_max);
+        if (rate > best_rate) {
+            best_rate = rate;
             best = k;
         }
     }
@@ -212,7 +221,7 @@ int ms_spec_best_k(const double *t_eval, int found, double a) {
 /* How many of the `found` guesses from an n-gram of length ngram to
  * evaluate behind the token. */
 static int guesses_that_pay(struct ms_spec *sp, int found, int ngram) {
-    const int k = ms_spec_best_k(sp->t_eval, found, sp->accept[ngram]);
+    const int k = ms_spec_best_k(sp->t_eval, found, sp->p.draft_max + 1, sp->accept[ngram]);
     /* not tried: drift back, so that a bad streak is not the last word */
     if (k == 0) sp->accept[ngram] += A_DRIFT * (A_PRIOR - sp->accept[ngram]);
     return k;

@@ -22,8 +22,8 @@
  *     k* = argmax_k (1 + a + a^2 + ... + a^k) / t(1 + k),
  * a the measured chance that a guess is kept given the one before it was
  * (per n-gram length), t(n) the measured seconds of an eval of n tokens
- * (moving averages; an eval length not yet measured is taken as costing
- * no more than the longest one below it, so it is tried once, and the
+ * (moving averages; a step length not yet measured is interpolated
+ * between the measured ones, the longest tried first, and the
  * measurements live as long as the stepper). With a = 0 or t growing
  * linearly, k* = 0: plain decode, nothing lost but a lookup.
  * (The expected count is Leviathan et al., "Fast Inference from
@@ -65,12 +65,15 @@ struct ms_spec_params ms_spec_defaults(void);
 int ms_spec_lookup(const int32_t *hist, int64_t n, int ngram_min, int32_t *out, int max_out,
                    int *ngram);
 
-/* The cost model: the k in [0, found] with the best expected tokens per
- * second, (1 + a + ... + a^k) / t_eval[1 + k], ties to the smaller; an
- * unmeasured length (t_eval 0) costs the longest shorter one measured. 0
- * while t_eval[1] is unmeasured. t_eval: [found + 2] seconds; a: the chance
- * that a guess is kept given the one before it was. */
-int ms_spec_best_k(const double *t_eval, int found, double a);
+/* The cost model: the k in [0, found] (1 + k <= n_max) with the best
+ * expected tokens per second, (1 + a + ... + a^k) / t(1 + k), ties to the
+ * smaller. t(n) is t_eval[n] where measured (> 0), else the line between
+ * the nearest measured lengths below and above n, else (none above) the
+ * nearest below: so the longest step is tried first, and once it is
+ * measured the lengths between are estimated, not each tried. 0 while
+ * t_eval[1] is unmeasured. t_eval: [n_max + 1] seconds; a: the chance that
+ * a guess is kept given the one before it was. */
+int ms_spec_best_k(const double *t_eval, int found, int n_max, double a);
 
 struct ms_spec_stats {
     int64_t evals;      /* evals made (plain and drafts) */
