@@ -12,10 +12,8 @@
 /* Moving averages: eval seconds and guess acceptance. */
 #define T_ALPHA 0.25
 #define A_ALPHA 0.1
-/* Acceptance before any guess of an n-gram length was tried, and where an
- * untried length drifts back to (so a bad streak is tried again later). */
+/* Acceptance before any guess of an n-gram length was seen. */
 #define A_PRIOR 0.5
-#define A_DRIFT 0.005
 /* Most guesses an eval, whatever the session allows. */
 #define GUESS_CAP 15
 
@@ -30,6 +28,11 @@ struct ms_spec {
     int n_guess, n_next;   /* guesses of the open draft, the next one to check */
     int ngram;             /* the n-gram length the guesses came from */
     bool open;
+    /* the first guess of a lookup that was not evaluated, checked against
+     * the next token all the same: acceptance is learned at every step,
+     * so a machine where guesses rarely pay still sees them become good */
+    int32_t shadow;
+    int shadow_ngram;      /* 0: none pending */
     double t_eval[GUESS_CAP + 2]; /* seconds of an eval of n tokens (0: not measured) */
     double accept[MS_SPEC_NGRAM_MAX + 1];
     int32_t *hist;         /* [hist_cap]: the accepted tokens (n_commit) */
@@ -93,6 +96,7 @@ static int hist_reserve(struct ms_spec *sp, int64_t n) {
 /* hist and the counts from the session as it is (start, after a failure). */
 static int hist_sync(struct ms_spec *sp) {
     sp->open = false;
+    sp->shadow_ngram = 0;
     sp->n_commit = ms_session_n_past(sp->s);
     if (hist_reserve(sp, sp->n_commit + 1)) return -1;
     if (sp->n_commit) memcpy(sp->hist, ms_session_tokens(sp->s), (size_t)sp->n_commit * sizeof *sp->hist);
@@ -158,16 +162,19 @@ int64_t ms_spec_n_past(const struct ms_spec *sp) { return sp->n_commit; }
 
 struct ms_spec_stats ms_spec_get_stats(const struct ms_spec *sp) { return sp->st; }
 
+/* The chance a guess from an n-gram of length m is kept moves toward
+ * kept (1) or not (0). */
+static void learn(struct ms_spec *sp, int m, bool kept) {
+    sp->accept[m] += A_ALPHA * ((kept ? 1.0 : 0.0) - sp->accept[m]);
+}
+
 /* Ends the open draft keeping the accepted part: the token it began with
  * and the guesses confirmed since. */
 static int close_draft(struct ms_spec *sp, ms_err *err) {
     if (!sp->open) return 0;
     sp->open = false;
     /* the guess checked last was refused (or never checked): acceptance */
-    if (sp->n_next < sp->n_guess) {
-        double *a = &sp->accept[sp->ngram];
-        *a += A_ALPHA * (0.0 - *a);
-    }
+    if (sp->n_next < sp->n_guess) learn(sp, sp->ngram, false);
     return ms_session_draft_keep(sp->s, 1 + sp->n_next, err);
 }
 
@@ -218,15 +225,6 @@ int ms_spec_best_k(const double *t_eval, int found, int n_max, double a) {
     return best;
 }
 
-/* How many of the `found` guesses from an n-gram of length ngram to
- * evaluate behind the token. */
-static int guesses_that_pay(struct ms_spec *sp, int found, int ngram) {
-    const int k = ms_spec_best_k(sp->t_eval, found, sp->p.draft_max + 1, sp->accept[ngram]);
-    /* not tried: drift back, so that a bad streak is not the last word */
-    if (k == 0) sp->accept[ngram] += A_DRIFT * (A_PRIOR - sp->accept[ngram]);
-    return k;
-}
-
 static void t_record(struct ms_spec *sp, int n, double dt) {
     double *t = &sp->t_eval[n];
     *t = *t > 0 ? *t + T_ALPHA * (dt - *t) : dt;
@@ -235,8 +233,7 @@ static void t_record(struct ms_spec *sp, int n, double dt) {
 int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
     if (sp->open && sp->n_next < sp->n_guess && sp->guess[sp->n_next] == tok) {
         /* the guess was right: its position is evaluated already */
-        double *a = &sp->accept[sp->ngram];
-        *a += A_ALPHA * (1.0 - *a);
+        learn(sp, sp->ngram, true);
         sp->n_next++;
         sp->hist[sp->n_commit++] = tok; /* room: reserved with the draft */
         sp->st.accepted++;
@@ -244,6 +241,10 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
         return advance(sp, err);
     }
     if (close_draft(sp, err)) return -1;
+    if (sp->shadow_ngram) {
+        learn(sp, sp->shadow_ngram, tok == sp->shadow);
+        sp->shadow_ngram = 0;
+    }
     const int64_t n_ctx = ms_session_n_ctx(sp->s);
     if (sp->n_commit >= n_ctx)
         return ms_err_set(err, "context full: %lld positions used, context size %lld",
@@ -256,7 +257,14 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
     sp->hist[sp->n_commit] = tok;
     if (max_k > 0) {
         k = ms_spec_lookup(sp->hist, sp->n_commit + 1, sp->p.ngram_min, sp->guess, max_k, &ngram);
-        if (k > 0 && !sp->p.always) k = guesses_that_pay(sp, k, ngram);
+        if (k > 0 && !sp->p.always) {
+            const int found = k;
+            k = ms_spec_best_k(sp->t_eval, found, sp->p.draft_max + 1, sp->accept[ngram]);
+            if (k == 0) { /* checked against the next token all the same */
+                sp->shadow = sp->guess[0];
+                sp->shadow_ngram = ngram;
+            }
+        }
     }
     const double t0 = now_s();
     if (k == 0) {

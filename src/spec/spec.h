@@ -21,7 +21,9 @@
  * tokens only when the expected tokens per second beat plain decode:
  *     k* = argmax_k (1 + a + a^2 + ... + a^k) / t(1 + k),
  * a the measured chance that a guess is kept given the one before it was
- * (per n-gram length), t(n) the measured seconds of an eval of n tokens
+ * (per n-gram length; a lookup whose guesses are not evaluated still has
+ * its first guess checked against the token chosen next, so a is learned
+ * at every step), t(n) the measured seconds of an eval of n tokens
  * (moving averages; a step length not yet measured is interpolated
  * between the measured ones, the longest tried first, and the
  * measurements live as long as the stepper). With a = 0 or t growing
