@@ -290,6 +290,50 @@ static void test_forced(void **state) {
     ms_engine_free(e);
 }
 
+/* One slow measurement must not turn guessing off for good: a step of 8
+ * tokens seeded at 8.2 one-token steps makes every guess look too dear,
+ * and after SKIPS_BEFORE_RETRY (256) lookups whose guesses a copy would
+ * have kept, the longest step is measured afresh and guessing resumes. */
+static void test_slow_sample_retried(void **state) {
+    (void)state;
+    struct ms_engine_params p = ms_engine_params_default(g_path);
+    p.n_threads = 2;
+    p.stream = MS_STREAM_OFF;
+    p.n_ctx = 720;
+    struct ms_engine *e;
+    struct ms_session *s;
+    ms_err err;
+    assert_int_equal(ms_engine_load(&e, &p, &err), 0);
+    assert_int_equal(ms_session_new(&s, e, 720, &err), 0);
+    const int32_t V = (int32_t)ms_engine_info(e).n_vocab;
+    enum { N = 700 };
+    int32_t seq[N];
+    for (int i = 0; i < N; i++) seq[i] = (int32_t)((i % 9) * 29 + 7);
+    assert_int_equal(ms_session_eval(s, seq, 20, NULL, &err), 0);
+    struct ms_spec *st;
+    assert_int_equal(ms_spec_new(&st, s, V, NULL, NULL, &err), 0);
+    const double slow[9] = {0, 0.001, 0, 0, 0, 0, 0, 0, 0.0082};
+    assert_int_equal(ms_spec_seed_costs(st, slow, 8), 0);
+    /* a lookup finds guesses at every token from the first: 256 of them
+     * by token 276 */
+    for (int i = 20; i < 270; i++) assert_int_equal(ms_spec_accept(st, seq[i], &err), 0);
+    const int64_t locked = ms_spec_get_stats(st).drafts;
+    for (int i = 270; i < N; i++) assert_int_equal(ms_spec_accept(st, seq[i], &err), 0);
+    const struct ms_spec_stats stats = ms_spec_get_stats(st);
+    print_message("slow sample: %lld drafts in the first 250 tokens, %lld in all, %lld of %lld guesses kept\n",
+                  (long long)locked, (long long)stats.drafts, (long long)stats.accepted, (long long)stats.guessed);
+    assert_int_equal(locked, 0);
+    assert_true(stats.drafts > locked + 10);
+    assert_true(stats.accepted > 200);
+    assert_int_equal(ms_spec_finish(st, &err), 0);
+    assert_memory_equal(ms_session_tokens(s), seq, sizeof seq);
+    const double bad[2] = {0, 0};
+    assert_int_equal(ms_spec_seed_costs(st, bad, 1), -1);
+    ms_spec_free(st);
+    ms_session_free(s);
+    ms_engine_free(e);
+}
+
 /* The context's last positions: guesses never run past it, and a token
  * past it is refused with nothing changed. */
 static void test_context_end(void **state) {
@@ -351,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_sampled),
         cmocka_unit_test(test_streamed),
         cmocka_unit_test(test_forced),
+        cmocka_unit_test(test_slow_sample_retried),
         cmocka_unit_test(test_context_end),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -14,6 +14,12 @@
 #define A_ALPHA 0.1
 /* Acceptance before any guess of an n-gram length was seen. */
 #define A_PRIOR 0.5
+/* Lookups not evaluated (the guesses did not pay) before the longest step
+ * is measured again, where guesses are kept at least as often as the
+ * prior: one slow measurement (a busy neighbour) must not turn guessing
+ * off for the life of a server. On 2 cores a retry costs about 4 steps'
+ * worth once in this many. */
+#define SKIPS_BEFORE_RETRY 256
 /* Most guesses an eval, whatever the session allows. */
 #define GUESS_CAP 15
 
@@ -33,7 +39,13 @@ struct ms_spec {
      * so a machine where guesses rarely pay still sees them become good */
     int32_t shadow;
     int shadow_ngram;      /* 0: none pending */
-    double t_eval[GUESS_CAP + 2]; /* seconds of an eval of n tokens (0: not measured) */
+    /* the cost of a step of n tokens: t_one seconds for one, ratio[n] that
+     * many one-token steps for n >= 2 (0: not measured). Ratios, so that a
+     * host whose speed moves moves them all. */
+    double t_one;
+    double ratio[GUESS_CAP + 2];
+    int64_t skips;         /* lookups not evaluated since a step with guesses */
+    bool exploring;        /* the open step re-measures its length */
     double accept[MS_SPEC_NGRAM_MAX + 1];
     int32_t *hist;         /* [hist_cap]: the accepted tokens (n_commit) */
     int64_t hist_cap;
@@ -225,9 +237,42 @@ int ms_spec_best_k(const double *t_eval, int found, int n_max, double a) {
     return best;
 }
 
+/* A step of n tokens took dt seconds: a moving average, or for a step
+ * that re-measures its length, the new value outright. */
 static void t_record(struct ms_spec *sp, int n, double dt) {
-    double *t = &sp->t_eval[n];
-    *t = *t > 0 ? *t + T_ALPHA * (dt - *t) : dt;
+    if (n == 1) {
+        sp->t_one = sp->t_one > 0 ? sp->t_one + T_ALPHA * (dt - sp->t_one) : dt;
+        return;
+    }
+    if (sp->t_one <= 0) return;
+    double *r = &sp->ratio[n];
+    const double x = dt / sp->t_one;
+    *r = *r > 0 && !sp->exploring ? *r + T_ALPHA * (x - *r) : x;
+}
+
+/* How many of the `found` guesses from an n-gram of length ngram to
+ * evaluate behind the token. */
+static int guesses_that_pay(struct ms_spec *sp, int found, int ngram) {
+    double t[GUESS_CAP + 2] = {0};
+    t[1] = sp->t_one;
+    for (int n = 2; n <= sp->p.draft_max + 1; n++) t[n] = sp->ratio[n] * sp->t_one;
+    int k = ms_spec_best_k(t, found, sp->p.draft_max + 1, sp->accept[ngram]);
+    sp->exploring = false;
+    if (k > 0) {
+        sp->skips = 0;
+    } else if (++sp->skips >= SKIPS_BEFORE_RETRY && sp->accept[ngram] >= A_PRIOR && sp->t_one > 0) {
+        k = found; /* measure again */
+        sp->exploring = true;
+        sp->skips = 0;
+    }
+    return k;
+}
+
+int ms_spec_seed_costs(struct ms_spec *sp, const double *t_eval, int n) {
+    if (n < 1 || n > GUESS_CAP + 1 || t_eval[1] <= 0) return -1;
+    sp->t_one = t_eval[1];
+    for (int m = 2; m <= GUESS_CAP + 1; m++) sp->ratio[m] = m <= n && t_eval[m] > 0 ? t_eval[m] / t_eval[1] : 0;
+    return 0;
 }
 
 int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
@@ -259,7 +304,7 @@ int ms_spec_accept(struct ms_spec *sp, int32_t tok, ms_err *err) {
         k = ms_spec_lookup(sp->hist, sp->n_commit + 1, sp->p.ngram_min, sp->guess, max_k, &ngram);
         if (k > 0 && !sp->p.always) {
             const int found = k;
-            k = ms_spec_best_k(sp->t_eval, found, sp->p.draft_max + 1, sp->accept[ngram]);
+            k = guesses_that_pay(sp, found, ngram);
             if (k == 0) { /* checked against the next token all the same */
                 sp->shadow = sp->guess[0];
                 sp->shadow_ngram = ngram;

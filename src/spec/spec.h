@@ -25,8 +25,11 @@
  * its first guess checked against the token chosen next, so a is learned
  * at every step), t(n) the measured seconds of an eval of n tokens
  * (moving averages; a step length not yet measured is interpolated
- * between the measured ones, the longest tried first, and the
- * measurements live as long as the stepper). With a = 0 or t growing
+ * between the measured ones, the longest tried first; costs are kept as
+ * ratios to a one-token step, and after 256 lookups without guesses where
+ * guesses are kept often the longest step is measured afresh, so one slow
+ * sample cannot turn guessing off for good; the measurements live as long
+ * as the stepper). With a = 0 or t growing
  * linearly, k* = 0: plain decode, nothing lost but a lookup.
  * (The expected count is Leviathan et al., "Fast Inference from
  * Transformers via Speculative Decoding", 2023, with one guess per
@@ -76,6 +79,13 @@ int ms_spec_lookup(const int32_t *hist, int64_t n, int ngram_min, int32_t *out, 
  * t_eval[1] is unmeasured. t_eval: [n_max + 1] seconds; a: the chance that
  * a guess is kept given the one before it was. */
 int ms_spec_best_k(const double *t_eval, int found, int n_max, double a);
+
+/* Sets the stepper's step costs as if measured: t_eval[1 .. n] seconds
+ * of a step of that many tokens (0: not measured; t_eval[1] > 0). For
+ * tests, and for a caller that measured the machine elsewhere. -1 when n
+ * or t_eval[1] is out of range. */
+struct ms_spec;
+int ms_spec_seed_costs(struct ms_spec *sp, const double *t_eval, int n);
 
 struct ms_spec_stats {
     int64_t evals;      /* evals made (plain and drafts) */
