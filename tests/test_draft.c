@@ -29,11 +29,7 @@ static const char *g_path;
 
 static int setup(void **state) {
     (void)state;
-    if (test_tmp_setup("test_draft")) return -1;
-    g_path = tmp_path("m.gguf");
-    struct mkmodel_opts o;
-    ms_err err;
-    return mkmodel_preset(&o, "tiny", &err) || mkmodel_write(&o, g_path, &err) ? -1 : 0;
+    return test_tiny_model_setup("test_draft", &g_path);
 }
 
 static int teardown(void **state) {

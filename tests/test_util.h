@@ -32,4 +32,17 @@ static inline const char *tmp_path(const char *name) {
     return p[k];
 }
 
+#ifdef MS_MKMODEL_MKMODEL_H
+/* A cmocka group setup's body for tests that run the tiny mkmodel model:
+ * the scratch directory sub, and the model written to *path there. 0 or
+ * -1. Include mkmodel/mkmodel.h before this file to have it. */
+static inline int test_tiny_model_setup(const char *sub, const char **path) {
+    if (test_tmp_setup(sub)) return -1;
+    *path = tmp_path("m.gguf");
+    struct mkmodel_opts o;
+    ms_err err;
+    return mkmodel_preset(&o, "tiny", &err) || mkmodel_write(&o, *path, &err) ? -1 : 0;
+}
+#endif
+
 #endif
