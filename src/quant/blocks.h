@@ -51,6 +51,39 @@ typedef struct {
 } block_q2_K;
 static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
 
+/* Q3_K: 256 values in 16 sub-blocks of 16; q = 2 low bits (qs, laid out as
+ * Q2_K's) + a high bit (hmask: bit j of hmask[l] belongs to element
+ * 32 j + l), x = d * (sc - 32) * (q - 4) with 6-bit scales packed in 12
+ * bytes (ggml's kmask unpacking; see quant_kq.h). */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[K_SCALE_SIZE];
+    uint16_t d;
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+
+/* Q5_K: Q4_K with a fifth bit per value (qh: bit j of qh[l] belongs to
+ * element 32 j + l): x = d * sc * q - dmin * m, q in [0, 31]. */
+typedef struct {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+/* Q6_K: 256 values in 16 sub-blocks of 16 with int8 scales; q = 4 low bits
+ * (ql) + 2 high bits (qh), x = d * sc * (q - 32). */
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
 /* IQ2_XXS: 256 values, 2.0625 bits each; per 32 values two uint32 words:
  * four 8-bit indices into the 256-entry E8 lattice grid, then 4x7 sign bits
  * and a 4-bit scale. */
