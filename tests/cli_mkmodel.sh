@@ -19,7 +19,7 @@ expect_usage() {
     [ -e "$TMP/bad.gguf" ] && fail "$what: left a file behind"
     rm -f "$TMP/bad.gguf"
 }
-expect_usage "unknown type" --preset tiny --experts-type q5_k -o "$TMP/bad.gguf"
+expect_usage "unknown type" --preset tiny --experts-type q8_K -o "$TMP/bad.gguf"
 expect_usage "unknown dense type" --preset tiny --dense-type bogus -o "$TMP/bad.gguf"
 expect_usage "bad preset" --preset huge -o "$TMP/bad.gguf"
 expect_usage "missing preset" -o "$TMP/bad.gguf"
@@ -113,6 +113,26 @@ grep -q '^check: all' "$TMP/io" || fail "override check"
 "$BIN" mkmodel --preset tiny --experts-type q2_k --experts-type-last-layers q8_0:2 -o "$TMP/m.gguf" 2>/dev/null || fail "mixed"
 "$BIN" inspect "$TMP/m.gguf" >"$TMP/im"
 grep -q '^bytes per expert by layer: 0:[0-9]* 1:[0-9]* 2:[0-9]* 3:[0-9]*' "$TMP/im" || fail "per-layer expert bytes"
+
+# --tensor-type: per-tensor types over every other rule (llama-quantize's
+# mixes), a pair (gate/up) in two types runs, and bad specs are refused
+expect_usage "tensor-type without =" --preset tiny --tensor-type output -o "$TMP/bad.gguf"
+expect_usage "tensor-type naming nothing" --preset tiny --tensor-type outptu=q8_0 -o "$TMP/bad.gguf"
+expect_usage "tensor-type bad type" --preset tiny --tensor-type output=q9_K -o "$TMP/bad.gguf"
+expect_usage "tensor-type on a lookup table" --preset tiny --tensor-type attn_compressor_ape=q8_0 -o "$TMP/bad.gguf"
+"$BIN" mkmodel --preset tiny --experts-type q4_K --tensor-type output=q2_K \
+    --tensor-type ffn_down_exps=q8_0 --tensor-type blk.2.attn_kv=f16 \
+    --tensor-type blk.1.ffn_up_exps.weight=iq2_xxs -o "$TMP/tt.gguf" 2>/dev/null || fail "tensor-type"
+"$BIN" inspect "$TMP/tt.gguf" --tensors >"$TMP/it"
+type_of() { awk -v n="$1" '$1 == n { print $2 }' "$TMP/it"; }
+[ "$(type_of output.weight)" = q2_K ] || fail "tensor-type output: $(type_of output.weight)"
+[ "$(type_of blk.3.ffn_down_exps.weight)" = q8_0 ] || fail "tensor-type ffn_down_exps"
+[ "$(type_of blk.2.attn_kv.weight)" = f16 ] || fail "tensor-type blk.2.attn_kv"
+[ "$(type_of blk.1.attn_kv.weight)" = q8_0 ] || fail "tensor-type touched another layer"
+[ "$(type_of blk.1.ffn_up_exps.weight)" = iq2_xxs ] || fail "tensor-type blk.1.ffn_up_exps"
+[ "$(type_of blk.1.ffn_gate_exps.weight)" = q4_K ] || fail "tensor-type touched the gate"
+"$BIN" run -m "$TMP/tt.gguf" -p "hello" -n 4 --temp 0 >"$TMP/rt" 2>&1 ||
+    fail "a gate/up pair in two types does not run: $(tail -n 1 "$TMP/rt")"
 
 # ds4 mix is recognised
 "$BIN" mkmodel --preset tiny --ds4-mix -o "$TMP/d.gguf" 2>/dev/null || fail "ds4-mix"

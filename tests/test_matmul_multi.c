@@ -13,6 +13,8 @@
  * - the done callback: every row of an op exactly once, only once that
  *   row's outputs are final (it compares them with the reference), and what
  *   it writes (SwiGLU-like, in place) is what the caller sees;
+ * - pairs whose matrices are stored in two types (each its own dot, the
+ *   done callback after both);
  * - a pair whose matrices differ in shape is refused before anything runs.
  */
 #include <setjmp.h>
@@ -95,19 +97,24 @@ struct op_case {
     enum ms_act act;
     bool pair;
     int x; /* which activation buffer: equal indices share one */
+    enum ms_type type2; /* a pair's second matrix, when not F32 (0): another type than w's */
 };
 
 static const struct op_case cases[] = {
-    {MS_TYPE_Q8_0, MAX_ROWS, 1, MS_ACT_QUANT, false, 0},   {MS_TYPE_Q4_K, 300, 1, MS_ACT_QUANT, true, 0},
-    {MS_TYPE_IQ2_XXS, 200, 1, MS_ACT_QUANT, true, 0},      {MS_TYPE_Q2_K, 3, 1, MS_ACT_QUANT, false, 0},
-    {MS_TYPE_F16, 1, 1, MS_ACT_F32, false, 0},            {MS_TYPE_Q8_0, 64, 1, MS_ACT_F32, false, 0},
-    {MS_TYPE_Q4_K, 500, 3, MS_ACT_QUANT, true, 1},         {MS_TYPE_Q2_K, 257, 5, MS_ACT_QUANT, false, 2},
-    {MS_TYPE_MXFP4, 129, 2, MS_ACT_QUANT, true, 3},        {MS_TYPE_BF16, 77, 4, MS_ACT_F32, true, 1},
-    {MS_TYPE_F32, 33, 5, MS_ACT_QUANT, false, 2},          {MS_TYPE_IQ2_XXS, MAX_ROWS, 5, MS_ACT_F32, false, 2},
-    {MS_TYPE_Q2_K, 40, 3, MS_ACT_QUANT, false, 3}, /* as op 6's dot type and tokens, another input */
-    {MS_TYPE_Q8_0, 90, 5, MS_ACT_Q16, true, 2},    {MS_TYPE_Q8_0, 40, 5, MS_ACT_Q16, false, 2},
-    {MS_TYPE_F16, 20, 3, MS_ACT_Q16, false, 1}, /* no Q16_0 dots: f32 */
-    {MS_TYPE_Q8_0, 33, 5, MS_ACT_QUANT, false, 2}, /* the same input as the Q16_0 ops, int8 */
+    {MS_TYPE_Q8_0, MAX_ROWS, 1, MS_ACT_QUANT, false, 0, 0},   {MS_TYPE_Q4_K, 300, 1, MS_ACT_QUANT, true, 0, 0},
+    {MS_TYPE_IQ2_XXS, 200, 1, MS_ACT_QUANT, true, 0, 0},      {MS_TYPE_Q2_K, 3, 1, MS_ACT_QUANT, false, 0, 0},
+    {MS_TYPE_F16, 1, 1, MS_ACT_F32, false, 0, 0},            {MS_TYPE_Q8_0, 64, 1, MS_ACT_F32, false, 0, 0},
+    {MS_TYPE_Q4_K, 500, 3, MS_ACT_QUANT, true, 1, 0},         {MS_TYPE_Q2_K, 257, 5, MS_ACT_QUANT, false, 2, 0},
+    {MS_TYPE_MXFP4, 129, 2, MS_ACT_QUANT, true, 3, 0},        {MS_TYPE_BF16, 77, 4, MS_ACT_F32, true, 1, 0},
+    {MS_TYPE_F32, 33, 5, MS_ACT_QUANT, false, 2, 0},          {MS_TYPE_IQ2_XXS, MAX_ROWS, 5, MS_ACT_F32, false, 2, 0},
+    {MS_TYPE_Q2_K, 40, 3, MS_ACT_QUANT, false, 3, 0}, /* as op 6's dot type and tokens, another input */
+    {MS_TYPE_Q8_0, 90, 5, MS_ACT_Q16, true, 2, 0},    {MS_TYPE_Q8_0, 40, 5, MS_ACT_Q16, false, 2, 0},
+    {MS_TYPE_F16, 20, 3, MS_ACT_Q16, false, 1, 0}, /* no Q16_0 dots: f32 */
+    {MS_TYPE_Q8_0, 33, 5, MS_ACT_QUANT, false, 2, 0}, /* the same input as the Q16_0 ops, int8 */
+    /* pairs in two types (gate and up quantized differently) */
+    {MS_TYPE_Q4_K, 300, 3, MS_ACT_QUANT, true, 1, MS_TYPE_IQ2_XXS},
+    {MS_TYPE_Q8_0, MAX_ROWS, 1, MS_ACT_QUANT, true, 0, MS_TYPE_Q2_K},
+    {MS_TYPE_Q8_0, 70, 2, MS_ACT_Q16, true, 3, MS_TYPE_F16},
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -130,7 +137,7 @@ static void run_multi(struct ms_pool *pool) {
         const struct op_case *c = &cases[i];
         const size_t sz = (size_t)(c->n_tok * c->rows) * sizeof(float);
         w[i] = make_mat(&r, c->type, c->rows);
-        w2[i] = c->pair ? make_mat(&r, c->type, c->rows) : (struct ms_mat){0};
+        w2[i] = c->pair ? make_mat(&r, c->type2 ? c->type2 : c->type, c->rows) : (struct ms_mat){0};
         ref[i] = xalloc(sz);
         ref2[i] = xalloc(sz);
         want[i] = xalloc(sz);
@@ -243,6 +250,13 @@ static void test_multi_bad_pair(void **state) {
     assert_int_equal(ms_matmul_multi(&ctx, ops, 2, &err), -1);
     assert_non_null(strstr(err.msg, "paired"));
     for (int i = 0; i < 9; i++) assert_true(y[i] == -7.0f && y2[i] == -7.0f); /* nothing ran */
+    /* the same with the pair in two types (the path that splits pairs) */
+    struct ms_mat c2 = make_mat(&r, MS_TYPE_Q4_K, 9);
+    ops[1].w2 = &c2;
+    assert_int_equal(ms_matmul_multi(&ctx, ops, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "paired"));
+    for (int i = 0; i < 9; i++) assert_true(y[i] == -7.0f && y2[i] == -7.0f);
+    ms_free((void *)c2.data);
     ms_matmul_ctx_free(&ctx);
     ms_free((void *)a.data);
     ms_free((void *)b.data);

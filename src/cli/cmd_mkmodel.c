@@ -14,6 +14,32 @@
 #include "cli/cli.h"
 #include "mkmodel/mkmodel.h"
 
+/* Types mkmodel can write: the weight formats moestream computes with
+ * (kernels in the reference table; Q8_K is an activation format only). */
+static bool writable_type(enum ms_type t) {
+    const struct ms_type_traits *tt = ms_type_traits_ref(t);
+    return tt && tt->has_kernels && tt->from_float;
+}
+
+static int parse_type(const char *s, enum ms_type *out) {
+    enum ms_type t;
+    if (!s || ms_type_from_name(s, &t) || !writable_type(t)) return -1;
+    *out = t;
+    return 0;
+}
+
+/* "f32 f16 ... mxfp4": the names parse_type takes, for messages. */
+static const char *type_list(void) {
+    static char buf[256];
+    if (!buf[0])
+        for (int t = 0; t < MS_TYPE_COUNT; t++)
+            if (writable_type((enum ms_type)t)) {
+                size_t len = strlen(buf);
+                snprintf(buf + len, sizeof buf - len, "%s%s", len ? " " : "", ms_type_name((enum ms_type)t));
+            }
+    return buf;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
         "usage: moestream mkmodel --preset tiny|small|bench|flash [options] -o OUT.gguf\n"
@@ -24,9 +50,13 @@ static void usage(FILE *out) {
         "  --sparse                leave the matrices' data as holes (a sparse file)\n"
         "  --size BYTES            bench: target tensor data size (suffixes K, M, G)\n"
         "  --seed N                RNG seed (default 1); same options + seed = same bytes\n"
-        "  --experts-type T        routed experts: f32 f16 bf16 q8_0 q4_K q2_K iq2_xxs mxfp4\n"
+        "  --experts-type T        routed experts' type, one of:\n"
+        "                          %s\n"
         "  --dense-type T          every other matrix (1-D tensors are always f32)\n"
         "  --experts-type-last-layers T:N   the last N layers' experts in type T\n"
+        "  --tensor-type NAME=T    matrices called NAME (with or without blk.N. and .weight,\n"
+        "                          e.g. output, ffn_down_exps, blk.3.attn_kv) in type T;\n"
+        "                          repeatable, over every option above (llama-quantize's mixes)\n"
         "  --ds4-mix               ds4's published mix (iq2_xxs/q2_K experts, q8_0 attn, f16 rest)\n"
         "  --f32-twin              store every tensor as f32 of its dequantized values\n"
         "  --vocab-from FILE       import a Hugging Face tokenizer.json (e.g. DeepSeek V3/V4's)\n"
@@ -45,7 +75,7 @@ static void usage(FILE *out) {
         "  --yarn-beta-fast --yarn-beta-slow --expert-weights-scale --swiglu-clamp\n"
         "  --swiglu-clamp-shexp X\n"
         "  --expert-weights-norm 0|1   --rope-scaling-type yarn|linear|none\n"
-        "  --compress-ratios R0,R1,...  (sets the layer count; each 0, 4 or 128)\n");
+        "  --compress-ratios R0,R1,...  (sets the layer count; each 0, 4 or 128)\n", type_list());
 }
 
 #define FAIL_USAGE(...)                                          \
@@ -168,21 +198,6 @@ static int parse_f32(const char *s, float *out) {
     return 0;
 }
 
-/* Types mkmodel can write (the weight formats with kernels). */
-static int parse_type(const char *s, enum ms_type *out) {
-    static const enum ms_type ok[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
-                                      MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
-                                      MS_TYPE_MXFP4};
-    enum ms_type t;
-    if (!s || ms_type_from_name(s, &t)) return -1;
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (ok[i] == t) {
-            *out = t;
-            return 0;
-        }
-    return -1;
-}
-
 static int parse_ratios(const char *s, uint32_t *ratio, uint32_t *n) {
     *n = 0;
     const char *p = s;
@@ -294,12 +309,22 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
             o->vocab_from = v;
         } else if (!strcmp(a, "--experts-type")) {
             if (parse_type(v, &o->experts_type))
-                FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (f32 f16 bf16 "
-                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+                FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (%s)", v, type_list());
         } else if (!strcmp(a, "--dense-type")) {
             if (parse_type(v, &o->dense_type))
-                FAIL_USAGE("--dense-type: unknown or unsupported type '%s' (f32 f16 bf16 "
-                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+                FAIL_USAGE("--dense-type: unknown or unsupported type '%s' (%s)", v, type_list());
+        } else if (!strcmp(a, "--tensor-type")) {
+            const char *eq = strrchr(v, '=');
+            struct mkmodel_tensor_type *tt = &o->tensor_types[o->n_tensor_types];
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof tt->name)
+                FAIL_USAGE("--tensor-type: expected NAME=TYPE (e.g. output=q6_K), got '%s'", v);
+            if (o->n_tensor_types == MKMODEL_MAX_TENSOR_TYPES)
+                FAIL_USAGE("--tensor-type: at most %d of them", MKMODEL_MAX_TENSOR_TYPES);
+            if (parse_type(eq + 1, &tt->type))
+                FAIL_USAGE("--tensor-type: unknown or unsupported type '%s' (%s)", eq + 1, type_list());
+            memcpy(tt->name, v, (size_t)(eq - v));
+            tt->name[eq - v] = 0;
+            o->n_tensor_types++;
         } else if (!strcmp(a, "--experts-type-last-layers")) {
             char tname[32];
             const char *colon = strchr(v, ':');
@@ -384,6 +409,7 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
             FAIL_USAGE("%s%s%s", fl ? fl : "--size", ": ", err.msg);
         }
     }
+    if (mkmodel_check_tensor_types(o, &err)) FAIL_USAGE("--tensor-type: %s", err.msg);
     if (mkmodel_data_bytes(o, &c->bytes, &err)) {
         const char *fl = flag_of_message(err.msg);
         FAIL_USAGE("%s%s%s", fl ? fl : "", fl ? ": " : "", err.msg);

@@ -331,9 +331,47 @@ static size_t cut_chunks(const struct ms_mm_op *ops, int n_ops, double total, in
     return n;
 }
 
+/* Whether op is a pair whose two matrices are stored in different types. */
+static bool pair_types_differ(const struct ms_mm_op *op) { return op->w2 && op->w2->type != op->w->type; }
+
+/* ms_matmul_multi for a call with pairs in two types (a file quantized with
+ * gate and up in different formats: one dot cannot run both rows): each
+ * such pair runs as two products in the same call, and its done callback
+ * once over all its rows after both. The results are the same dot calls. */
+static int matmul_multi_split_pairs(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_ops,
+                                    ms_err *err) {
+    struct ms_mm_op *split = malloc(2 * (size_t)n_ops * sizeof *split);
+    if (!split) return ms_err_set(err, "matmul: out of memory (%d ops)", n_ops);
+    int n = 0;
+    for (int i = 0; i < n_ops; i++) {
+        split[n] = ops[i];
+        if (!pair_types_differ(&ops[i])) {
+            n++;
+            continue;
+        }
+        if (ops[i].w2->n_rows != ops[i].w->n_rows || ops[i].w2->n_cols != ops[i].w->n_cols) {
+            free(split);
+            return ms_err_set(err, "matmul: paired matrices differ in shape");
+        }
+        split[n].w2 = NULL, split[n].y2 = NULL, split[n].done = NULL;
+        split[n + 1] = split[n];
+        split[n + 1].w = ops[i].w2, split[n + 1].y = ops[i].y2;
+        n += 2;
+    }
+    const int rc = ms_matmul_multi(c, split, n, err);
+    free(split);
+    if (rc) return rc;
+    for (int i = 0; i < n_ops; i++)
+        if (pair_types_differ(&ops[i]) && ops[i].done && ops[i].n_tok > 0 && ops[i].w->n_rows > 0)
+            ops[i].done(ops[i].done_arg, 0, ops[i].w->n_rows);
+    return 0;
+}
+
 int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_ops,
                     ms_err *err) {
     if (n_ops <= 0) return 0;
+    for (int i = 0; i < n_ops; i++)
+        if (pair_types_differ(&ops[i])) return matmul_multi_split_pairs(c, ops, n_ops, err);
     const int nt = ms_pool_n_threads(c->pool);
     /* 1. checks, the activation formats, the converted activations' size,
      * the total cost */
@@ -352,9 +390,8 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         const struct ms_type_traits *tt = ms_type_traits(op->w->type);
         if (!tt || !tt->has_kernels)
             return ms_err_set(err, "matmul: no kernels for type %s", ms_type_name(op->w->type));
-        if (op->w2 && (op->w2->type != op->w->type || op->w2->n_rows != op->w->n_rows ||
-                       op->w2->n_cols != op->w->n_cols))
-            return ms_err_set(err, "matmul: paired matrices differ in shape or type");
+        if (op->w2 && (op->w2->n_rows != op->w->n_rows || op->w2->n_cols != op->w->n_cols))
+            return ms_err_set(err, "matmul: paired matrices differ in shape");
         fmts[i] = act_fmt(op);
         const struct act_fmt *f = &fmts[i];
         if (f->act != MS_ACT_F32) {

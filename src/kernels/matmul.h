@@ -62,14 +62,16 @@ int ms_matmul(struct ms_matmul_ctx *c, const struct ms_mat *w, const float *x, i
 
 /* Called by ms_matmul_multi once rows [r0, r1) of an op's outputs (y and,
  * with a pair, y2) are final for every token, on the thread that computed
- * them; arg is the op's done_arg. Ranges of one op are disjoint and cover
+ * them (the caller, for a pair in two types); arg is the op's done_arg.
+ * Ranges of one op are disjoint and cover
  * its rows; several run at once on different threads. */
 typedef void (*ms_mm_done_fn)(void *arg, int64_t r0, int64_t r1);
 
 /* One product of a fused call: y = w x as in ms_matmul (x [n_tok][ldx],
- * y [n_tok][ldy]); with w2 (same shape and type as w), also y2 = w2 x, row
- * by row beside y (a gate/up pair: the done callback then sees both rows,
- * e.g. to apply SwiGLU in place). */
+ * y [n_tok][ldy]); with w2 (same shape as w), also y2 = w2 x, row by row
+ * beside y (a gate/up pair: the done callback then sees both rows, e.g. to
+ * apply SwiGLU in place). A pair in two types runs as two products, its
+ * done callback once over all rows after both. */
 struct ms_mm_op {
     const struct ms_mat *w, *w2; /* w2 may be NULL */
     const float *x;

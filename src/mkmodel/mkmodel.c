@@ -207,10 +207,63 @@ static enum ms_type ds4_mix_type(const struct dsv4_tensor_info *t) {
     }
 }
 
+static bool t_is_matrix(const struct dsv4_tensor_info *t) {
+    return t->n_dims >= 2 && t->cls != DSV4_C_TID2EID;
+}
+
+/* Whether name is pat, or pat followed by ".weight". */
+static bool name_is(const char *name, const char *pat) {
+    const size_t n = strlen(pat);
+    return !strncmp(name, pat, n) && (!name[n] || !strcmp(name + n, ".weight"));
+}
+
+/* Whether --tensor-type's name matches tensor t: its GGUF name, or the
+ * name without "blk.N." ("ffn_down_exps", "output"), ".weight" optional. */
+static bool tensor_name_matches(const char *pat, const struct dsv4_tensor_info *t) {
+    if (name_is(t->name, pat)) return true;
+    if (t->layer < 0) return false;
+    const char *base = strchr(t->name + 4, '.'); /* after "blk.N" */
+    return base && name_is(base + 1, pat);
+}
+
+/* The --tensor-type entry for t (the last one that matches), or NULL. */
+static const struct mkmodel_tensor_type *tensor_type_override(const struct mkmodel_opts *o,
+                                                              const struct dsv4_tensor_info *t) {
+    if (!t_is_matrix(t)) return NULL;
+    const struct mkmodel_tensor_type *hit = NULL;
+    for (uint32_t k = 0; k < o->n_tensor_types; k++)
+        if (tensor_name_matches(o->tensor_types[k].name, t)) hit = &o->tensor_types[k];
+    return hit;
+}
+
+int mkmodel_check_tensor_types(const struct mkmodel_opts *o, ms_err *err) {
+    if (!o->n_tensor_types) return 0;
+    struct dsv4_layout l;
+    if (dsv4_layout_build(&o->hp, &l, err)) return -1;
+    int rc = 0;
+    for (uint32_t k = 0; k < o->n_tensor_types && !rc; k++) {
+        bool found = false;
+        for (size_t i = 0; i < l.n && !found; i++)
+            found = t_is_matrix(&l.t[i]) && tensor_name_matches(o->tensor_types[k].name, &l.t[i]);
+        if (!found)
+            rc = ms_err_set(err, "'%s' names no matrix of this model (e.g. output, attn_kv, "
+                            "ffn_down_exps, blk.3.ffn_up_exps)", o->tensor_types[k].name);
+    }
+    dsv4_layout_free(&l);
+    return rc;
+}
+
 int mkmodel_tensor_type(const struct mkmodel_opts *o, const struct dsv4_tensor_info *t,
                         enum ms_type *type, ms_err *err) {
     enum ms_type ty;
-    if (t->cls == DSV4_C_TID2EID) {
+    const struct mkmodel_tensor_type *ov = tensor_type_override(o, t);
+    if (ov) {
+        ty = ov->type;
+        bool ape = t->role == DSV4_ATTN_COMP_APE || t->role == DSV4_IDX_COMP_APE;
+        if (ape && is_block_quant(ty))
+            return ms_err_set(err, "%s is a lookup table, not a matmul weight: f32, f16 or bf16, "
+                              "not %s", t->name, ms_type_name(ty));
+    } else if (t->cls == DSV4_C_TID2EID) {
         ty = MS_TYPE_I32;
     } else if (t->n_dims == 1) {
         ty = MS_TYPE_F32;

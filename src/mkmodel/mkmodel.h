@@ -27,6 +27,8 @@
 #include "quant/quant.h"
 #include "util/err.h"
 
+#define MKMODEL_MAX_TENSOR_TYPES 16
+
 struct mkmodel_opts {
     char preset[16];          /* "tiny", "small", "bench", "flash" */
     struct dsv4_hparams hp;
@@ -47,6 +49,15 @@ struct mkmodel_opts {
     bool random_codes;         /* quantized tensors: random valid codes and fitted scales
                                   instead of quantized random floats (flash preset) */
     bool sparse;               /* leave every matrix's data as a hole (zeros) */
+    /* Per-tensor types that override all of the above (--tensor-type
+     * NAME=TYPE, as llama-quantize's option of that name): entry k applies
+     * to every matrix whose name, or whose name without "blk.N." and
+     * ".weight", equals tensor_types[k].name; the last match wins. */
+    struct mkmodel_tensor_type {
+        char name[64];
+        enum ms_type type;
+    } tensor_types[MKMODEL_MAX_TENSOR_TYPES];
+    uint32_t n_tensor_types;
 };
 
 /*
@@ -76,11 +87,17 @@ void mkmodel_preset_ratios(struct mkmodel_opts *o);
  * quant (ds4 stores them F16; they are lookup tables, not matmul weights).
  * With ds4_mix: gate/up IQ2_XXS, down Q2_K, attention matrices, output and
  * shared expert Q8_0, token_embd/HC/compressor/indexer/router F16.
- * -1 when ne0 is not a multiple of the chosen type's block size (the message
- * names the tensor, its ne0 and the type).
+ * A matching o->tensor_types entry overrides every rule above for a matrix
+ * (n_dims >= 2, not tid2eid). -1 when ne0 is not a multiple of the chosen
+ * type's block size (the message names the tensor, its ne0 and the type).
  */
 int mkmodel_tensor_type(const struct mkmodel_opts *o, const struct dsv4_tensor_info *t,
                         enum ms_type *type, ms_err *err);
+
+/* -1 with a message naming the entry when an o->tensor_types entry matches
+ * no matrix of the layout o->hp gives (a misspelt name would otherwise
+ * change nothing); 0 otherwise. */
+int mkmodel_check_tensor_types(const struct mkmodel_opts *o, ms_err *err);
 
 /* Validates hparams and every tensor's type (as mkmodel_write would) and sets
  * *bytes to the total tensor data size, without padding. */
