@@ -430,7 +430,8 @@ static void gen_tid2eid(struct block_job *j, ms_rng *r) {
 /* Random codes for a quantized type: every byte random, then each block's
  * scale fields set so the values' standard deviation is about stddev
  * (the code distributions' spreads: int8 uniform ~74, Q4_K sc*q ~145,
- * Q2_K sc*q ~8.4, IQ2_XXS scale*grid ~50, FP4 ~3). false for a type it
+ * Q2_K sc*q ~8.4, IQ2_XXS scale*grid ~50, FP4 ~3, and the three K-quants
+ * below). false for a type it
  * does not know (the caller quantizes floats instead). */
 static bool fill_random_codes(enum ms_type type, ms_rng *r, void *dst, size_t bytes,
                               float stddev) {
@@ -449,6 +450,14 @@ static bool fill_random_codes(enum ms_type type, ms_rng *r, void *dst, size_t by
     case MS_TYPE_IQ2_XXS:
         bsize = sizeof(block_iq2_xxs), d_off = offsetof(block_iq2_xxs, d), spread = 50;
         break;
+    /* the three below measured on random blocks (standard deviation of the
+     * values at d = 1, with the dmin that centres them) */
+    case MS_TYPE_Q6_K: bsize = sizeof(block_q6_K); d_off = offsetof(block_q6_K, d); spread = 1375; break;
+    case MS_TYPE_Q5_K:
+        bsize = sizeof(block_q5_K), d_off = offsetof(block_q5_K, d);
+        dmin_off = offsetof(block_q5_K, dmin), spread = 528, dmin_ratio = 15.5f;
+        break;
+    case MS_TYPE_Q3_K: bsize = sizeof(block_q3_K); d_off = offsetof(block_q3_K, d); spread = 43.5f; break;
     case MS_TYPE_MXFP4: bsize = sizeof(block_mxfp4); d_off = SIZE_MAX; spread = 3; break;
     default: return false;
     }
