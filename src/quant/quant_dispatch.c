@@ -237,6 +237,8 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
+    tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
 }
 
@@ -258,6 +260,8 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
      * --rows 512 --cols 1024 --batches 4 --working-set 1024) */
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
+    tab[MS_TYPE_Q5_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q5_K_q8_K_x4);
+    tab[MS_TYPE_Q3_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q3_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
@@ -391,6 +395,8 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0, KSET_ISA_REFQ(isa, mxfp4, q8_0));
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q5_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q5_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q3_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q3_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
