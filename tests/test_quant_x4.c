@@ -432,6 +432,15 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->gemm_tok, ms_gemm_q2_K_q8_Kx16_avx512);
+        /* Q5_K and Q3_K: the AVX-512 set's own kernels, split parts too */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot, ms_dot_q5_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_x4, ms_dot_q5_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_rows, ms_dot_rows_q5_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->gemm_tok, ms_gemm_q5_K_q8_Kx16_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot, ms_dot_q3_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_x4, ms_dot_q3_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_rows, ms_dot_rows_q3_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->gemm_tok, ms_gemm_q3_K_q8_Kx16_avx512);
         /* IQ2_XXS's GEMM: the byte-permute expansion wherever the part has VBMI */
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->gemm_tok, ms_quant_avx512_vbmi()
                                                                           ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
@@ -460,6 +469,10 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_x4, ms_dot_q5_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->gemm_tok, ms_gemm_q5_K_q8_Kx8_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_x4, ms_dot_q3_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->gemm_tok, ms_gemm_q3_K_q8_Kx8_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx2);
     } else {
         assert_null(q8->vec_dot_x4);

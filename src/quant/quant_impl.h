@@ -135,5 +135,13 @@ MS_DECL_DOT_X4(q5_K, q8_K, avx2); MS_DECL_DOT_X4(q5_K, q8_K, avx512);
 MS_DECL_DOT_X4(q3_K, q8_K, avx2); MS_DECL_DOT_X4(q3_K, q8_K, avx512);
 MS_DECL_DOT_ROWS(q5_K, q8_K, avx2); MS_DECL_DOT_ROWS(q5_K, q8_K, avx512);
 MS_DECL_DOT_ROWS(q3_K, q8_K, avx2); MS_DECL_DOT_ROWS(q3_K, q8_K, avx512);
+void ms_gemm_q5_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q3_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q5_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q3_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
 #endif

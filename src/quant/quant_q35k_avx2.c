@@ -160,9 +160,7 @@ MS_SIMD_INLINE void q3k_dot_n(int64_t n, float *s, const void *x, const void *co
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 2); /* 110 bytes a block */
-        uint32_t scw[4];
-        ms_q3k_unpack_scales_u32(w[i].scales, scw);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scw));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(ms_q3k_scales_i8(w[i].scales));
         const __m256i sc_a = _mm256_permute2x128_si256(sc16, sc16, 0x00); /* scales 0-7 in both lanes */
         const __m256i sc_b = _mm256_permute2x128_si256(sc16, sc16, 0x11); /* 8-15 */
         const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
@@ -202,6 +200,140 @@ MS_DECL_DOT(q3_K, q8_K, avx2) {
 
 MS_DECL_DOT_X4(q3_K, q8_K, avx2) { q3k_dot_n(n, s, x, y, 4); }
 MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx2)
+
+/* ---- token-lane GEMM (prefill): rows x 8 packed Q8_K tokens
+ *
+ * quant_kq_avx2.c's form: tokens in 32-bit lanes (block_q8_Kx8), four codes
+ * of the row broadcast to every lane, one vpmaddubsw gives each token two
+ * int16 pair sums, a few steps add up in int16 and one vpmaddwd weights
+ * them by the sub-block's scale into int32. Four steps at most before it:
+ * a pair is at most 2 * 31 * 127 = 7874 for Q5_K, so four are 31496 (Q4_K
+ * can take eight); a Q3_K sub-block of 16 values is four steps anyway. The
+ * block's float step runs on the 8 tokens at once, lane by lane the
+ * reference's operations in its order: every output equals the single dot
+ * bit for bit. A row's codes are unpacked one block ahead into the other
+ * of two buffers (the broadcast loads would wait on fresh stores). */
+
+MS_SIMD_INLINE __m256i x8_sub4(const uint8_t *codes, const int8_t (*a)[32], uint32_t scp) {
+    __m256i acc16 = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < 4; j++) {
+        uint32_t wv;
+        memcpy(&wv, codes + 4 * j, 4);
+        acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                                             _mm256_load_si256((const __m256i *)a[j])));
+    }
+    return _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp));
+}
+
+/* Q5_K: codes[s] sub-block s in value order, scp[s] its scale in both
+ * int16 halves, mp[p] the mins of sub-blocks 2 p, 2 p + 1 as an int16 pair. */
+struct q5k_x8_buf {
+    uint8_t codes[8][32] __attribute__((aligned(32)));
+    uint32_t scp[8] __attribute__((aligned(32)));
+    uint32_t mp[4] __attribute__((aligned(16)));
+};
+
+MS_SIMD_INLINE void q5k_expand_x8(const block_q5_K *b, struct q5k_x8_buf *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+    _Pragma("GCC unroll 4")
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
+        _mm256_store_si256((__m256i *)u->codes[2 * g], _mm256_or_si256(_mm256_and_si256(q, m4), bit_to(qh, 2 * g, 4)));
+        _mm256_store_si256((__m256i *)u->codes[2 * g + 1],
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to(qh, 2 * g + 1, 4)));
+    }
+    uint64_t scw, mw;
+    ms_q4k_unpack_scales_u64(b->scales, &scw, &mw);
+    const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scw));
+    _mm256_store_si256((__m256i *)u->scp, _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)));
+    _mm_store_si128((__m128i *)u->mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
+}
+
+MS_SIMD_INLINE __m256 q5k_products_x8(const struct q5k_x8_buf *u, const block_q5_K *b, const block_q8_Kx8 *ab,
+                                      __m256 accf) {
+    __m256i acc = _mm256_setzero_si256(), summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int sb = 0; sb < 8; sb++) {
+        acc = _mm256_add_epi32(acc, x8_sub4(u->codes[sb], ab->qs[sb], u->scp[sb]));
+        acc = _mm256_add_epi32(acc, x8_sub4(u->codes[sb] + 16, ab->qs[sb] + 4, u->scp[sb]));
+    }
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
+                                                        _mm256_set1_epi32((int)u->mp[p])));
+    /* ms_kq_block_sum_f32 lane by lane: (ad * d) * sumi - (ad * dmin) * summ, added */
+    const __m256 ad = _mm256_load_ps(ab->d);
+    const __m256 sd = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->d)));
+    const __m256 smin = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->dmin)));
+    return _mm256_add_ps(accf, _mm256_sub_ps(_mm256_mul_ps(sd, _mm256_cvtepi32_ps(acc)),
+                                             _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
+}
+
+/* Q3_K: codes[c] elements 32 c .. 32 c + 31 in value order, scp[k] the
+ * signed scale of sub-block k in both int16 halves, sp[q] the scales of
+ * sub-blocks 2 q, 2 q + 1 as an int16 pair (for the bsums). */
+struct q3k_x8_buf {
+    uint8_t codes[8][32] __attribute__((aligned(32)));
+    uint32_t scp[16] __attribute__((aligned(32)));
+    uint32_t sp[8] __attribute__((aligned(32)));
+};
+
+MS_SIMD_INLINE void q3k_expand_x8(const block_q3_K *b, struct q3k_x8_buf *u) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++)
+            _mm256_store_si256((__m256i *)u->codes[4 * h + j],
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), bit_to(hm, 4 * h + j, 2)));
+    }
+    const __m128i sc8 = ms_q3k_scales_i8(b->scales);
+    const __m256i s0 = _mm256_cvtepi8_epi32(sc8), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8));
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    _mm256_store_si256((__m256i *)u->scp, _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s0, 16)));
+    _mm256_store_si256((__m256i *)(u->scp + 8), _mm256_or_si256(_mm256_and_si256(s1, lo16), _mm256_slli_epi32(s1, 16)));
+    _mm256_store_si256((__m256i *)u->sp, _mm256_cvtepi8_epi16(sc8));
+}
+
+MS_SIMD_INLINE __m256 q3k_products_x8(const struct q3k_x8_buf *u, const block_q3_K *b, const block_q8_Kx8 *ab,
+                                      __m256 accf) {
+    __m256i acc = _mm256_setzero_si256(), summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < 16; sb++)
+        acc = _mm256_add_epi32(acc, x8_sub4(&u->codes[sb / 2][16 * (sb % 2)], &ab->qs[sb / 2][4 * (sb % 2)], u->scp[sb]));
+    _Pragma("GCC unroll 8")
+    for (int q = 0; q < 8; q++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
+                                                        _mm256_set1_epi32((int)u->sp[q])));
+    const __m256i isum = _mm256_sub_epi32(acc, _mm256_slli_epi32(summ, 2));
+    /* the reference's (ad * d) * isum, added */
+    const __m256 sd = _mm256_mul_ps(_mm256_load_ps(ab->d), _mm256_set1_ps(fp16_scale(b->d)));
+    return _mm256_add_ps(accf, _mm256_mul_ps(sd, _mm256_cvtepi32_ps(isum)));
+}
+
+#define Q35K_X8_GEMM(fn, BLK, BUF, EXPAND, PRODUCTS)                                                    \
+    MS_SIMD_INLINE __m256 fn##_row(int64_t nb, const BLK *w, const block_q8_Kx8 *a) {                  \
+        BUF buf[2];                                                                                       \
+        __m256 accf = _mm256_setzero_ps();                                                                \
+        if (nb > 0) EXPAND(&w[0], &buf[0]);                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                \
+            if (i + 1 < nb) EXPAND(&w[i + 1], &buf[(i + 1) & 1]);                                         \
+            accf = PRODUCTS(&buf[i & 1], &w[i], &a[i], accf);                                             \
+        }                                                                                                 \
+        return accf;                                                                                      \
+    }                                                                                                     \
+    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,          \
+            int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        for (int64_t r = 0; r < n_rows; r++)                                                              \
+            x8_store(y, ldy, r, fn##_row(n / QK_K, (const BLK *)((const char *)w + (size_t)r * w_stride), pack), nt); \
+    }
+
+Q35K_X8_GEMM(ms_gemm_q5_K_q8_Kx8_avx2, block_q5_K, struct q5k_x8_buf, q5k_expand_x8, q5k_products_x8)
+Q35K_X8_GEMM(ms_gemm_q3_K_q8_Kx8_avx2, block_q3_K, struct q3k_x8_buf, q3k_expand_x8, q3k_products_x8)
 
 /* ---- dots with f32 activations: dequantize one block to the stack, then
  * multiply-add in 8-lane f32 accumulators (quant_kq_avx2.c's form). */

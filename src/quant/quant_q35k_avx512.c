@@ -149,9 +149,7 @@ MS_SIMD_INLINE void q3k_dot512_n(int64_t n, float *s, const void *x, const void 
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 2); /* 110 bytes a block */
-        uint32_t scw[4];
-        ms_q3k_unpack_scales_u32(w[i].scales, scw);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scw));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(ms_q3k_scales_i8(w[i].scales));
         const __m512i sc512 = _mm512_castsi256_si512(sc16);
         const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].hmask));
         __m512i acc[4];
@@ -213,3 +211,149 @@ static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
 
 Q35K_DOT_F32_AVX512(q5_K, block_q5_K)
 Q35K_DOT_F32_AVX512(q3_K, block_q3_K)
+
+/* ---- token-lane GEMM (prefill): rows x 16 packed Q8_K tokens
+ *
+ * quant_kq_avx512.c's form (MS_DEFINE_GEMM_KQ_X16): a token per 32-bit lane
+ * of a 64-byte vector, four codes of a row broadcast to every lane, one
+ * vpdpbusd adds each token's four products straight into int32 (codes are
+ * the unsigned operand: Q5_K's at most 31, Q3_K's at most 7), vpmulld
+ * applies a sub-block's scale (Q3_K's signed). The min / offset term comes
+ * from the pack's bsum pairs. Integer sums are exact and the float step per
+ * block is the reference's, lane by lane in its order: every output equals
+ * the single dot bit for bit. Rows go in pairs sharing each activation
+ * load, each block unpacked one block ahead into the other of two buffers. */
+
+/* Q5_K: Q4_K's layout (q4k_x16_buf in quant_kq_avx512.c) with the fifth
+ * bits: codes[k][2 h] holds the low nibbles of qs[64 h .. 64 h + 63]
+ * (sub-blocks 4 h, 4 h + 2), codes[k][2 h + 1] the high ones (4 h + 1,
+ * 4 h + 3); scw / mw the 6-bit scales and mins a byte each. */
+struct q5k_x16_buf {
+    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    uint64_t scw[2], mw[2];
+};
+
+MS_SIMD_INLINE void q5k_expand_x16(const block_q5_K *const b[2], struct q5k_x16_buf *buf, const int R) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    for (int k = 0; k < R; k++) {
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[k]->qh));
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(b[k]->qs + 64 * h));
+            const __m512i sel_lo = cat256(_mm256_set1_epi8((char)(1 << (4 * h))), _mm256_set1_epi8((char)(4 << (4 * h))));
+            const __m512i sel_hi = cat256(_mm256_set1_epi8((char)(2 << (4 * h))), _mm256_set1_epi8((char)(8 << (4 * h))));
+            __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, sel_lo), lo, b4);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, sel_hi), hi, b4);
+            _mm512_store_si512((void *)buf->codes[k][2 * h], lo);
+            _mm512_store_si512((void *)buf->codes[k][2 * h + 1], hi);
+        }
+        ms_q4k_unpack_scales_u64(b[k]->scales, &buf->scw[k], &buf->mw[k]);
+    }
+}
+
+MS_SIMD_INLINE void q5k_products_x16(const struct q5k_x16_buf *buf, const block_q5_K *const b[2],
+                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 8")
+    for (int sb = 0; sb < 8; sb++) {
+        const int ci = 2 * (sb / 4) + sb % 2, co = 32 * ((sb / 2) % 2);
+        __m512i t[2][2];
+        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb][j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, buf->codes[k][ci] + co + 4 * j, 4);
+                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++) {
+            const int sc = (int)((buf->scw[k] >> (8 * sb)) & 0xff);
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
+        }
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* bsp[p]: each token's (bsub[2 p], bsub[2 p + 1]) times the mins of sub-blocks 2 p, 2 p + 1 */
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            const uint64_t mw = buf->mw[k];
+            const int mp = (int)(((mw >> (16 * p)) & 0xff) | (((mw >> (16 * p + 8)) & 0xff) << 16));
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
+        }
+        /* ms_kq_block_sum_f32 lane by lane: (ad * d) * sumi - (ad * dmin) * summ, added */
+        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
+        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
+                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+    }
+}
+
+/* Q3_K: codes[k][u] holds elements 64 u .. 64 u + 63 in value order
+ * (as q3k_dot512_n makes them), sc[k] the 16 signed scales. */
+struct q3k_x16_buf {
+    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    int8_t sc[2][16];
+};
+
+MS_SIMD_INLINE void q3k_expand_x16(const block_q3_K *const b[2], struct q3k_x16_buf *buf, const int R) {
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    for (int k = 0; k < R; k++) {
+        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[k]->hmask));
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) {
+            const int j0 = 2 * (u % 2);
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[k]->qs + 32 * (u / 2))));
+            const __m512i sh = cat256(_mm256_set1_epi16((short)(2 * j0)), _mm256_set1_epi16((short)(2 * j0 + 2)));
+            const __m512i sel = cat256(_mm256_set1_epi8((char)(1 << (2 * u))), _mm256_set1_epi8((char)(2 << (2 * u))));
+            __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m3);
+            codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(hm, sel), codes, four);
+            _mm512_store_si512((void *)buf->codes[k][u], codes);
+        }
+        _mm_storeu_si128((__m128i *)buf->sc[k], ms_q3k_scales_i8(b[k]->scales));
+    }
+}
+
+MS_SIMD_INLINE void q3k_products_x16(const struct q3k_x16_buf *buf, const block_q3_K *const b[2],
+                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < 16; sb++) {
+        __m512i t[2];
+        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, buf->codes[k][sb / 4] + 16 * (sb % 4) + 4 * j, 4);
+                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(buf->sc[k][sb])));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* the offset: bs16[q] holds each token's (bsums[2 q], bsums[2 q + 1]), times the scale pair */
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) {
+            const int sp = (int)((uint16_t)buf->sc[k][2 * q] | (uint32_t)(uint16_t)buf->sc[k][2 * q + 1] << 16);
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(sp)));
+        }
+        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, 2));
+        /* the reference's (ad * d) * isum, added */
+        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
+                                                       _mm512_cvtepi32_ps(isum)));
+    }
+}
+
+static inline __m512 q35k_x16_finish(__m512 v) { return v; }
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q5_K_q8_Kx16_avx512, block_q5_K, struct q5k_x16_buf, q5k_expand_x16, q5k_products_x16,
+                      1, q35k_x16_finish)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q3_K_q8_Kx16_avx512, block_q3_K, struct q3k_x16_buf, q3k_expand_x16, q3k_products_x16,
+                      1, q35k_x16_finish)
