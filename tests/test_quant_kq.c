@@ -761,10 +761,11 @@ static double roundtrip_rel_rms(const struct kq_fmt *f, const float *x, int64_t 
 }
 
 /* Measured on this data (seeded): q4_K 0.071, q2_K 0.299, iq2_xxs 0.328,
- * q5_K 0.036, q3_K 0.153 -
+ * q5_K 0.036, q3_K 0.151 -
  * the same as ggml's own quantizers give for q4_K / q2_K (0.071 / 0.297 on
- * N(0,1)) and better than its unweighted iq2_xxs (0.344). Bounds leave ~15%
- * for legitimate changes to the searches. */
+ * N(0,1)) and better than its unweighted iq2_xxs (0.344); on 2^20 N(0,1)
+ * values q5_K 0.0361 as ggml's algorithm, q3_K 0.1504 against its 0.1509.
+ * Bounds leave ~15% for legitimate changes to the searches. */
 /* The token-lane GEMMs (traits gemm_tok, act_pack): every output equals
  * the reference single dot bit for bit, for 1..gemm_tok_lanes tokens per
  * packed group (spare lanes repeat the last token), row counts that are
@@ -835,7 +836,7 @@ static void test_gemm_tok(void **state) {
 
 static void test_quant_roundtrip(void **state) {
     (void)state;
-    static const double bound[N_FMTS] = {0.085, 0.34, 0.37, 0.045, 0.2};
+    static const double bound[N_FMTS] = {0.085, 0.34, 0.37, 0.042, 0.175};
     ms_rng r;
     ms_rng_seed(&r, 17);
     const int64_t n = 64 * QK_K;

@@ -143,11 +143,14 @@ Q35K_DOT_F32_REF(q3_K, block_q3_K)
  *
  * Per sub-block of 16 a signed scale s with codes L in [-4, 3] (x ~= s * L)
  * is fitted by weighted least squares, the weights x^2 (ggml's choice for
- * this format: large values matter most): candidate roundings come from
- * the scales max / -(4 + 0.1 k), k = -9..9, max the signed value of largest
- * magnitude (so that it takes the extra level -4); each gives the
- * least-squares s = sum w x L / sum w L^2, and the one of least weighted
- * error sum w (x - s L)^2 = sum w x^2 - (sum w x L)^2 / sum w L^2 wins.
+ * this format: large values matter most): the codes start from the scale
+ * max / -4, max the signed value of largest magnitude (so that it takes the
+ * extra level -4); then each code in turn moves to the one nearest x / s,
+ * s the least-squares scale sum w x L / sum w L^2 of the other codes, where
+ * that lowers the weighted error sum w x^2 - (sum w x L)^2 / sum w L^2, for
+ * up to five passes; s is the final codes' least-squares scale. (A sweep
+ * of 19 starting scales, as ggml's make_qx_quants, measured worse in RMS
+ * on N(0, 1): 0.153 against 0.150.)
  * The block's d maps the scale of largest magnitude onto -32 (the 6-bit
  * codes are [-32, 31]); every scale is rounded to d's grid and the codes
  * re-rounded against the scales as stored. Deterministic. */
@@ -171,23 +174,35 @@ static float q3k_fit(const float *x) {
             max = x[l];
         }
     if (!(amax > 0.0f) || !isfinite(amax)) return 0.0f;
-    float best_s = 0.0f, best_gain = 0.0f;
-    for (int k = -9; k <= 9; k++) {
-        const float iscale = -(4.0f + 0.1f * (float)k) / max;
-        float sxl = 0.0f, sl2 = 0.0f;
-        for (int l = 0; l < 16; l++) {
-            const float L = (float)clampi(nearest_int(iscale * x[l]), -4, 3);
-            const float w = x[l] * x[l];
-            sxl += w * x[l] * L;
-            sl2 += w * L * L;
-        }
-        /* the error's reduction (sum w x L)^2 / sum w L^2, to be maximised */
-        if (sl2 > 0.0f && sxl * sxl > best_gain * sl2) {
-            best_gain = sxl * sxl / sl2;
-            best_s = sxl / sl2;
-        }
+    const float iscale = -4.0f / max;
+    /* code by code: each value takes the code nearest x / s, s the
+     * least-squares scale of the others' codes, where that raises the
+     * gain (sum w x L)^2 / sum w L^2 (the weighted error's reduction) */
+    int L[16];
+    float sxl = 0.0f, sl2 = 0.0f;
+    for (int l = 0; l < 16; l++) {
+        L[l] = clampi(nearest_int(iscale * x[l]), -4, 3);
+        const float w = x[l] * x[l];
+        sxl += w * x[l] * (float)L[l];
+        sl2 += w * (float)(L[l] * L[l]);
     }
-    return best_s;
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int l = 0; l < 16; l++) {
+            const float w = x[l] * x[l];
+            const float oxl = sxl - w * x[l] * (float)L[l], ol2 = sl2 - w * (float)(L[l] * L[l]);
+            if (!(oxl * x[l] != 0.0f) || !(ol2 > 0.0f)) continue;
+            const int c = clampi(nearest_int(x[l] * ol2 / oxl), -4, 3);
+            if (c == L[l]) continue;
+            const float nxl = oxl + w * x[l] * (float)c, nl2 = ol2 + w * (float)(c * c);
+            if (nl2 > 0.0f && nxl * nxl * sl2 > sxl * sxl * nl2) {
+                L[l] = c, sxl = nxl, sl2 = nl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    return sl2 > 0.0f ? sxl / sl2 : 0.0f;
 }
 
 MS_DECL_QUANT(q3_K, ref) {
