@@ -92,6 +92,16 @@ cmp -s "$TMP/a.gguf" "$TMP/c.gguf" && fail "different seed gives the same file"
 grep -q 'general.name = "moestream mkmodel tiny seed 3"' "$TMP/ia" || fail "provenance name"
 grep -q 'moestream.mkmodel.options = .*--experts-type q4_k' "$TMP/ia" || fail "provenance options"
 
+# Q5_K experts and Q3_K dense matrices (their quantizers): deterministic
+# across thread counts, and the file checks out
+"$BIN" mkmodel --preset tiny --seed 5 --experts-type q5_k --dense-type q3_k -o "$TMP/k.gguf" 2>/dev/null || fail "write q5_k/q3_k"
+"$BIN" mkmodel --preset tiny --seed 5 --experts-type q5_k --dense-type q3_k --threads 1 -o "$TMP/k1.gguf" 2>/dev/null || fail "write q5_k/q3_k, 1 thread"
+cmp -s "$TMP/k.gguf" "$TMP/k1.gguf" || fail "q5_k/q3_k: same seed differs"
+"$BIN" inspect "$TMP/k.gguf" >"$TMP/ik" || fail "inspect q5_k/q3_k"
+grep -q '^check: all' "$TMP/ik" || fail "q5_k/q3_k check"
+grep -q 'q5_K' "$TMP/ik" && grep -q 'q3_K' "$TMP/ik" || fail "q5_k/q3_k: types not in the file"
+rm -f "$TMP/k.gguf" "$TMP/k1.gguf"
+
 # Twin: same tensors, all float types F32
 "$BIN" mkmodel --preset tiny --seed 3 --experts-type q4_k --dense-type q8_0 --f32-twin -o "$TMP/t.gguf" 2>/dev/null || fail "twin"
 "$BIN" inspect "$TMP/t.gguf" >"$TMP/it"

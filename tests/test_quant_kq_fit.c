@@ -1,5 +1,5 @@
 /*
- * test_quant_kq_fit.c - the Q4_K / Q2_K quantizers' lane-parallel fit
+ * test_quant_kq_fit.c - the Q4_K / Q5_K / Q2_K quantizers' lane-parallel fit
  * (src/quant/quant_kq_quantize.c) must write exactly the bytes of the scalar
  * fit_scale_min, in the baseline build and in the AVX2 build, on Gaussian
  * data and on awkward blocks (constant, all positive, zeros, huge, tiny,
@@ -86,6 +86,11 @@ static void test_q4_K_lanes(void **state) {
     check_type(MS_TYPE_Q4_K, ms_quant_q4_K_ref, sizeof(block_q4_K));
 }
 
+static void test_q5_K_lanes(void **state) {
+    (void)state;
+    check_type(MS_TYPE_Q5_K, ms_quant_q5_K_ref, sizeof(block_q5_K));
+}
+
 static void test_q2_K_lanes(void **state) {
     (void)state;
     check_type(MS_TYPE_Q2_K, ms_quant_q2_K_ref, sizeof(block_q2_K));
@@ -136,6 +141,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_K_lanes),
         cmocka_unit_test(test_q2_K_lanes),
+        cmocka_unit_test(test_q5_K_lanes),
         cmocka_unit_test(test_fill_normal_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

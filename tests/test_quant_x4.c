@@ -92,6 +92,7 @@ static const struct x4_case cases[] = {
     X4_BOTH(MS_TYPE_BF16, MS_TYPE_F32, bf16, f32), X4_BOTH(MS_TYPE_F32, MS_TYPE_F32, f32, f32),
     X4_BOTH(MS_TYPE_Q4_K, MS_TYPE_Q8_K, q4_K, q8_K), X4_BOTH(MS_TYPE_Q2_K, MS_TYPE_Q8_K, q2_K, q8_K),
     X4_BOTH(MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
+    X4_BOTH(MS_TYPE_Q5_K, MS_TYPE_Q8_K, q5_K, q8_K), X4_BOTH(MS_TYPE_Q3_K, MS_TYPE_Q8_K, q3_K, q8_K),
     X4_CASE(avx512vbmi, 3, MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
 };
 
@@ -353,7 +354,7 @@ static void test_dot_rows_table(void **state) {
     ms_rng r;
     ms_rng_seed(&r, 0x4f3a9d1ull);
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
-                                  MS_TYPE_F16, MS_TYPE_BF16};
+                                  MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q5_K, MS_TYPE_Q3_K};
     static const int64_t lengths[] = {256, 512, 1024, 1280, 4096, 8192, 8704};
     enum { NR = 19 };
     int have = 0;
@@ -404,7 +405,8 @@ static void test_dot_rows_table(void **state) {
 static void test_x4_table(void **state) {
     (void)state;
     const enum ms_type types[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
-                                  MS_TYPE_MXFP4, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
+                                  MS_TYPE_MXFP4, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
+                                  MS_TYPE_Q5_K, MS_TYPE_Q3_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const struct ms_type_traits *ref = ms_type_traits_ref(types[i]);
         assert_null(ref->vec_dot_x4);
@@ -430,6 +432,15 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->gemm_tok, ms_gemm_q4_K_q8_Kx16_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->gemm_tok, ms_gemm_q2_K_q8_Kx16_avx512);
+        /* Q5_K and Q3_K: the AVX-512 set's own kernels, split parts too */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot, ms_dot_q5_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_x4, ms_dot_q5_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_rows, ms_dot_rows_q5_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->gemm_tok, ms_gemm_q5_K_q8_Kx16_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot, ms_dot_q3_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_x4, ms_dot_q3_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_rows, ms_dot_rows_q3_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->gemm_tok, ms_gemm_q3_K_q8_Kx16_avx512);
         /* IQ2_XXS's GEMM: the byte-permute expansion wherever the part has VBMI */
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->gemm_tok, ms_quant_avx512_vbmi()
                                                                           ? ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi
@@ -458,6 +469,10 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->vec_dot_f32_x4, ms_dot_f16_f32_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q4_K)->vec_dot_x4, ms_dot_q4_K_q8_K_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q2_K)->vec_dot_x4, ms_dot_q2_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->vec_dot_x4, ms_dot_q5_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q5_K)->gemm_tok, ms_gemm_q5_K_q8_Kx8_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->vec_dot_x4, ms_dot_q3_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q3_K)->gemm_tok, ms_gemm_q3_K_q8_Kx8_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_x4, ms_dot_iq2_xxs_q8_K_x4_avx2);
     } else {
         assert_null(q8->vec_dot_x4);

@@ -237,6 +237,8 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
+    tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
 }
 
@@ -258,6 +260,8 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
      * --rows 512 --cols 1024 --batches 4 --working-set 1024) */
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
+    tab[MS_TYPE_Q5_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q5_K_q8_K_x4);
+    tab[MS_TYPE_Q3_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q3_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
 }
 
@@ -298,6 +302,12 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         /* Q4_K from 9 tokens: below, the AVX-512 x4 dot's calls cost less */
         set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
+        /* Q5_K from 10 tokens, Q3_K from 14 (its x4 dot is the quicker):
+         * 16 x the x4 dot's GFLOPS over the GEMM's at 16 tokens (2048 x
+         * 4096, Zen 4, bench_kernels -t 1 --batches 4,16, two runs: Q5_K
+         * 136 / 228, Q3_K 176-178 / 204-214) */
+        set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 10);
+        set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 14);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 8);
     }
@@ -308,6 +318,12 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2, sizeof(block_q16_0x8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x8, ms_gemm_q4_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
+        /* Q5_K and Q3_K from 7 tokens: 8 x the x4 dot's GFLOPS over the
+         * GEMM's at 16 tokens (the AVX2 kernels on a Zen 4 core, MS_ISA=avx2
+         * bench_kernels -t 1 --rows 1024 --cols 4096 --batches 4,16: Q5_K
+         * 76-97 / 104-118, Q3_K 87-101 / 84-129) */
+        set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x8, ms_gemm_q5_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
+        set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x8, ms_gemm_q3_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
     }
 }
@@ -391,6 +407,18 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_MXFP4], MS_TYPE_Q8_0, KSET_ISA_REFQ(isa, mxfp4, q8_0));
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
+    /* Q5_K and Q3_K: every form from the set picked, the AVX-512 one on
+     * split parts too. On a Zen 4 core (bench_kernels -t 1 --rows 1024
+     * --cols 4096 --batches 1,4 --working-set 512, two interleaved runs,
+     * best GFLOPS, AVX-512 against AVX2 kernels): Q5_K one token
+     * (many-rows dot) 67.9-68.1 against 63.1-63.6, four tokens 142.7-143.0
+     * against 103.8-105.4; Q3_K one token 83.8-83.9 against 58.8-58.9,
+     * four tokens 181-182 against 109-110; the 16-lane GEMMs at 16 and 512
+     * tokens (in cache) 163 / 188 (Q5_K) and 196 / 210 (Q3_K) against the
+     * 8-lane AVX2 ones' 104 / 115 and 97 / 130 mean (a busy 2-vCPU VM:
+     * smoke figures; not yet measured on a full-width part). */
+    set_kernels(&tab[MS_TYPE_Q5_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q5_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q3_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q3_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);

@@ -121,4 +121,27 @@ MS_DECL_QUANT(iq2_xxs, ref);
 MS_DECL_DOT(iq2_xxs, q8_K, ref); MS_DECL_DOT(iq2_xxs, q8_K, avx2); MS_DECL_DOT(iq2_xxs, q8_K, avx512);
 MS_DECL_DOT(iq2_xxs, f32, ref);  MS_DECL_DOT(iq2_xxs, f32, avx2);  MS_DECL_DOT(iq2_xxs, f32, avx512);
 
+/* ---- Q5_K and Q3_K weights, q8_K activations (quant_q35k_*.c; quantizers:
+ * Q5_K in quant_kq_quantize.c, Q3_K in quant_q35k_ref.c) */
+MS_DECL_DEQUANT(q5_K, ref);   MS_DECL_DEQUANT(q5_K, avx2);   MS_DECL_DEQUANT(q5_K, avx512);
+MS_DECL_QUANT(q5_K, ref);
+MS_DECL_DOT(q5_K, q8_K, ref); MS_DECL_DOT(q5_K, q8_K, avx2); MS_DECL_DOT(q5_K, q8_K, avx512);
+MS_DECL_DOT(q5_K, f32, ref);  MS_DECL_DOT(q5_K, f32, avx2);  MS_DECL_DOT(q5_K, f32, avx512);
+MS_DECL_DEQUANT(q3_K, ref);   MS_DECL_DEQUANT(q3_K, avx2);   MS_DECL_DEQUANT(q3_K, avx512);
+MS_DECL_QUANT(q3_K, ref);
+MS_DECL_DOT(q3_K, q8_K, ref); MS_DECL_DOT(q3_K, q8_K, avx2); MS_DECL_DOT(q3_K, q8_K, avx512);
+MS_DECL_DOT(q3_K, f32, ref);  MS_DECL_DOT(q3_K, f32, avx2);  MS_DECL_DOT(q3_K, f32, avx512);
+MS_DECL_DOT_X4(q5_K, q8_K, avx2); MS_DECL_DOT_X4(q5_K, q8_K, avx512);
+MS_DECL_DOT_X4(q3_K, q8_K, avx2); MS_DECL_DOT_X4(q3_K, q8_K, avx512);
+MS_DECL_DOT_ROWS(q5_K, q8_K, avx2); MS_DECL_DOT_ROWS(q5_K, q8_K, avx512);
+MS_DECL_DOT_ROWS(q3_K, q8_K, avx2); MS_DECL_DOT_ROWS(q3_K, q8_K, avx512);
+void ms_gemm_q5_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q3_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q5_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q3_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+
 #endif

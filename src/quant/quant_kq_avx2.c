@@ -148,41 +148,7 @@ MS_DECL_DEQUANT(iq2_xxs, avx2) {
  * into a struct of vectors first (the earlier form) kept them on the stack
  * under gcc: the direct form is 1.7x faster single-token (bench/limits). */
 
-/* The block's two fp16 scales d and dmin (adjacent in block_q4_K and
- * block_q2_K, dm points at d) in lanes 0 and 1. */
-static inline __m128 kq_d_dmin(const uint16_t *dm) {
-    int32_t w;
-    memcpy(&w, dm, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(w));
-}
-
-/* Adds one super-block's contribution for each of the nt tokens: v[k] holds
- * token k's scaled-code sum lanes, v[4 + k] its min-correction lanes (Q4_K
- * and Q2_K share this tail; dm points at the block's d, dmin). One token
- * adds to lane 0 of *sum1 and stays in vector registers: the integer sums
- * are converted there and multiplied lane-wise, [ad * d, ad * dmin] times
- * [sumi, summ], then the two lanes subtracted, ms_kq_block_sum_f32's
- * operations in its order. Its earlier form moved the sums out to general
- * registers and back (vmovd, vpextrd, vcvtsi2ss on the block's dependency
- * path): 31.7 -> 29.5 cycles per block on a Zen 3 core (cache-resident
- * rows of 4096, 14.5 -> 15.6 GB/s; 13.7 -> 14.7 from DRAM). Four tokens
- * reduce their sums together and take them as scalars. */
-MS_SIMD_INLINE void kq_block_add(__m128 *sum1, float *sumf, const __m256i *v, const block_q8_K *const *a,
-                                 int64_t i, const uint16_t *dm, int nt) {
-    const __m128 dmv = kq_d_dmin(dm);
-    if (nt == 1) {
-        const __m256i t = _mm256_hadd_epi32(v[0], v[4]); /* u01 u23 v01 v23 | u45 u67 v45 v67 */
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        h = _mm_hadd_epi32(h, h); /* sumi summ sumi summ */
-        const __m128 p = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(a[0][i].d), dmv), _mm_cvtepi32_ps(h));
-        *sum1 = _mm_add_ss(*sum1, _mm_sub_ss(p, _mm_movehdup_ps(p)));
-    } else {
-        const float d = _mm_cvtss_f32(dmv), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dmv));
-        int32_t r[8];
-        _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-        MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
-    }
-}
+/* The block's float step: ms_kq_block_add (quant_kq.h). */
 
 /* Q4_K: byte group g (qs[32g..32g+31]) holds sub-block 2g in its low and
  * 2g+1 in its high nibbles; scale j is picked from the eight unpacked scales
@@ -222,7 +188,7 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
                   v[k] = _mm256_add_epi32(v[k], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
                                                                  _mm256_madd_epi16(p_hi, s_hi))););
         }
-        kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
+        ms_kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
     }
     if (nt == 1) sumf[0] = _mm_cvtss_f32(sum1);
     MS_XN(k, nt, s[k] = sumf[k];);
@@ -254,7 +220,7 @@ static const int8_t k_q2k_pick[8][32] = {Q2K_PICK(0), Q2K_PICK(1), Q2K_PICK(2), 
 #undef Q2K_PICK
 
 /* Block b's integer sums for nt tokens (a[k][i], k < nt): v[k] token k's
- * sumi lanes, v[4 + k] its summ lanes (kq_block_add's input). */
+ * sumi lanes, v[4 + k] its summ lanes (ms_kq_block_add's input). */
 MS_SIMD_INLINE void q2k_block_v(const block_q2_K *b, const block_q8_K *const *a, int64_t i, __m256i v[8],
                                 const int nt) {
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -288,7 +254,7 @@ MS_SIMD_INLINE void q2k_dot_n(int64_t n, float *s, const void *x, const void *co
         prefetch_ahead(&w[i], 2); /* 84 bytes a block */
         __m256i v[8]; /* v[k]: sumi lanes of token k, v[4 + k]: its summ lanes */
         q2k_block_v(&w[i], a, i, v, nt);
-        kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
+        ms_kq_block_add(&sum1, sumf, v, a, i, &w[i].d, nt);
     }
     if (nt == 1) sumf[0] = _mm_cvtss_f32(sum1);
     MS_XN(k, nt, s[k] = sumf[k];);
@@ -555,7 +521,7 @@ MS_SIMD_INLINE void iq2xxs_dot_n_avx2(int64_t n, float *s, const void *x, const 
         }
         /* the reference's ad * d * sumi added to the sum, in vector
          * registers (a round trip through a general register for sumi cost
-         * more than its arithmetic; see kq_block_add) */
+         * more than its arithmetic; see ms_kq_block_add) */
         const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(w[i].d));
         MS_XN(k, nt, {
             __m128i h = _mm_add_epi32(acc[k], _mm_shuffle_epi32(acc[k], 0x4e));

@@ -1,5 +1,5 @@
 /*
- * quant_kq_quantize.c - reference quantizers for Q4_K, Q2_K and IQ2_XXS
+ * quant_kq_quantize.c - reference quantizers for Q4_K, Q5_K, Q2_K and IQ2_XXS
  * weights (the from_float entries of the traits table).
  *
  * They write ggml's byte layouts, so any reader decodes them, but they are
@@ -307,12 +307,56 @@ static ALWAYS_INLINE void q2_K_blocks(const float *x, block_q2_K *b, int64_t nb,
     }
 }
 
+/* ---- Q5_K: Q4_K's fit with 5-bit codes (ggml's quantize_row_q5_K_ref
+ * takes nmax 31, rmin -0.5, 15 steps; its weights use each sub-block's RMS,
+ * this the block's, as Q4_K here), the fifth bit of each code in qh. */
+
+static ALWAYS_INLINE void q5_K_blocks(const float *x, block_q5_K *b, int64_t nb, bool lanes) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        uint8_t L[QK_K], sc[8], m[8];
+        float scales[8], mins[8], w[32];
+        float sum_x2 = 0.0f;
+        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
+        const float av_x = sqrtf(sum_x2 / QK_K);
+        float max_scale = 0.0f, max_min = 0.0f;
+        if (lanes) fit_lanes(32, 31, x, av_x, -0.5f, 0.1f, 15, false, scales, mins);
+        for (int j = 0; j < 8; j++) {
+            if (!lanes) {
+                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+                scales[j] = fit_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, false);
+            }
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (uint8_t)clampi(nearest_int(inv_scale * scales[j]), 0, 63);
+            m[j] = (uint8_t)clampi(nearest_int(inv_min * mins[j]), 0, 63);
+        }
+        ms_q4k_pack_scales(sc, m, b[i].scales);
+        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
+        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
+        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
+        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 31, 32, L + 32 * j);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t lo = L[64 * g + l], hi = L[64 * g + 32 + l];
+                b[i].qs[32 * g + l] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                b[i].qh[l] |= (uint8_t)((lo >> 4) << (2 * g) | (hi >> 4) << (2 * g + 1));
+            }
+    }
+}
+
 /* ---- entry points: one instantiation per fit and ISA */
 
 static void q4_K_scalar(const float *x, void *y, int64_t nb) { q4_K_blocks(x, y, nb, false); }
 static void q4_K_lanes(const float *x, void *y, int64_t nb) { q4_K_blocks(x, y, nb, true); }
 static void q2_K_scalar(const float *x, void *y, int64_t nb) { q2_K_blocks(x, y, nb, false); }
 static void q2_K_lanes(const float *x, void *y, int64_t nb) { q2_K_blocks(x, y, nb, true); }
+static void q5_K_scalar(const float *x, void *y, int64_t nb) { q5_K_blocks(x, y, nb, false); }
+static void q5_K_lanes(const float *x, void *y, int64_t nb) { q5_K_blocks(x, y, nb, true); }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_AVX2_LANES 1
 __attribute__((target("avx2"))) static void q4_K_lanes_avx2(const float *x, void *y, int64_t nb) {
@@ -320,6 +364,9 @@ __attribute__((target("avx2"))) static void q4_K_lanes_avx2(const float *x, void
 }
 __attribute__((target("avx2"))) static void q2_K_lanes_avx2(const float *x, void *y, int64_t nb) {
     q2_K_blocks(x, y, nb, true);
+}
+__attribute__((target("avx2"))) static void q5_K_lanes_avx2(const float *x, void *y, int64_t nb) {
+    q5_K_blocks(x, y, nb, true);
 }
 #endif
 
@@ -371,6 +418,16 @@ MS_DECL_QUANT(q2_K, ref) {
     case FIT_LANES_AVX2: q2_K_lanes_avx2(x, y, n / QK_K); break;
 #endif
     default: q2_K_lanes(x, y, n / QK_K); break;
+    }
+}
+
+MS_DECL_QUANT(q5_K, ref) {
+    switch (fit_kind()) {
+    case FIT_SCALAR: q5_K_scalar(x, y, n / QK_K); break;
+#ifdef HAVE_AVX2_LANES
+    case FIT_LANES_AVX2: q5_K_lanes_avx2(x, y, n / QK_K); break;
+#endif
+    default: q5_K_lanes(x, y, n / QK_K); break;
     }
 }
 
