@@ -177,6 +177,11 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
  * and token-lane kernels agree whichever set each comes from. */
 static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
 
+/* The kernel sets Q6_K runs on: its single and many-rows dots (decode)
+ * and its four-token dot. Placeholder: measured below. */
+static enum isa q6_K_isa(enum isa isa) { return isa; }
+static enum isa q6_K_x4_isa(enum isa isa) { return isa; }
+
 /* The kernel set the f32-activation dots of Q8_0, F16 and BF16 (exact
  * mode, and the dense products fast mode keeps in f32) run on: the
  * AVX-512 set takes the AVX2 kernels, which measured faster on a Zen 5
@@ -238,6 +243,7 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
+    tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(q6_K_isa(isa), ms_dot_rows_q6_K_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
@@ -259,6 +265,7 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
+    tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(q6_K_x4_isa(isa), ms_dot_q6_K_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
@@ -392,6 +399,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
+    set_kernels(&tab[MS_TYPE_Q6_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q6_K_isa(isa), q6_K, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
     attach_rows(tab, isa);

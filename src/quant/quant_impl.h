@@ -121,4 +121,12 @@ MS_DECL_QUANT(iq2_xxs, ref);
 MS_DECL_DOT(iq2_xxs, q8_K, ref); MS_DECL_DOT(iq2_xxs, q8_K, avx2); MS_DECL_DOT(iq2_xxs, q8_K, avx512);
 MS_DECL_DOT(iq2_xxs, f32, ref);  MS_DECL_DOT(iq2_xxs, f32, avx2);  MS_DECL_DOT(iq2_xxs, f32, avx512);
 
+/* ---- q6_K weights, q8_K activations (quant_q6k*.c) */
+MS_DECL_DEQUANT(q6_K, ref);   MS_DECL_DEQUANT(q6_K, avx2);   MS_DECL_DEQUANT(q6_K, avx512);
+MS_DECL_QUANT(q6_K, ref);
+MS_DECL_DOT(q6_K, q8_K, ref); MS_DECL_DOT(q6_K, q8_K, avx2); MS_DECL_DOT(q6_K, q8_K, avx512);
+MS_DECL_DOT_X4(q6_K, q8_K, avx2); MS_DECL_DOT_X4(q6_K, q8_K, avx512);
+MS_DECL_DOT_ROWS(q6_K, q8_K, avx2); MS_DECL_DOT_ROWS(q6_K, q8_K, avx512);
+MS_DECL_DOT(q6_K, f32, ref);  MS_DECL_DOT(q6_K, f32, avx2);  MS_DECL_DOT(q6_K, f32, avx512);
+
 #endif
