@@ -451,8 +451,16 @@ static void test_x4_table(void **state) {
                          !ms_quant_avx512_vbmi()    ? ms_dot_rows_iq2_xxs_q8_K_avx512
                          : ms_quant_avx512_split() ? ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi
                                                    : ms_dot_rows_iq2_xxs_q8_K_avx512vbmi);
+        /* Q6_K: every form from the AVX-512 set, split parts too */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot, ms_dot_q6_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_x4, ms_dot_q6_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_rows, ms_dot_rows_q6_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->gemm_tok, ms_gemm_q6_K_q8_Kx16_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot, ms_dot_q6_K_q8_K_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_x4, ms_dot_q6_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_rows, ms_dot_rows_q6_K_q8_K_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);
         assert_ptr_equal(q8->act_pack, ms_pack_q8_0_x8);
         assert_int_equal(q8->gemm_tok_lanes, 8);

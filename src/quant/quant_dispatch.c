@@ -177,11 +177,6 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
  * and token-lane kernels agree whichever set each comes from. */
 static enum isa q4_K_isa(enum isa isa) { return isa == ISA_AVX512 ? ISA_AVX2 : isa; }
 
-/* The kernel sets Q6_K runs on: its single and many-rows dots (decode)
- * and its four-token dot. Placeholder: measured below. */
-static enum isa q6_K_isa(enum isa isa) { return isa; }
-static enum isa q6_K_x4_isa(enum isa isa) { return isa; }
-
 /* The kernel set the f32-activation dots of Q8_0, F16 and BF16 (exact
  * mode, and the dense products fast mode keeps in f32) run on: the
  * AVX-512 set takes the AVX2 kernels, which measured faster on a Zen 5
@@ -243,7 +238,9 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
-    tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(q6_K_isa(isa), ms_dot_rows_q6_K_q8_K);
+    /* Q6_K: the AVX-512 form on a split part too, measured the faster
+     * there (see attach_x4) */
+    tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
@@ -265,7 +262,17 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q4_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q4_K_q8_K_x4);
     tab[MS_TYPE_Q2_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q2_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
-    tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(q6_K_x4_isa(isa), ms_dot_q6_K_q8_K_x4);
+    /* Q6_K: every form from the machine's set, split parts included: on a
+     * Zen 4 core (bench_kernels -t 1 --types q6_K --rows 1024 --cols 4096
+     * --batches 1,4, a busy 2-core VM, mean / best of 0.5 s) the AVX-512
+     * many-rows dot (one token) ran 101-112 against AVX2's 67-73 GFLOPS
+     * in cache and 22.2 / 34.7 against 21.3 / 25.3 GB/s from a 512 MiB
+     * working set, the x4 dot 191-208 against 101-114 GFLOPS in cache and
+     * 160-181 against 80-109 from DRAM. (Where 512-bit operations split, a
+     * Q6_K block's code assembly, eight vectors of shifts and masks a
+     * block, costs the same micro-ops either way, while the AVX-512 form
+     * saves half the vpmaddubsw / vpmaddwd pairs through vpdpwssd.) */
+    tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q6_K_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
@@ -283,7 +290,8 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * form when it has at least as many tokens as a 16-lane pass costs in x4
  * tokens (--rows 2048 --cols 4096 --batches 4..8, the Flash expert shape):
  * Q4_K and Q8_0 6, IQ2_XXS 8, Q2_K 9 (its x4 dot is the quickest of the
- * three k-quant x4 dots). The scalar table has none. */
+ * three k-quant x4 dots); Q6_K (16 lanes, VNNI) 13, see below. The scalar
+ * table has none. */
 static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_tok_fn gemm, size_t pack_block,
                          int lanes, int min) {
     t->act_pack = pack;
@@ -307,6 +315,14 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 8);
+        /* Q6_K from 13 tokens: its x4 dot is nearly as fast as the GEMM
+         * (Zen 4, bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
+         * --working-set 0, mean GFLOPS, a busy 2-core VM: 16 and 512
+         * tokens 225 against the x4 dot's 194 at 4; a last group of 9 /
+         * 12 / 14 tokens through the GEMM 138-141 / 179-180 / 201-207,
+         * through x4 and single dots 174-180 / 170-192 / 151-168) */
+        set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16,
+                     13);
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations
@@ -399,7 +415,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
-    set_kernels(&tab[MS_TYPE_Q6_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q6_K_isa(isa), q6_K, q8_K));
+    set_kernels(&tab[MS_TYPE_Q6_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q6_K, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
     attach_rows(tab, isa);

@@ -145,3 +145,69 @@ MS_DECL_DOT(q6_K, f32, avx512) {
     }
     *s = _mm512_reduce_add_ps(acc);
 }
+
+/* ---- token-lane GEMM (prefill): Q6_K rows x 16 packed Q8_K tokens
+ *
+ * As the Q2_K form (quant_kq_avx512.c): a row's block is unpacked one
+ * block ahead into its 256 codes in value order (the dots' 64-byte code
+ * vectors, stored), then each 16-value sub-block takes four vpdpbusd steps
+ * (four codes broadcast to every lane as the unsigned operand, the
+ * block_q8_Kx16 activations, a token a 32-bit lane, as the signed one:
+ * exact in int32) and its int8 scale by vpmullo. The min term is the 16
+ * sums of 16 (bs16 pairs) times the scale pairs, and lane t's isum =
+ * sumi - 32 summ is the reference's for token t; the float step is
+ * ms_q6k_block_sum's operations lane by lane, so every output is the
+ * single dot's bit for bit. Two rows share each activation load. */
+struct q6k_x16_buf {
+    uint8_t codes[2][QK_K] __attribute__((aligned(64)));
+};
+
+MS_SIMD_INLINE void q6k_expand_x16(const block_q6_K *const b[2], struct q6k_x16_buf *buf, const int R) {
+    for (int k = 0; k < R; k++) {
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m512i q[2];
+            q6k_codes64(b[k], h, q);
+            _mm512_store_si512((void *)(buf->codes[k] + 128 * h), q[0]);
+            _mm512_store_si512((void *)(buf->codes[k] + 128 * h + 64), q[1]);
+        }
+    }
+}
+
+MS_SIMD_INLINE void q6k_products_x16(const struct q6k_x16_buf *buf, const block_q6_K *const b[2],
+                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < QK_K / 16; sb++) {
+        __m512i t[2];
+        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, buf->codes[k] + 16 * sb + 4 * j, 4);
+                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(b[k]->scales[sb])));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) {
+            const uint32_t sp = (uint16_t)b[k]->scales[2 * q] | (uint32_t)(uint16_t)b[k]->scales[2 * q + 1] << 16;
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]),
+                                                            _mm512_set1_epi32((int)sp)));
+        }
+        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, 5));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
+                                                       _mm512_cvtepi32_ps(isum)));
+    }
+}
+
+static inline __m512 q6_K_x16_finish(__m512 v) { return v; }
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q6_K_q8_Kx16_avx512, block_q6_K, struct q6k_x16_buf, q6k_expand_x16, q6k_products_x16,
+                      1, q6_K_x16_finish)
