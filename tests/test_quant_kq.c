@@ -303,6 +303,53 @@ static void test_gemm_iq2_xxs_avx2(void **state) {
     }
 }
 
+/* The AVX2 Q6_K token-lane GEMM called directly (an AVX-512 machine
+ * dispatches the 16-lane one): every output equals the reference dot bit
+ * for bit, for 1..8 tokens (heavy-tailed activations on every other one)
+ * and 1..9 rows (the kernel takes four at a time) read at a stride with a
+ * gap; outputs past nt tokens untouched. */
+static void test_gemm_q6_K_avx2(void **state) {
+    (void)state;
+    if (!cpu_avx2()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 37);
+    enum { NR = 9 };
+    for (size_t c = 0; c < N_BLOCKS_CASES; c++) {
+        const int64_t nb = k_blocks[c], n = nb * QK_K;
+        const size_t stride = sizeof(block_q6_K) * (size_t)nb + 10;
+        uint8_t *w = malloc(stride * NR);
+        block_q8_K *a = malloc(sizeof *a * (size_t)nb * 8);
+        void *pack = aligned_alloc(64, (sizeof(block_q8_Kx8) * (size_t)nb + 63) / 64 * 64);
+        assert_true(w && a && pack);
+        for (int64_t i = 0; i < NR; i++)
+            for (int64_t b = 0; b < nb; b++) rand_q6_K(&r, w + (size_t)i * stride + sizeof(block_q6_K) * (size_t)b);
+        for (int t = 0; t < 8; t++) {
+            float *x = normal(&r, n, 1.0f);
+            if (t % 2)
+                for (int64_t j = 0; j < n; j += 1 + (int64_t)(ms_rng_u64(&r) % 23)) x[j] *= 40.0f;
+            ms_quant_q8_K_ref(x, a + (size_t)t * (size_t)nb, n);
+            free(x);
+        }
+        for (int nt = 1; nt <= 8; nt++) {
+            ms_pack_q8_K_x8(n, a, sizeof *a * (size_t)nb, nt, pack);
+            for (int64_t rows = 1; rows <= NR; rows++) {
+                float y[8 * NR], want;
+                for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = NAN;
+                ms_gemm_q6_K_q8_Kx8_avx2(n, y, rows, w, stride, rows, pack, nt);
+                for (int t = 0; t < nt; t++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        ms_dot_q6_K_q8_K_ref(n, &want, w + (size_t)i * stride, a + (size_t)t * (size_t)nb);
+                        if (memcmp(&want, &y[t * rows + i], sizeof want))
+                            fail_msg("q6_K avx2 gemm nb=%lld rows=%lld nt=%d: token %d row %lld %.9g vs ref %.9g",
+                                     (long long)nb, (long long)rows, nt, t, (long long)i, y[t * rows + i], want);
+                    }
+                for (int64_t k = nt * rows; k < 8 * rows; k++) assert_true(isnan(y[k]));
+            }
+        }
+        free(w), free(a), free(pack);
+    }
+}
+
 /* ---- known answers, worked out from the format definitions */
 
 /* Q4_K: d = 0.5, dmin = 0.25, scales/mins chosen to exercise the high bits of
@@ -800,6 +847,7 @@ int main(void) {
         cmocka_unit_test(test_quant_special),
         cmocka_unit_test(test_gemm_tok),
         cmocka_unit_test(test_gemm_iq2_xxs_avx2),
+        cmocka_unit_test(test_gemm_q6_K_avx2),
         cmocka_unit_test(test_q8_K_non_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -461,6 +461,7 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot, ms_dot_q6_K_q8_K_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_x4, ms_dot_q6_K_q8_K_x4_avx2);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_rows, ms_dot_rows_q6_K_q8_K_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->gemm_tok, ms_gemm_q6_K_q8_Kx8_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);
         assert_ptr_equal(q8->act_pack, ms_pack_q8_0_x8);
         assert_int_equal(q8->gemm_tok_lanes, 8);

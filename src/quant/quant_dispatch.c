@@ -276,11 +276,12 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
- * per 256-bit vector (vpmaddubsw, int16 sums per sub-block), and Q8_0 and
+ * per 256-bit vector (vpmaddubsw, int16 sums per sub-block), Q6_K the same
+ * way (two steps summed in int16 per vpmaddwd by its int8 scale), and Q8_0 and
  * IQ2_XXS with both sides widened to int16 (vpmaddwd; a Zen 3 core,
  * bench_kernels -t 1 --rows 4096 --cols 4096 --batches 16,512: Q8_0
  * 96-102 against the x4 dot's 61 GFLOPS, IQ2_XXS 72-75 against 51). AVX-512 set:
- * Q4_K, Q2_K and Q8_0, 16 tokens per 512-bit vector with VNNI's vpdpbusd
+ * Q4_K, Q2_K, Q6_K and Q8_0, 16 tokens per 512-bit vector with VNNI's vpdpbusd
  * (measured on a Zen 5 core, bench_kernels -t 1 --rows 4096 --cols 4096
  * --batches 16,512, GFLOPS at 16 / 512 tokens: Q4_K 149-172 / 179-193
  * against the AVX2 token-lane form's 106-130 / 124-134, Q2_K 158-166 /
@@ -331,6 +332,13 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2, sizeof(block_q16_0x8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x8, ms_gemm_q4_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
+        /* Q6_K from 6 tokens (MS_ISA=avx2 on a busy 2-core Zen 4 VM,
+         * bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
+         * --working-set 0, mean GFLOPS of the better of two runs: 8 and
+         * 512 tokens 114-120 against the x4 dot's 108 at 4; a last group
+         * of 5 / 6 / 7 tokens through the GEMM 70 / 83 / 95, through the
+         * x4 and single dots 85 / 70 / 81) */
+        set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x8, ms_gemm_q6_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 6);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
     }
 }

@@ -144,6 +144,88 @@ MS_DECL_DOT_X4(q6_K, q8_K, avx2) { q6k_dot_n(n, s, x, y, 4); }
  * MS_ROWS_LANES_MAX_BYTES that rows-in-lanes forms are kept to. */
 MS_DEFINE_DOT_ROWS(q6_K, q8_K, avx2)
 
+/* ---- token-lane GEMM (prefill): Q6_K rows x 8 packed Q8_K tokens
+ *
+ * Tokens in 32-bit lanes (block_q8_Kx8): four codes of a row are broadcast
+ * to every lane (a broadcast load: see bcast32) and one vpmaddubsw makes
+ * two int16 pair sums per token; two such steps add in int16 (codes <= 63,
+ * |q8| <= 128: at most 4 * 63 * 128 = 32256, exact), and one vpmaddwd by
+ * the sub-block's int8 scale, as an int16 pair, takes them to int32. The
+ * min term is the 16 sums of 16 (bs16 pairs) times the scale pairs, lane t's
+ * isum = sumi - 32 summ is the reference's for token t, and the float step
+ * is ms_q6k_block_sum's operations lane by lane: every output is the
+ * single dot's bit for bit. Four rows share each activation load; a
+ * block's codes are unpacked (value order) one block ahead, into the other
+ * of two buffers, so the broadcast loads never wait on the stores just
+ * made. */
+
+/* Block i of R (1 to 4) rows unpacked to codes in value order, cb[k]. */
+MS_SIMD_INLINE void q6k_expand_x8(const block_q6_K *const b[4], int64_t i, uint8_t cb[4][QK_K], const int R) {
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) {
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6k_codes_half(&b[k][i], h, q);
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) _mm256_store_si256((__m256i *)(cb[k] + 128 * h + 32 * j), q[j]);
+        }
+    }
+}
+
+/* int8 scales x, y as the int16 pair (x, y) in one 32-bit word */
+static inline int q6k_pair(int8_t x, int8_t y) { return (int)((uint32_t)(uint16_t)x | (uint32_t)(uint16_t)y << 16); }
+
+MS_SIMD_INLINE void q6k_block_x8(const block_q6_K *const b[4], int64_t i, const uint8_t cb[4][QK_K],
+                                 const block_q8_Kx8 *ab, __m256 accf[4], const int R) {
+    __m256i sumi[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < QK_K / 16; sb++) {
+        const int8_t(*act)[32] = &ab->qs[sb / 2][4 * (sb % 2)];
+        const __m256i a0 = _mm256_load_si256((const __m256i *)act[0]), a1 = _mm256_load_si256((const __m256i *)act[1]);
+        const __m256i a2 = _mm256_load_si256((const __m256i *)act[2]), a3 = _mm256_load_si256((const __m256i *)act[3]);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < R; k++) {
+            const uint8_t *c = cb[k] + 16 * sb;
+            const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(bcast32(c), a0), _mm256_maddubs_epi16(bcast32(c + 4), a1));
+            const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(bcast32(c + 8), a2), _mm256_maddubs_epi16(bcast32(c + 12), a3));
+            const __m256i sc = _mm256_set1_epi32(q6k_pair(b[k][i].scales[sb], b[k][i].scales[sb]));
+            sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc)));
+        }
+    }
+    const __m256 ad = _mm256_load_ps(ab->d);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < R; k++) {
+        __m256i summ = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++)
+            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
+                                                            _mm256_set1_epi32(q6k_pair(b[k][i].scales[2 * q],
+                                                                                       b[k][i].scales[2 * q + 1]))));
+        const __m256i isum = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(summ, 5));
+        accf[k] = _mm256_add_ps(accf[k], _mm256_mul_ps(_mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b[k][i].d))),
+                                                       _mm256_cvtepi32_ps(isum)));
+    }
+}
+
+MS_SIMD_INLINE void q6k_rows_x8(const block_q6_K *const b[4], int64_t nb, const block_q8_Kx8 *a, __m256 out[4],
+                                const int R) {
+    __m256 accf[4];
+    uint8_t cb[2][4][QK_K] __attribute__((aligned(32)));
+    for (int k = 0; k < 4; k++) accf[k] = _mm256_setzero_ps();
+    if (nb > 0) q6k_expand_x8(b, 0, cb[0], R);
+    _Pragma("GCC unroll 1")
+    for (int64_t i = 0; i < nb; i++) {
+        if (i + 1 < nb) q6k_expand_x8(b, i + 1, cb[(i + 1) & 1], R);
+        q6k_block_x8(b, i, (const uint8_t(*)[QK_K])cb[i & 1], &a[i], accf, R);
+    }
+    for (int k = 0; k < R; k++) out[k] = accf[k];
+}
+
+MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_q6_K_q8_Kx8_avx2, block_q6_K, QK_K, q6k_rows_x8)
+
 /* ---- dot with f32 activations: a block dequantized to the stack, then
  * multiply-added in 8-lane f32 accumulators */
 MS_DECL_DOT(q6_K, f32, avx2) {
