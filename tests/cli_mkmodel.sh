@@ -114,6 +114,24 @@ grep -q '^check: all' "$TMP/io" || fail "override check"
 "$BIN" inspect "$TMP/m.gguf" >"$TMP/im"
 grep -q '^bytes per expert by layer: 0:[0-9]* 1:[0-9]* 2:[0-9]* 3:[0-9]*' "$TMP/im" || fail "per-layer expert bytes"
 
+# Q6_K (llama-quantize keeps output.weight and more in it): written, and
+# fast mode's logits are the same bits whether the prompt goes in at once
+# (token-lane GEMM, x4 dots), in pieces of 5 or a token at a time
+# (many-rows dots), with each kernel set
+"$BIN" mkmodel --preset tiny --dense-type q6_K --experts-type q6_K -o "$TMP/q6.gguf" 2>/dev/null || fail "q6_K"
+"$BIN" inspect "$TMP/q6.gguf" | grep -q '^bytes by type: .*q6_K' || fail "q6_K tensors"
+Q6P="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+for isa in scalar avx2 avx512; do
+    for c in 0 1 5; do
+        ch=""
+        [ "$c" = 0 ] || ch="--chunk $c"
+        MS_ISA=$isa "$BIN" logits -m "$TMP/q6.gguf" --text "$Q6P" -t 1 --top 3 $ch >"$TMP/q6.$c" 2>/dev/null ||
+            fail "q6_K logits $isa chunk $c"
+    done
+    cmp -s "$TMP/q6.0" "$TMP/q6.1" && cmp -s "$TMP/q6.0" "$TMP/q6.5" || fail "q6_K logits depend on chunking ($isa)"
+done
+rm -f "$TMP"/q6.*
+
 # ds4 mix is recognised
 "$BIN" mkmodel --preset tiny --ds4-mix -o "$TMP/d.gguf" 2>/dev/null || fail "ds4-mix"
 "$BIN" inspect "$TMP/d.gguf" | grep -q '^layout: ds4' || fail "ds4 layout not detected"

@@ -24,7 +24,7 @@ static void usage(FILE *out) {
         "  --sparse                leave the matrices' data as holes (a sparse file)\n"
         "  --size BYTES            bench: target tensor data size (suffixes K, M, G)\n"
         "  --seed N                RNG seed (default 1); same options + seed = same bytes\n"
-        "  --experts-type T        routed experts: f32 f16 bf16 q8_0 q4_K q2_K iq2_xxs mxfp4\n"
+        "  --experts-type T        routed experts: f32 f16 bf16 q8_0 q4_K q2_K q6_K iq2_xxs mxfp4\n"
         "  --dense-type T          every other matrix (1-D tensors are always f32)\n"
         "  --experts-type-last-layers T:N   the last N layers' experts in type T\n"
         "  --ds4-mix               ds4's published mix (iq2_xxs/q2_K experts, q8_0 attn, f16 rest)\n"
@@ -172,7 +172,7 @@ static int parse_f32(const char *s, float *out) {
 static int parse_type(const char *s, enum ms_type *out) {
     static const enum ms_type ok[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
                                       MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
-                                      MS_TYPE_MXFP4};
+                                      MS_TYPE_MXFP4, MS_TYPE_Q6_K};
     enum ms_type t;
     if (!s || ms_type_from_name(s, &t)) return -1;
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
@@ -295,11 +295,11 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
         } else if (!strcmp(a, "--experts-type")) {
             if (parse_type(v, &o->experts_type))
                 FAIL_USAGE("--experts-type: unknown or unsupported type '%s' (f32 f16 bf16 "
-                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+                           "q8_0 q4_K q2_K q6_K iq2_xxs mxfp4)", v);
         } else if (!strcmp(a, "--dense-type")) {
             if (parse_type(v, &o->dense_type))
                 FAIL_USAGE("--dense-type: unknown or unsupported type '%s' (f32 f16 bf16 "
-                           "q8_0 q4_K q2_K iq2_xxs mxfp4)", v);
+                           "q8_0 q4_K q2_K q6_K iq2_xxs mxfp4)", v);
         } else if (!strcmp(a, "--experts-type-last-layers")) {
             char tname[32];
             const char *colon = strchr(v, ':');
