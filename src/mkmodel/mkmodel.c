@@ -377,8 +377,9 @@ static void gen_tid2eid(struct block_job *j, ms_rng *r) {
 /* Random codes for a quantized type: every byte random, then each block's
  * scale fields set so the values' standard deviation is about stddev
  * (the code distributions' spreads: int8 uniform ~74, Q4_K sc*q ~145,
- * Q2_K sc*q ~8.4, IQ2_XXS scale*grid ~50, FP4 ~3). false for a type it
- * does not know (the caller quantizes floats instead). */
+ * Q2_K sc*q ~8.4, Q6_K sc*(q-32) ~1366 with int8 sc, IQ2_XXS scale*grid
+ * ~50, FP4 ~3). false for a type it does not know (the caller quantizes
+ * floats instead). */
 static bool fill_random_codes(enum ms_type type, ms_rng *r, void *dst, size_t bytes,
                               float stddev) {
     size_t bsize, d_off, dmin_off = SIZE_MAX;
@@ -396,6 +397,7 @@ static bool fill_random_codes(enum ms_type type, ms_rng *r, void *dst, size_t by
     case MS_TYPE_IQ2_XXS:
         bsize = sizeof(block_iq2_xxs), d_off = offsetof(block_iq2_xxs, d), spread = 50;
         break;
+    case MS_TYPE_Q6_K: bsize = sizeof(block_q6_K); d_off = offsetof(block_q6_K, d); spread = 1366; break;
     case MS_TYPE_MXFP4: bsize = sizeof(block_mxfp4); d_off = SIZE_MAX; spread = 3; break;
     default: return false;
     }
