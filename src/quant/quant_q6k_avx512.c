@@ -129,7 +129,13 @@ MS_DECL_DOT(q6_K, q8_K, avx512) {
 MS_DECL_DOT_X4(q6_K, q8_K, avx512) { q6k_dot512_n(n, s, x, y, 4); }
 
 /* Many rows: the single dot inlined in the loop over rows (rows of 4096
- * span 3360 bytes: too long for rows in lanes, MS_ROWS_LANES_MAX_BYTES). */
+ * span 3360 bytes: too long for rows in lanes, MS_ROWS_LANES_MAX_BYTES).
+ * Two rows at a time, block by block (their integer sums reduced
+ * together), measured slower where it matters, weights from memory: 12-13
+ * against 22-23 GB/s mean (Zen 4, bench_kernels -t 1 --types q6_K --rows
+ * 1024 --cols 4096 --batches 1 --working-set 512; Q8_0's many-rows dot
+ * 21-26 in the same runs): two interleaved streams lose the linear
+ * prefetch of one, as quant_kq_avx2.c notes for Q4_K. */
 MS_DEFINE_DOT_ROWS(q6_K, q8_K, avx512)
 
 /* ---- dot with f32 activations (dequantize a block, 16-lane f32 FMAs) */
