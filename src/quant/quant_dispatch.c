@@ -268,10 +268,12 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
      * many-rows dot (one token) ran 101-112 against AVX2's 67-73 GFLOPS
      * in cache and 22.2 / 34.7 against 21.3 / 25.3 GB/s from a 512 MiB
      * working set, the x4 dot 191-208 against 101-114 GFLOPS in cache and
-     * 160-181 against 80-109 from DRAM. (Where 512-bit operations split, a
-     * Q6_K block's code assembly, eight vectors of shifts and masks a
-     * block, costs the same micro-ops either way, while the AVX-512 form
-     * saves half the vpmaddubsw / vpmaddwd pairs through vpdpwssd.) */
+     * 160-181 against 80-109 from DRAM. (Where 512-bit operations split,
+     * the code assembly and vpmaddubsw cost the same micro-ops either way,
+     * while the AVX-512 form fuses each scale multiply with its sum,
+     * vpdpwssd for vpmaddwd and vpaddd, and makes a block's scales with
+     * four word permutes for the AVX2 form's eight byte shuffles and sign
+     * extensions.) */
     tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q6_K_q8_K_x4);
 }
 
