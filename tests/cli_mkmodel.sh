@@ -143,6 +143,23 @@ type_of() { awk -v n="$1" '$1 == n { print $2 }' "$TMP/it"; }
 [ "$(type_of blk.1.ffn_gate_exps.weight)" = q4_K ] || fail "tensor-type touched the gate"
 "$BIN" run -m "$TMP/tt.gguf" -p "hello" -n 4 --temp 0 >"$TMP/rt" 2>&1 ||
     fail "a gate/up pair in two types does not run: $(tail -n 1 "$TMP/rt")"
+# Q6_K (llama-quantize keeps output.weight and more in it): written, and
+# fast mode's logits are the same bits whether the prompt goes in at once
+# (token-lane GEMM, x4 dots), in pieces of 5 or a token at a time
+# (many-rows dots), with each kernel set
+"$BIN" mkmodel --preset tiny --dense-type q6_K --experts-type q6_K -o "$TMP/q6.gguf" 2>/dev/null || fail "q6_K"
+"$BIN" inspect "$TMP/q6.gguf" | grep -q '^bytes by type: .*q6_K' || fail "q6_K tensors"
+Q6P="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+for isa in scalar avx2 avx512; do
+    for c in 0 1 5; do
+        ch=""
+        [ "$c" = 0 ] || ch="--chunk $c"
+        MS_ISA=$isa "$BIN" logits -m "$TMP/q6.gguf" --text "$Q6P" -t 1 --top 3 $ch >"$TMP/q6.$c" 2>/dev/null ||
+            fail "q6_K logits $isa chunk $c"
+    done
+    cmp -s "$TMP/q6.0" "$TMP/q6.1" && cmp -s "$TMP/q6.0" "$TMP/q6.5" || fail "q6_K logits depend on chunking ($isa)"
+done
+rm -f "$TMP"/q6.*
 
 # ds4 mix is recognised
 "$BIN" mkmodel --preset tiny --ds4-mix -o "$TMP/d.gguf" 2>/dev/null || fail "ds4-mix"

@@ -60,7 +60,7 @@ static uint8_t *make(const char *preset, enum ms_type experts, int threads, uint
 
 static void test_bench_threads(void **state) {
     (void)state;
-    static const enum ms_type types[] = {MS_TYPE_Q4_K, MS_TYPE_Q8_0, MS_TYPE_Q2_K};
+    static const enum ms_type types[] = {MS_TYPE_Q4_K, MS_TYPE_Q8_0, MS_TYPE_Q2_K, MS_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t n1, n2, n3, nt, ns;
         uint8_t *a = make("bench", types[t], 1, 7, &n1);

@@ -251,7 +251,8 @@ static void test_type_table(void **state) {
         enum ms_type w, act;
     } pairs[] = {{MS_TYPE_F32, MS_TYPE_F32},   {MS_TYPE_F16, MS_TYPE_F16},   {MS_TYPE_BF16, MS_TYPE_BF16},
                  {MS_TYPE_Q8_0, MS_TYPE_Q8_0}, {MS_TYPE_MXFP4, MS_TYPE_Q8_0}, {MS_TYPE_Q4_K, MS_TYPE_Q8_K},
-                 {MS_TYPE_Q2_K, MS_TYPE_Q8_K}, {MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K}};
+                 {MS_TYPE_Q2_K, MS_TYPE_Q8_K}, {MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K},
+                 {MS_TYPE_Q6_K, MS_TYPE_Q8_K}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         for (int tab = 0; tab < 2; tab++) {
             const struct ms_type_traits *tt = tab ? ms_type_traits(pairs[i].w) : ms_type_traits_ref(pairs[i].w);

@@ -1,7 +1,8 @@
 /*
- * test_quant_kq.c - Q4_K, Q5_K, Q3_K, Q2_K, IQ2_XXS weights and Q8_K
- * activations (src/quant/quant_kq_*.c, quant_q35k_*.c): the IQ2_XXS tables,
- * hand-packed known-answer blocks worked out from the format definitions, AVX2 / AVX-512 kernels
+ * test_quant_kq.c - Q6_K, Q5_K, Q4_K, Q3_K, Q2_K, IQ2_XXS weights and Q8_K
+ * activations (src/quant/quant_kq_*.c, quant_q35k_*.c, quant_q6k_*.c): the
+ * IQ2_XXS tables, hand-packed known-answer blocks worked out from the format
+ * definitions, AVX2 / AVX-512 kernels
  * against the scalar reference, the Q8_K dots against an f64 dot of the
  * dequantized weights with a proven error bound, and the quantizers'
  * round-trip error on Gaussian data.
@@ -108,6 +109,14 @@ static void rand_iq2_xxs(ms_rng *r, void *blk) {
     b->d = rand_scale(r);
 }
 
+static void rand_q6_K(ms_rng *r, void *blk) {
+    block_q6_K *b = blk;
+    rand_bytes(r, b->ql, sizeof b->ql);
+    rand_bytes(r, b->qh, sizeof b->qh);
+    rand_bytes(r, b->scales, sizeof b->scales); /* int8 scales, -128 included */
+    b->d = rand_scale(r);
+}
+
 #define FMT(f, blk, zero)                                                                              \
     {#f, sizeof(blk), {ms_dequant_##f##_ref, ms_dequant_##f##_avx2, ms_dequant_##f##_avx512},          \
      {ms_dot_##f##_q8_K_ref, ms_dot_##f##_q8_K_avx2, ms_dot_##f##_q8_K_avx512},                        \
@@ -120,8 +129,9 @@ static const struct kq_fmt k_fmts[] = {
     FMT(iq2_xxs, block_iq2_xxs, NULL),
     FMT(q5_K, block_q5_K, zero_q5_K),
     FMT(q3_K, block_q3_K, zero_q3_K),
+    FMT(q6_K, block_q6_K, NULL),
 };
-enum { FMT_Q5_K = 3, FMT_Q3_K = 4 };
+enum { FMT_Q5_K = 3, FMT_Q3_K = 4, FMT_Q6_K = 5 };
 #define N_FMTS (sizeof k_fmts / sizeof k_fmts[0])
 
 static const ms_from_float_fn k_q8K_quant[N_ISA] = {ms_quant_q8_K_ref, ms_quant_q8_K_avx2, ms_quant_q8_K_avx512};
@@ -325,17 +335,19 @@ static void test_gemm_iq2_xxs_avx2(void **state) {
     }
 }
 
-/* The AVX2 Q5_K and Q3_K token-lane GEMMs called directly (an AVX-512
+/* The AVX2 Q6_K, Q5_K and Q3_K token-lane GEMMs called directly (an AVX-512
  * machine dispatches the 16-lane ones): every output equals the reference
  * dot bit for bit, for 1..8 tokens (normal and heavy-tailed activations)
  * and 1..9 rows read at a stride with a gap. */
-static void test_gemm_q35k_avx2(void **state) {
+static void test_gemm_kq_avx2(void **state) {
     (void)state;
     if (!cpu_avx2()) skip();
     static const struct {
         size_t fmt;
         ms_gemm_tok_fn gemm;
-    } cases[] = {{FMT_Q5_K, ms_gemm_q5_K_q8_Kx8_avx2}, {FMT_Q3_K, ms_gemm_q3_K_q8_Kx8_avx2}};
+    } cases[] = {{FMT_Q5_K, ms_gemm_q5_K_q8_Kx8_avx2},
+                   {FMT_Q3_K, ms_gemm_q3_K_q8_Kx8_avx2},
+                   {FMT_Q6_K, ms_gemm_q6_K_q8_Kx8_avx2}};
     ms_rng r;
     ms_rng_seed(&r, 37);
     enum { NR = 9 };
@@ -594,6 +606,35 @@ static void test_q3_K_known(void **state) {
     check_known(FMT_Q3_K, &b, expect);
 }
 
+/* Q6_K: d = 0.5; element e = 128 h + 32 j + l has the 2-bit high part
+ * hb = (j + l + h) % 4 and the low nibble lo = (l + 5 j + 3 h) % 16, code
+ * q = 16 hb + lo, and value 0.5 * sc[e / 16] * (q - 32), with the int8
+ * scales below (both signs, -128 and 127). Packed by the definition:
+ * ql[64 h + l] holds lo of j = 0 (low nibble) and j = 2 (high),
+ * ql[64 h + 32 + l] those of j = 1 and j = 3, qh[32 h + l] the four hb in
+ * bits 2 j, 2 j + 1. Every value is a multiple of 1/2 below 2^11: exact. */
+static void test_q6_K_known(void **state) {
+    (void)state;
+    static const int8_t sc[16] = {1, -2, 3, -4, 5, 127, -128, 7, -1, 2, 64, -64, 9, 10, -11, 12};
+    block_q6_K b;
+    b.d = 0x3800; /* 0.5 */
+    memcpy(b.scales, sc, sizeof sc);
+    float expect[QK_K];
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            int qh = 0;
+            for (int j = 0; j < 4; j++) {
+                const int hb = (j + l + h) % 4, lo = (l + 5 * j + 3 * h) % 16, e = 128 * h + 32 * j + l;
+                qh |= hb << (2 * j);
+                expect[e] = 0.5f * (float)(sc[e / 16] * (16 * hb + lo - 32));
+            }
+            b.qh[32 * h + l] = (uint8_t)qh;
+            b.ql[64 * h + l] = (uint8_t)((l + 3 * h) % 16 | ((l + 10 + 3 * h) % 16) << 4);
+            b.ql[64 * h + 32 + l] = (uint8_t)((l + 5 + 3 * h) % 16 | ((l + 15 + 3 * h) % 16) << 4);
+        }
+    check_known(FMT_Q6_K, &b, expect);
+}
+
 /* ---- SIMD against the reference on random blocks */
 
 /* Dequantization does the same f32 operations in every ISA; the allowance
@@ -761,11 +802,12 @@ static double roundtrip_rel_rms(const struct kq_fmt *f, const float *x, int64_t 
 }
 
 /* Measured on this data (seeded): q4_K 0.071, q2_K 0.299, iq2_xxs 0.328,
- * q5_K 0.036, q3_K 0.151 -
+ * q5_K 0.036, q3_K 0.151, q6_K 0.0177 -
  * the same as ggml's own quantizers give for q4_K / q2_K (0.071 / 0.297 on
  * N(0,1)) and better than its unweighted iq2_xxs (0.344); on 2^20 N(0,1)
- * values q5_K 0.0361 as ggml's algorithm, q3_K 0.1504 against its 0.1509.
- * Bounds leave ~15% for legitimate changes to the searches. */
+ * values q5_K 0.0361 as ggml's algorithm, q3_K 0.1504 against its 0.1509,
+ * q6_K 0.0177 as ggml's method (quantize_row_q6_K_ref; 0.0177 on this data
+ * for both). Bounds leave ~15% for legitimate changes to the searches. */
 /* The token-lane GEMMs (traits gemm_tok, act_pack): every output equals
  * the reference single dot bit for bit, for 1..gemm_tok_lanes tokens per
  * packed group (spare lanes repeat the last token), row counts that are
@@ -836,7 +878,7 @@ static void test_gemm_tok(void **state) {
 
 static void test_quant_roundtrip(void **state) {
     (void)state;
-    static const double bound[N_FMTS] = {0.085, 0.34, 0.37, 0.042, 0.175};
+    static const double bound[N_FMTS] = {0.085, 0.34, 0.37, 0.042, 0.175, 0.0205};
     ms_rng r;
     ms_rng_seed(&r, 17);
     const int64_t n = 64 * QK_K;
@@ -889,12 +931,13 @@ int main(void) {
         cmocka_unit_test(test_q8_K_simd_exact), cmocka_unit_test(test_q4_K_known),
         cmocka_unit_test(test_q2_K_known),      cmocka_unit_test(test_iq2_xxs_known),
         cmocka_unit_test(test_q5_K_known),      cmocka_unit_test(test_q3_K_known),
+        cmocka_unit_test(test_q6_K_known),
         cmocka_unit_test(test_dequant_simd),    cmocka_unit_test(test_dot_q8_K),
         cmocka_unit_test(test_dot_f32),         cmocka_unit_test(test_quant_roundtrip),
         cmocka_unit_test(test_quant_special),
         cmocka_unit_test(test_gemm_tok),
         cmocka_unit_test(test_gemm_iq2_xxs_avx2),
-        cmocka_unit_test(test_gemm_q35k_avx2),
+        cmocka_unit_test(test_gemm_kq_avx2),
         cmocka_unit_test(test_q8_K_non_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

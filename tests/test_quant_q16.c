@@ -420,7 +420,7 @@ static void test_dispatch(void **state) {
         assert_non_null(q8->q16_from_float);
         assert_non_null(q8->vec_dot_q16);
         const enum ms_type others[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q4_K,
-                                       MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4};
+                                       MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4, MS_TYPE_Q6_K};
         for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
             assert_null(get(others[i])->vec_dot_q16);
             assert_null(get(others[i])->gemm_tok_q16);

@@ -93,6 +93,7 @@ static const struct x4_case cases[] = {
     X4_BOTH(MS_TYPE_Q4_K, MS_TYPE_Q8_K, q4_K, q8_K), X4_BOTH(MS_TYPE_Q2_K, MS_TYPE_Q8_K, q2_K, q8_K),
     X4_BOTH(MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
     X4_BOTH(MS_TYPE_Q5_K, MS_TYPE_Q8_K, q5_K, q8_K), X4_BOTH(MS_TYPE_Q3_K, MS_TYPE_Q8_K, q3_K, q8_K),
+    X4_BOTH(MS_TYPE_Q6_K, MS_TYPE_Q8_K, q6_K, q8_K),
     X4_CASE(avx512vbmi, 3, MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
 };
 
@@ -344,7 +345,7 @@ static void test_dot_rows_q8_0(void **state) {
  * a gap, several row lengths, random weights and activations (Q2_K's
  * AVX-512 and IQ2_XXS's VBMI forms take rows eight at a time: one and two
  * groups with every tail). On a SIMD
- * machine Q8_0, Q4_K, Q2_K and IQ2_XXS must have one. 8192 and 8704 are
+ * machine Q8_0, Q4_K, Q2_K, IQ2_XXS and Q6_K must have one. 8192 and 8704 are
  * the element-major IQ2_XXS forms' largest activation (16 block pairs
  * with VBMI, 32 blocks without) and the first length past it (their
  * single-dot fallback); 1-7 rows of 1, 4, 5 and 16 blocks give the
@@ -354,7 +355,7 @@ static void test_dot_rows_table(void **state) {
     ms_rng r;
     ms_rng_seed(&r, 0x4f3a9d1ull);
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
-                                  MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q5_K, MS_TYPE_Q3_K};
+                                  MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K};
     static const int64_t lengths[] = {256, 512, 1024, 1280, 4096, 8192, 8704};
     enum { NR = 19 };
     int have = 0;
@@ -394,7 +395,8 @@ static void test_dot_rows_table(void **state) {
         }
     }
     if (cpu_avx2() && !getenv("MS_ISA")) {
-        const int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q4_K) | (1 << MS_TYPE_Q2_K) | (1 << MS_TYPE_IQ2_XXS);
+        const int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q4_K) | (1 << MS_TYPE_Q2_K) | (1 << MS_TYPE_IQ2_XXS) |
+                         (1 << MS_TYPE_Q6_K);
         assert_int_equal(have & want, want);
     }
 }
@@ -406,7 +408,7 @@ static void test_x4_table(void **state) {
     (void)state;
     const enum ms_type types[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
                                   MS_TYPE_MXFP4, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
-                                  MS_TYPE_Q5_K, MS_TYPE_Q3_K};
+                                  MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const struct ms_type_traits *ref = ms_type_traits_ref(types[i]);
         assert_null(ref->vec_dot_x4);
@@ -460,8 +462,17 @@ static void test_x4_table(void **state) {
                          !ms_quant_avx512_vbmi()    ? ms_dot_rows_iq2_xxs_q8_K_avx512
                          : ms_quant_avx512_split() ? ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi
                                                    : ms_dot_rows_iq2_xxs_q8_K_avx512vbmi);
+        /* Q6_K: every form from the AVX-512 set, split parts too */
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot, ms_dot_q6_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_x4, ms_dot_q6_K_q8_K_x4_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_rows, ms_dot_rows_q6_K_q8_K_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->gemm_tok, ms_gemm_q6_K_q8_Kx16_avx512);
     } else if (!strcmp(isa, "avx2")) {
         assert_ptr_equal(q8->vec_dot_x4, ms_dot_q8_0_q8_0_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot, ms_dot_q6_K_q8_K_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_x4, ms_dot_q6_K_q8_K_x4_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->vec_dot_rows, ms_dot_rows_q6_K_q8_K_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q6_K)->gemm_tok, ms_gemm_q6_K_q8_Kx8_avx2);
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q16_0x8_avx2);
         assert_ptr_equal(q8->act_pack, ms_pack_q8_0_x8);
         assert_int_equal(q8->gemm_tok_lanes, 8);
@@ -486,7 +497,7 @@ static void test_x4_table(void **state) {
 static void test_matmul_batch_invariant(void **state) {
     (void)state;
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32,
-                                  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS};
+                                  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_Q6_K};
     /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
      * columns: three blocks of the 256-element k-quant formats; up to 21
      * tokens: whole and partial groups of the token-lane GEMMs (8 or 16

@@ -19,10 +19,10 @@
  * after a CPU feature check. ms_type_traits_ref() always returns the scalar
  * table (tests compare the two on random data).
  *
- * Weight formats with kernels: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q3_K, Q2_K,
- * IQ2_XXS, MXFP4.
- * Activation formats: Q8_0 (for Q8_0 and MXFP4 weights), Q8_K (for Q4_K, Q5_K,
- * Q3_K, Q2_K, IQ2_XXS), F16 (for F16), BF16 (for BF16), F32 (for F32) - as in ggml - and
+ * Weight formats with kernels: F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q4_K, Q3_K,
+ * Q2_K, IQ2_XXS, MXFP4.
+ * Activation formats: Q8_0 (for Q8_0 and MXFP4 weights), Q8_K (for Q6_K,
+ * Q5_K, Q4_K, Q3_K, Q2_K, IQ2_XXS), F16 (for F16), BF16 (for BF16), F32 (for F32) - as in ggml - and
  * moestream's own Q16_0 (16-bit integers, for Q8_0 weights; not a ggml type,
  * so not in the table: the traits of the weight carry its kernels).
  * Block layouts follow ggml's ggml-common.h definitions (cited per format in

@@ -240,6 +240,9 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
     tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
+    /* Q6_K: the AVX-512 form on a split part too, measured the faster
+     * there (see attach_x4) */
+    tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
@@ -263,14 +266,28 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q5_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q5_K_q8_K_x4);
     tab[MS_TYPE_Q3_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q3_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
+    /* Q6_K: every form from the machine's set, split parts included: on a
+     * Zen 4 core (bench_kernels -t 1 --types q6_K --rows 1024 --cols 4096
+     * --batches 1,4, a busy 2-core VM, mean / best of 0.5 s) the AVX-512
+     * many-rows dot (one token) ran 101-112 against AVX2's 67-73 GFLOPS
+     * in cache and 22.2 / 34.7 against 21.3 / 25.3 GB/s from a 512 MiB
+     * working set, the x4 dot 191-208 against 101-114 GFLOPS in cache and
+     * 160-181 against 80-109 from DRAM. (Where 512-bit operations split,
+     * the code assembly and vpmaddubsw cost the same micro-ops either way,
+     * while the AVX-512 form fuses each scale multiply with its sum,
+     * vpdpwssd for vpmaddwd and vpaddd, and makes a block's scales with
+     * four word permutes for the AVX2 form's eight byte shuffles and sign
+     * extensions.) */
+    tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q6_K_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
- * per 256-bit vector (vpmaddubsw, int16 sums per sub-block), and Q8_0 and
+ * per 256-bit vector (vpmaddubsw, int16 sums per sub-block), Q6_K the same
+ * way (two steps summed in int16 per vpmaddwd by its int8 scale), and Q8_0 and
  * IQ2_XXS with both sides widened to int16 (vpmaddwd; a Zen 3 core,
  * bench_kernels -t 1 --rows 4096 --cols 4096 --batches 16,512: Q8_0
  * 96-102 against the x4 dot's 61 GFLOPS, IQ2_XXS 72-75 against 51). AVX-512 set:
- * Q4_K, Q2_K and Q8_0, 16 tokens per 512-bit vector with VNNI's vpdpbusd
+ * Q4_K, Q2_K, Q6_K and Q8_0, 16 tokens per 512-bit vector with VNNI's vpdpbusd
  * (measured on a Zen 5 core, bench_kernels -t 1 --rows 4096 --cols 4096
  * --batches 16,512, GFLOPS at 16 / 512 tokens: Q4_K 149-172 / 179-193
  * against the AVX2 token-lane form's 106-130 / 124-134, Q2_K 158-166 /
@@ -280,7 +297,8 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * form when it has at least as many tokens as a 16-lane pass costs in x4
  * tokens (--rows 2048 --cols 4096 --batches 4..8, the Flash expert shape):
  * Q4_K and Q8_0 6, IQ2_XXS 8, Q2_K 9 (its x4 dot is the quickest of the
- * three k-quant x4 dots). The scalar table has none. */
+ * three k-quant x4 dots); Q6_K (16 lanes, VNNI) 13, see below. The scalar
+ * table has none. */
 static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_tok_fn gemm, size_t pack_block,
                          int lanes, int min) {
     t->act_pack = pack;
@@ -310,6 +328,14 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 14);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 8);
+        /* Q6_K from 13 tokens: its x4 dot is nearly as fast as the GEMM
+         * (Zen 4, bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
+         * --working-set 0, mean GFLOPS, a busy 2-core VM: 16 and 512
+         * tokens 225 against the x4 dot's 194 at 4; a last group of 9 /
+         * 12 / 14 tokens through the GEMM 138-141 / 179-180 / 201-207,
+         * through x4 and single dots 174-180 / 170-192 / 151-168) */
+        set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16,
+                     13);
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations
@@ -324,6 +350,13 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * 76-97 / 104-118, Q3_K 87-101 / 84-129) */
         set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x8, ms_gemm_q5_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
         set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x8, ms_gemm_q3_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
+        /* Q6_K from 6 tokens (MS_ISA=avx2 on a busy 2-core Zen 4 VM,
+         * bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
+         * --working-set 0, mean GFLOPS of the better of two runs: 8 and
+         * 512 tokens 114-120 against the x4 dot's 108 at 4; a last group
+         * of 5 / 6 / 7 tokens through the GEMM 70 / 83 / 95, through the
+         * x4 and single dots 85 / 70 / 81) */
+        set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x8, ms_gemm_q6_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 6);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
     }
 }
@@ -420,6 +453,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_Q5_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q5_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q3_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q3_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
+    set_kernels(&tab[MS_TYPE_Q6_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q6_K, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
     attach_rows(tab, isa);

@@ -143,5 +143,16 @@ void ms_gemm_q5_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const v
                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 void ms_gemm_q3_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+/* ---- q6_K weights, q8_K activations (quant_q6k*.c) */
+MS_DECL_DEQUANT(q6_K, ref);   MS_DECL_DEQUANT(q6_K, avx2);   MS_DECL_DEQUANT(q6_K, avx512);
+MS_DECL_QUANT(q6_K, ref);
+MS_DECL_DOT(q6_K, q8_K, ref); MS_DECL_DOT(q6_K, q8_K, avx2); MS_DECL_DOT(q6_K, q8_K, avx512);
+MS_DECL_DOT_X4(q6_K, q8_K, avx2); MS_DECL_DOT_X4(q6_K, q8_K, avx512);
+MS_DECL_DOT_ROWS(q6_K, q8_K, avx2); MS_DECL_DOT_ROWS(q6_K, q8_K, avx512);
+MS_DECL_DOT(q6_K, f32, ref);  MS_DECL_DOT(q6_K, f32, avx2);  MS_DECL_DOT(q6_K, f32, avx512);
+void ms_gemm_q6_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_q6_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
 #endif
