@@ -591,6 +591,12 @@ static void test_q2_K(void **s) { (void)s; quantized("q2_K", (const int[]){6, 12
 static void test_iq2_xxs(void **s) { (void)s; quantized("iq2_xxs", (const int[]){8, 127, 0}, (const int[]){1, 0}, false); }
 static void test_mxfp4(void **s) { (void)s; quantized("mxfp4", (const int[]){1, 7, 0}, (const int[]){1, 0}, false); }
 static void test_ds4_mix(void **s) { (void)s; quantized("ds4-mix", (const int[]){1, 129, 0}, (const int[]){1, 7, 0}, true); }
+static void test_q6_K(void **s) { (void)s; quantized("q6_K", (const int[]){7, 128, 0}, (const int[]){1, 0}, false); }
+static void test_q5_K(void **s) { (void)s; quantized("q5_K", (const int[]){1, 129, 0}, (const int[]){1, 0}, false); }
+static void test_q3_K(void **s) { (void)s; quantized("q3_K", (const int[]){6, 127, 0}, (const int[]){1, 0}, false); }
+/* llama-quantize-style: every K-quant in experts and dense matrices at once,
+ * the shared expert's gate (Q5_K) and up (Q3_K) a pair in two types */
+static void test_k_mix(void **s) { (void)s; quantized("k-mix", (const int[]){1, 8, 129, 0}, (const int[]){1, 7, 0}, true); }
 
 /* ---- set-up --------------------------------------------------------------- */
 
@@ -633,7 +639,9 @@ int main(void) {
         cmocka_unit_test(test_f32),      cmocka_unit_test(test_f16_q8_0),
         cmocka_unit_test(test_q4_K),     cmocka_unit_test(test_q2_K),
         cmocka_unit_test(test_iq2_xxs),  cmocka_unit_test(test_mxfp4),
-        cmocka_unit_test(test_ds4_mix),
+        cmocka_unit_test(test_ds4_mix),  cmocka_unit_test(test_q6_K),
+        cmocka_unit_test(test_q5_K),     cmocka_unit_test(test_q3_K),
+        cmocka_unit_test(test_k_mix),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
