@@ -617,26 +617,7 @@ MS_SIMD_INLINE void iq2xxs_rows_x8(const block_iq2_xxs *const b[4], int64_t nb, 
 
 MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_iq2_xxs_q8_Kx8w_avx2, block_iq2_xxs, QK_K, iq2xxs_rows_x8)
 
-/* ---- dots with f32 activations: dequantize one block to the stack, then
- * multiply-add in 8-lane f32 accumulators. */
-
-static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
-    for (int j = 0; j < QK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define MS_DEFINE_DOT_F32_AVX2(fmt, blk)                                         \
-    MS_DECL_DOT(fmt, f32, avx2) {                                                 \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m256 acc = _mm256_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = hsum256_f32(acc);                                                       \
-    }
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
 
 MS_DEFINE_DOT_F32_AVX2(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_AVX2(q2_K, block_q2_K)

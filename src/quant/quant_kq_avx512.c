@@ -548,25 +548,7 @@ MS_DECL_DOT_ROWS(q2_K, q8_K, avx512) {
     if (left == 1) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 1);
 }
 
-/* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
-
-static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
-    for (int j = 0; j < QK_K; j += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define MS_DEFINE_DOT_F32_AVX512(fmt, blk)                                       \
-    MS_DECL_DOT(fmt, f32, avx512) {                                               \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m512 acc = _mm512_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                          \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = _mm512_reduce_add_ps(acc);                                           \
-    }
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
 
 MS_DEFINE_DOT_F32_AVX512(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_AVX512(q2_K, block_q2_K)

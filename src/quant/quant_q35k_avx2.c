@@ -335,26 +335,7 @@ MS_SIMD_INLINE __m256 q3k_products_x8(const struct q3k_x8_buf *u, const block_q3
 Q35K_X8_GEMM(ms_gemm_q5_K_q8_Kx8_avx2, block_q5_K, struct q5k_x8_buf, q5k_expand_x8, q5k_products_x8)
 Q35K_X8_GEMM(ms_gemm_q3_K_q8_Kx8_avx2, block_q3_K, struct q3k_x8_buf, q3k_expand_x8, q3k_products_x8)
 
-/* ---- dots with f32 activations: dequantize one block to the stack, then
- * multiply-add in 8-lane f32 accumulators (quant_kq_avx2.c's form). */
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
 
-static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
-    for (int j = 0; j < QK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define Q35K_DOT_F32_AVX2(fmt, blk)                                               \
-    MS_DECL_DOT(fmt, f32, avx2) {                                                 \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m256 acc = _mm256_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = hsum256_f32(acc);                                                    \
-    }
-
-Q35K_DOT_F32_AVX2(q5_K, block_q5_K)
-Q35K_DOT_F32_AVX2(q3_K, block_q3_K)
+MS_DEFINE_DOT_F32_AVX2(q5_K, block_q5_K)
+MS_DEFINE_DOT_F32_AVX2(q3_K, block_q3_K)

@@ -189,28 +189,10 @@ MS_DECL_DOT(q3_K, q8_K, avx512) {
 MS_DECL_DOT_X4(q3_K, q8_K, avx512) { q3k_dot512_n(n, s, x, y, 4); }
 MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx512)
 
-/* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
 
-static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
-    for (int j = 0; j < QK_K; j += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define Q35K_DOT_F32_AVX512(fmt, blk)                                             \
-    MS_DECL_DOT(fmt, f32, avx512) {                                               \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m512 acc = _mm512_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                          \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = _mm512_reduce_add_ps(acc);                                           \
-    }
-
-Q35K_DOT_F32_AVX512(q5_K, block_q5_K)
-Q35K_DOT_F32_AVX512(q3_K, block_q3_K)
+MS_DEFINE_DOT_F32_AVX512(q5_K, block_q5_K)
+MS_DEFINE_DOT_F32_AVX512(q3_K, block_q3_K)
 
 /* ---- token-lane GEMM (prefill): rows x 16 packed Q8_K tokens
  *

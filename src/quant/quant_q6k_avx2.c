@@ -226,17 +226,5 @@ MS_SIMD_INLINE void q6k_rows_x8(const block_q6_K *const b[4], int64_t nb, const 
 
 MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_q6_K_q8_Kx8_avx2, block_q6_K, QK_K, q6k_rows_x8)
 
-/* ---- dot with f32 activations: a block dequantized to the stack, then
- * multiply-added in 8-lane f32 accumulators */
-MS_DECL_DOT(q6_K, f32, avx2) {
-    const block_q6_K *w = x;
-    const float *a = y;
-    float tmp[QK_K];
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        ms_dequant_q6_K_avx2(&w[i], tmp, QK_K);
-        for (int j = 0; j < QK_K; j += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(tmp + j), _mm256_loadu_ps(a + i * QK_K + j), acc);
-    }
-    *s = hsum256_f32(acc);
-}
+/* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
+MS_DEFINE_DOT_F32_AVX2(q6_K, block_q6_K)

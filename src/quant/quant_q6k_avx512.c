@@ -138,19 +138,8 @@ MS_DECL_DOT_X4(q6_K, q8_K, avx512) { q6k_dot512_n(n, s, x, y, 4); }
  * prefetch of one, as quant_kq_avx2.c notes for Q4_K. */
 MS_DEFINE_DOT_ROWS(q6_K, q8_K, avx512)
 
-/* ---- dot with f32 activations (dequantize a block, 16-lane f32 FMAs) */
-MS_DECL_DOT(q6_K, f32, avx512) {
-    const block_q6_K *w = x;
-    const float *a = y;
-    float tmp[QK_K];
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        ms_dequant_q6_K_avx512(&w[i], tmp, QK_K);
-        for (int j = 0; j < QK_K; j += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(tmp + j), _mm512_loadu_ps(a + i * QK_K + j), acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
-}
+/* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
+MS_DEFINE_DOT_F32_AVX512(q6_K, block_q6_K)
 
 /* ---- token-lane GEMM (prefill): Q6_K rows x 16 packed Q8_K tokens
  *

@@ -201,6 +201,26 @@ static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) 
         }                                                                                                 \
     }
 
+/* The AVX2 dot (ms_vec_dot_fn) of a QK_K-block format fmt (block type
+ * blk) with f32 activations, n values: each block dequantized to the stack
+ * by ms_dequant_<fmt>_avx2 (QK_K floats), then multiplied by its QK_K
+ * activations and added in one 8-lane f32 FMA accumulator (lane l takes
+ * elements 8 j + l), reduced by hsum256_f32 at the end. Equal to the
+ * reference but for the order of the f32 sums. */
+#define MS_DEFINE_DOT_F32_AVX2(fmt, blk)                                                                  \
+    MS_DECL_DOT(fmt, f32, avx2) {                                                                         \
+        const blk *w = x;                                                                                 \
+        const float *a = y;                                                                               \
+        float tmp[QK_K];                                                                                  \
+        __m256 acc = _mm256_setzero_ps();                                                                 \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                                                    \
+            for (int j = 0; j < QK_K; j += 8)                                                             \
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(tmp + j), _mm256_loadu_ps(a + i * QK_K + j), acc);  \
+        }                                                                                                 \
+        *s = hsum256_f32(acc);                                                                            \
+    }
+
 /* acc[i % 4] += p_i for the nc <= 8 blocks of p (lane j = block c + j, c a
  * multiple of 4, lanes past nc +0, which leaves a sum unchanged: it starts
  * at +0 and is never -0): the float step of the Q8_0 x Q8_0 and Q8_0 x
@@ -264,6 +284,26 @@ static inline __m256i q4k_mins16(const uint8_t m[8]) {
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 }
+
+/* The AVX-512 dot (ms_vec_dot_fn) of a QK_K-block format fmt (block type
+ * blk) with f32 activations, n values: each block dequantized to the stack
+ * by ms_dequant_<fmt>_avx512 (QK_K floats), then multiplied by its QK_K
+ * activations and added in one 16-lane f32 FMA accumulator, reduced by
+ * _mm512_reduce_add_ps at the end. Equal to the reference but for the
+ * order of the f32 sums. */
+#define MS_DEFINE_DOT_F32_AVX512(fmt, blk)                                                                \
+    MS_DECL_DOT(fmt, f32, avx512) {                                                                       \
+        const blk *w = x;                                                                                 \
+        const float *a = y;                                                                               \
+        float tmp[QK_K];                                                                                  \
+        __m512 acc = _mm512_setzero_ps();                                                                 \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                                                  \
+            for (int j = 0; j < QK_K; j += 16)                                                            \
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(tmp + j), _mm512_loadu_ps(a + i * QK_K + j), acc);  \
+        }                                                                                                 \
+        *s = _mm512_reduce_add_ps(acc);                                                                   \
+    }
 
 #ifdef __AVX512F__
 /* a's 16 int32 lanes folded to 8 (lane l + lane l + 8) */
