@@ -171,38 +171,11 @@ MS_SIMD_INLINE void q6k_expand_x16(const block_q6_K *const b[2], struct q6k_x16_
 
 MS_SIMD_INLINE void q6k_products_x16(const struct q6k_x16_buf *buf, const block_q6_K *const b[2],
                                      const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 16")
-    for (int sb = 0; sb < QK_K / 16; sb++) {
-        __m512i t[2];
-        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, buf->codes[k] + 16 * sb + 4 * j, 4);
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(b[k]->scales[sb])));
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++) {
-            const uint32_t sp = (uint16_t)b[k]->scales[2 * q] | (uint32_t)(uint16_t)b[k]->scales[2 * q + 1] << 16;
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]),
-                                                            _mm512_set1_epi32((int)sp)));
-        }
-        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, 5));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
-                                                       _mm512_cvtepi32_ps(isum)));
-    }
+    const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
+    const int8_t *const sc[2] = {b[0]->scales, b[1]->scales};
+    const uint16_t d[2] = {b[0]->d, b[1]->d};
+    kq_x16_products16(codes, sc, d, 5, ab, accf, R);
 }
 
-static inline __m512 q6_K_x16_finish(__m512 v) { return v; }
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q6_K_q8_Kx16_avx512, block_q6_K, struct q6k_x16_buf, q6k_expand_x16, q6k_products_x16,
-                      1, q6_K_x16_finish)
+                      1, kq_x16_final)
