@@ -218,37 +218,50 @@ static ALWAYS_INLINE void round_codes(const float *x, float d, float m, int nmax
     }
 }
 
-/* ---- Q4_K */
+/* ---- Q4_K and Q5_K: 8 sub-blocks of 32, a 6-bit scale and min each */
 
+/* One Q4_K or Q5_K block's fit of x[0 .. QK_K - 1]: the codes L (0 ..
+ * nmax, value order), the packed 6-bit scales and mins (s, Q4_K's
+ * packing) and the fp16 super-block scales *d, *dmin. Each sub-block's
+ * scale and min come from fit_scale_min (fit_lanes when lanes) with
+ * weights av_x + |x|, av_x the block's RMS (ggml's weighting: larger values
+ * matter more, none count zero), over the grids of rmin, 0.1 and nstep;
+ * the codes are re-rounded against the scales as stored. */
+static ALWAYS_INLINE void q45_K_fit(const float *x, int nmax, float rmin, int nstep, bool lanes, uint8_t L[QK_K],
+                                    uint8_t s[K_SCALE_SIZE], uint16_t *d16, uint16_t *dmin16) {
+    uint8_t sc[8], m[8];
+    float scales[8], mins[8], w[32];
+    float sum_x2 = 0.0f;
+    for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
+    const float av_x = sqrtf(sum_x2 / QK_K);
+    float max_scale = 0.0f, max_min = 0.0f;
+    if (lanes) fit_lanes(32, nmax, x, av_x, rmin, 0.1f, nstep, false, scales, mins);
+    for (int j = 0; j < 8; j++) {
+        if (!lanes) {
+            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = fit_scale_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
+        }
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_scale * scales[j]), 0, 63);
+        m[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_min * mins[j]), 0, 63);
+    }
+    ms_q4k_pack_scales(sc, m, s);
+    *d16 = ms_fp32_to_fp16(max_scale / 63.0f);
+    *dmin16 = ms_fp32_to_fp16(max_min / 63.0f);
+    const float d = ms_fp16_to_fp32(*d16), dmin = ms_fp16_to_fp32(*dmin16);
+    for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], nmax, 32, L + 32 * j);
+}
+
+/* Q4_K: nmax 15, ggml's rmin -1 and 20 steps. */
 static ALWAYS_INLINE void q4_K_blocks(const float *x, block_q4_K *b, int64_t nb, bool lanes) {
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        uint8_t L[QK_K], sc[8], m[8];
-        float scales[8], mins[8], w[32];
-        float sum_x2 = 0.0f;
-        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
-        const float av_x = sqrtf(sum_x2 / QK_K);
-        float max_scale = 0.0f, max_min = 0.0f;
-        if (lanes) fit_lanes(32, 15, x, av_x, -1.0f, 0.1f, 20, false, scales, mins);
-        for (int j = 0; j < 8; j++) {
-            if (!lanes) {
-                /* ggml's weighting: larger values matter more, none count zero */
-                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-                scales[j] = fit_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
-            }
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_scale * scales[j]), 0, 63);
-            m[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_min * mins[j]), 0, 63);
-        }
-        ms_q4k_pack_scales(sc, m, b[i].scales);
-        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
-        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
-        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 15, 32, L + 32 * j);
+        uint8_t L[QK_K];
+        q45_K_fit(x, 15, -1.0f, 20, lanes, L, b[i].scales, &b[i].d, &b[i].dmin);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++)
                 b[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
@@ -301,32 +314,8 @@ static ALWAYS_INLINE void q2_K_blocks(const float *x, block_q2_K *b, int64_t nb,
 
 static ALWAYS_INLINE void q5_K_blocks(const float *x, block_q5_K *b, int64_t nb, bool lanes) {
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        uint8_t L[QK_K], sc[8], m[8];
-        float scales[8], mins[8], w[32];
-        float sum_x2 = 0.0f;
-        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
-        const float av_x = sqrtf(sum_x2 / QK_K);
-        float max_scale = 0.0f, max_min = 0.0f;
-        if (lanes) fit_lanes(32, 31, x, av_x, -0.5f, 0.1f, 15, false, scales, mins);
-        for (int j = 0; j < 8; j++) {
-            if (!lanes) {
-                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-                scales[j] = fit_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, false);
-            }
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_scale * scales[j]), 0, 63);
-            m[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_min * mins[j]), 0, 63);
-        }
-        ms_q4k_pack_scales(sc, m, b[i].scales);
-        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
-        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
-        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 31, 32, L + 32 * j);
+        uint8_t L[QK_K];
+        q45_K_fit(x, 31, -0.5f, 15, lanes, L, b[i].scales, &b[i].d, &b[i].dmin);
         memset(b[i].qh, 0, sizeof b[i].qh);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++) {
