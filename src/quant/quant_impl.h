@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MS_DECL_DEQUANT(fmt, isa) void ms_dequant_##fmt##_##isa(const void *restrict x, float *restrict y, int64_t n)
 #define MS_DECL_QUANT(fmt, isa) void ms_quant_##fmt##_##isa(const float *restrict x, void *restrict y, int64_t n)
@@ -26,6 +27,41 @@
                                        int64_t n_rows, const void *restrict y)
 #define MS_DECL_DOT_X4(w, a, isa) \
     void ms_dot_##w##_##a##_x4_##isa(int64_t n, float *restrict s, const void *restrict x, const void *const y[4])
+
+/* The scalar dot of a QK_K-block format fmt (block type blk) with f32
+ * activations, the reference every SIMD f32 dot is held to: each block
+ * dequantized to the stack by ms_dequant_<fmt>_ref, its QK_K products
+ * summed in f32 in element order from 0.0f, and that block sum added to
+ * the running sum (from 0.0f, blocks in order). One definition for every
+ * K-quant, so they all round the same way. */
+#define MS_DEFINE_DOT_F32_REF(fmt, blk)                                           \
+    MS_DECL_DOT(fmt, f32, ref) {                                                  \
+        const blk *w = x;                                                         \
+        const float *a = y;                                                       \
+        float tmp[QK_K], sum = 0.0f;                                              \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
+            ms_dequant_##fmt##_ref(&w[i], tmp, QK_K);                             \
+            float bs = 0.0f;                                                      \
+            for (int j = 0; j < QK_K; j++) bs += tmp[j] * a[i * QK_K + j];        \
+            sum += bs;                                                            \
+        }                                                                         \
+        *s = sum;                                                                 \
+    }
+
+/* Round to nearest, ties to even, for |f| < 2^22 (values beyond come out
+ * wrong but finite; callers clamp): the K-quant quantizers' rounding.
+ * Bit arithmetic only (adding 1.5 * 2^23 leaves the integer in the low
+ * mantissa bits), so a NaN or infinite input cannot trap or be undefined
+ * behaviour. */
+static inline int ms_nearest_int(float f) {
+    const float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* v clamped to [lo, hi] (lo <= hi). */
+static inline int ms_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ---- f32 / f16 / bf16 / q8_0 / mxfp4 / q8_0 activations (quant_basic*.c) */
 MS_DECL_DOT(f32, f32, ref);   MS_DECL_DOT(f32, f32, avx2);   MS_DECL_DOT(f32, f32, avx512);

@@ -326,73 +326,8 @@ MS_DECL_DOT_ROWS(q2_K, q8_K, avx2) {
  * value order) that the broadcasts read. Measured on a Zen 1 core
  * (cache-resident rows, 4096 columns): 9.9 ns per block and token against
  * 18.9 for the x4 dot. */
-/* One block's float step for 8 tokens (Q4_K and Q2_K): lane t adds
- * ms_kq_block_sum_f32(ad[t], d, dmin, sumi[t], summ[t]), the reference's
- * operations in its order. */
-static inline __m256 kq_x8_block_add(__m256 accf, const float ad8[8], uint16_t d, uint16_t dmin, __m256i sumi,
-                                     __m256i summ) {
-    const __m256 ad = _mm256_load_ps(ad8);
-    const __m256 sd = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(d)));
-    const __m256 smin = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(dmin)));
-    return _mm256_add_ps(accf, _mm256_sub_ps(_mm256_mul_ps(sd, _mm256_cvtepi32_ps(sumi)),
-                                             _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
-}
-
-/* A row's blocks against a pack of 8 tokens, each block unpacked (EXPAND
- * into a BUF) one block ahead of its products (PRODUCTS, returning the
- * row's sums with the block's added), into the other of two buffers: the
- * products read the codes by 4-byte broadcast loads, which wait on the
- * stores that wrote them when both are of the same block (as the AVX-512
- * GEMMs, quant_simd.h's MS_DEFINE_GEMM_KQ_X16). */
-#define KQ_X8_ROW(BUF, EXPAND, PRODUCTS)                                                                 \
-    do {                                                                                                  \
-        BUF buf[2];                                                                                       \
-        __m256 accf = _mm256_setzero_ps();                                                                \
-        if (nb > 0) EXPAND(&w[0], &buf[0]);                                                               \
-        for (int64_t i = 0; i < nb; i++) {                                                                \
-            if (i + 1 < nb) EXPAND(&w[i + 1], &buf[(i + 1) & 1]);                                         \
-            accf = PRODUCTS(&buf[i & 1], &w[i], &a[i], accf);                                             \
-        }                                                                                                 \
-        return accf;                                                                                      \
-    } while (0)
-
-/* One sub-block's products for 8 tokens: steps x 4 codes (unsigned,
- * broadcast) against the pack's activations a[j] (the sub-block's steps
- * of 4 values a token), summed in int16 (at most 8 pairs of codes <= 15
- * times 127: no saturation), then by its scale pair scp with one vpmaddwd. */
-MS_SIMD_INLINE __m256i kq_x8_sub(const uint8_t *codes, const int8_t (*a)[32], const int steps, uint32_t scp) {
-    __m256i acc16 = _mm256_setzero_si256();
-    _Pragma("GCC unroll 8")
-    for (int j = 0; j < steps; j++) {
-        uint32_t wv;
-        memcpy(&wv, codes + 4 * j, 4);
-        acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                                             _mm256_load_si256((const __m256i *)a[j])));
-    }
-    return _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp));
-}
-
-/* The min term for 8 tokens: sum over the n int16 pairs pairs[q] (a
- * token's two sub-block sums) times the mins pair mp[q]. */
-MS_SIMD_INLINE __m256i kq_x8_mins(const int16_t (*pairs)[16], const uint32_t *mp, const int n) {
-    __m256i summ = _mm256_setzero_si256();
-    _Pragma("GCC unroll 8")
-    for (int q = 0; q < n; q++)
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)pairs[q]),
-                                                        _mm256_set1_epi32((int)mp[q])));
-    return summ;
-}
-
-/* A Q4_K block unpacked: codes in value order (sub-block s at codes[s]),
- * scp[s] the scale of sub-block s in both int16 halves, mp[p] the mins of
- * sub-blocks 2p, 2p + 1 as an int16 pair. */
-struct q4k_x8_buf {
-    uint8_t codes[8][32] __attribute__((aligned(32)));
-    uint32_t scp[8] __attribute__((aligned(32)));
-    uint32_t mp[4] __attribute__((aligned(16)));
-};
-
-MS_SIMD_INLINE void q4k_expand_x8(const block_q4_K *b, struct q4k_x8_buf *u) {
+/* Q4_K: a block unpacked into quant_simd.h's struct kq_x8_buf8. */
+MS_SIMD_INLINE void q4k_expand_x8(const block_q4_K *b, struct kq_x8_buf8 *u) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     _Pragma("GCC unroll 4")
     for (int g = 0; g < 4; g++) {
@@ -407,16 +342,12 @@ MS_SIMD_INLINE void q4k_expand_x8(const block_q4_K *b, struct q4k_x8_buf *u) {
     _mm_store_si128((__m128i *)u->mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
 }
 
-MS_SIMD_INLINE __m256 q4k_products_x8(const struct q4k_x8_buf *u, const block_q4_K *b, const block_q8_Kx8 *ab,
+MS_SIMD_INLINE __m256 q4k_products_x8(const struct kq_x8_buf8 *u, const block_q4_K *b, const block_q8_Kx8 *ab,
                                       __m256 accf) {
     __m256i acc = _mm256_setzero_si256();
     _Pragma("GCC unroll 8")
     for (int s = 0; s < 8; s++) acc = _mm256_add_epi32(acc, kq_x8_sub(u->codes[s], ab->qs[s], 8, u->scp[s]));
     return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, kq_x8_mins(ab->bsp, u->mp, 4));
-}
-
-MS_SIMD_INLINE __m256 q4k_row_x8(int64_t nb, const block_q4_K *w, const block_q8_Kx8 *a) {
-    KQ_X8_ROW(struct q4k_x8_buf, q4k_expand_x8, q4k_products_x8);
 }
 
 /* Q2_K the same way: the codes of a row's block are unpacked to bytes in
@@ -461,23 +392,8 @@ MS_SIMD_INLINE __m256 q2k_products_x8(const struct q2k_x8_buf *u, const block_q2
     return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, kq_x8_mins(ab->bs16, u->mp, 8));
 }
 
-MS_SIMD_INLINE __m256 q2k_row_x8(int64_t nb, const block_q2_K *w, const block_q8_Kx8 *a) {
-    KQ_X8_ROW(struct q2k_x8_buf, q2k_expand_x8, q2k_products_x8);
-}
-
-void ms_gemm_q4_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
-                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
-    for (int64_t r = 0; r < n_rows; r++)
-        x8_store(y, ldy, r, q4k_row_x8(n / QK_K, (const block_q4_K *)((const char *)w + (size_t)r * w_stride), pack),
-                 nt);
-}
-
-void ms_gemm_q2_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
-                              size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
-    for (int64_t r = 0; r < n_rows; r++)
-        x8_store(y, ldy, r, q2k_row_x8(n / QK_K, (const block_q2_K *)((const char *)w + (size_t)r * w_stride), pack),
-                 nt);
-}
+MS_DEFINE_GEMM_KQ_X8(ms_gemm_q4_K_q8_Kx8_avx2, block_q4_K, struct kq_x8_buf8, q4k_expand_x8, q4k_products_x8)
+MS_DEFINE_GEMM_KQ_X8(ms_gemm_q2_K_q8_Kx8_avx2, block_q2_K, struct q2k_x8_buf, q2k_expand_x8, q2k_products_x8)
 
 /* IQ2_XXS, AVX2 set: grid rows and +-1 sign rows read from tables
  * (quant_kq_iq2.h's), the signs moved onto the activations, in 128-bit
@@ -617,26 +533,7 @@ MS_SIMD_INLINE void iq2xxs_rows_x8(const block_iq2_xxs *const b[4], int64_t nb, 
 
 MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_iq2_xxs_q8_Kx8w_avx2, block_iq2_xxs, QK_K, iq2xxs_rows_x8)
 
-/* ---- dots with f32 activations: dequantize one block to the stack, then
- * multiply-add in 8-lane f32 accumulators. */
-
-static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
-    for (int j = 0; j < QK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define MS_DEFINE_DOT_F32_AVX2(fmt, blk)                                         \
-    MS_DECL_DOT(fmt, f32, avx2) {                                                 \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m256 acc = _mm256_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = hsum256_f32(acc);                                                       \
-    }
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
 
 MS_DEFINE_DOT_F32_AVX2(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_AVX2(q2_K, block_q2_K)

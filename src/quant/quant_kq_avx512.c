@@ -548,25 +548,7 @@ MS_DECL_DOT_ROWS(q2_K, q8_K, avx512) {
     if (left == 1) q2k_rows_turn(x, x_stride, nb, act, a, ad, s, &r, &i, &sumf, 1);
 }
 
-/* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
-
-static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
-    for (int j = 0; j < QK_K; j += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define MS_DEFINE_DOT_F32_AVX512(fmt, blk)                                       \
-    MS_DECL_DOT(fmt, f32, avx512) {                                               \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m512 acc = _mm512_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                          \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = _mm512_reduce_add_ps(acc);                                           \
-    }
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
 
 MS_DEFINE_DOT_F32_AVX512(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_AVX512(q2_K, block_q2_K)
@@ -584,26 +566,8 @@ MS_DEFINE_DOT_F32_AVX512(iq2_xxs, block_iq2_xxs)
  * exact, and the float step per block is the reference's operations in its
  * order lane by lane, so every output is bit-identical to the single
  * kernel. The two rows of a pair share each activation load. */
-/* One Q4_K / Q2_K block's float step for 16 tokens: lane t adds the
- * reference's ms_kq_block_sum_f32(ad[t], d, dmin, sumi, summ), its
- * operations in its order. */
-static inline __m512 kq_x16_block_add(__m512 accf, __m512 ad, uint16_t d, uint16_t dmin, __m512i sumi, __m512i summ) {
-    const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d)));
-    const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(dmin)));
-    return _mm512_add_ps(accf, _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi)),
-                                             _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
-}
-
-/* A Q4_K block of two rows unpacked (MS_DEFINE_GEMM_KQ_X16's BUF): codes
- * in value order, sub-block s at codes[k][2 (s / 4) + s % 2] + 32 ((s / 2)
- * % 2) (low nibbles are the even sub-blocks, high nibbles the odd ones),
- * the 6-bit scales and mins a byte each. */
-struct q4k_x16_buf {
-    uint8_t codes[2][4][64] __attribute__((aligned(64)));
-    uint64_t scw[2], mw[2];
-};
-
-MS_SIMD_INLINE void q4k_expand_x16(const block_q4_K *const b[2], struct q4k_x16_buf *buf, const int R) {
+/* Q4_K: a block of two rows unpacked into quant_simd.h's struct kq_x16_buf8. */
+MS_SIMD_INLINE void q4k_expand_x16(const block_q4_K *const b[2], struct kq_x16_buf8 *buf, const int R) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int k = 0; k < R; k++) {
         _Pragma("GCC unroll 2")
@@ -616,42 +580,10 @@ MS_SIMD_INLINE void q4k_expand_x16(const block_q4_K *const b[2], struct q4k_x16_
     }
 }
 
-MS_SIMD_INLINE void q4k_products_x16(const struct q4k_x16_buf *buf, const block_q4_K *const b[2],
+MS_SIMD_INLINE void q4k_products_x16(const struct kq_x16_buf8 *buf, const block_q4_K *const b[2],
                                      const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    const uint8_t(*const codes)[4][64] = buf->codes;
-    const uint64_t *scw = buf->scw, *mw = buf->mw;
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 8")
-    for (int s = 0; s < 8; s++) {
-        const int ci = 2 * (s / 4) + s % 2, co = 32 * ((s / 2) % 2);
-        __m512i t[2][2];
-        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[s][j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, codes[k][ci] + co + 4 * j, 4);
-                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        for (int k = 0; k < R; k++) {
-            const int sc = (int)((scw[k] >> (8 * s)) & 0xff);
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
-        }
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* the min term: bsp[p] holds (bsub[2p], bsub[2p + 1]) per token,
-         * times the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++) {
-            const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
-        }
-        accf[k] = kq_x16_block_add(accf[k], ad, b[k]->d, b[k]->dmin, sumi[k], summ);
-    }
+    const uint16_t d[2] = {b[0]->d, b[1]->d}, dmin[2] = {b[0]->dmin, b[1]->dmin};
+    kq_x16_products8(buf, d, dmin, ab, accf, R);
 }
 
 /* Q2_K the same way: codes unpacked per row to bytes in value order
@@ -728,14 +660,12 @@ MS_SIMD_INLINE void iq2xxs_expand_x16(const block_iq2_xxs *const b[2], struct iq
     }
 }
 
-/* the row's sum -> the result: IQ2_XXS's grid is 8 x its values (the
- * reference's 0.125 * sumf), the others are final */
-static inline __m512 q4_K_x16_finish(__m512 v) { return v; }
-static inline __m512 q2_K_x16_finish(__m512 v) { return v; }
-MS_DEFINE_GEMM_KQ_X16(ms_gemm_q4_K_q8_Kx16_avx512, block_q4_K, struct q4k_x16_buf, q4k_expand_x16, q4k_products_x16,
-                      1, q4_K_x16_finish)
+/* the row's sum -> the result: Q4_K's and Q2_K's are final (kq_x16_final),
+ * IQ2_XXS's grid is 8 x its values (the reference's 0.125 * sumf) */
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q4_K_q8_Kx16_avx512, block_q4_K, struct kq_x16_buf8, q4k_expand_x16, q4k_products_x16,
+                      1, kq_x16_final)
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q2_K_q8_Kx16_avx512, block_q2_K, struct q2k_x16_buf, q2k_expand_x16, q2k_products_x16,
-                      1, q2_K_x16_finish)
+                      1, kq_x16_final)
 /* This set's IQ2_XXS expansion (about 240 instructions a block and row,
  * its loads from the grid and sign tables) runs right before its own
  * products, not a block ahead as the others: ahead it measured 145-148

@@ -39,18 +39,6 @@
 #include "quant/quant_impl.h"
 #include "quant/quant_kq.h"
 
-/* Round to nearest, ties to even, for |f| < 2^22 (values beyond come out
- * wrong but finite; callers clamp). Bit arithmetic only, so NaN or inf input
- * cannot trap or be undefined behaviour. */
-static inline int nearest_int(float f) {
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 /*
  * Fits x[i] ~= scale * L[i] - min_out with L[i] in [0, nmax], minimizing
  * sum w[i] * err^2 (or w[i] * |err| when use_mad). Candidate roundings come
@@ -76,7 +64,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     float iscale = (float)nmax / (max - min);
     float scale = 1.0f / iscale, best = 0.0f;
     for (int i = 0; i < n; i++) {
-        L[i] = (uint8_t)clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        L[i] = (uint8_t)ms_clampi(ms_nearest_int(iscale * (x[i] - min)), 0, nmax);
         const float diff = scale * L[i] + min - x[i];
         best += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
@@ -85,7 +73,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         iscale = (rmin + rdelta * (float)k + (float)nmax) / (max - min);
         float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
         for (int i = 0; i < n; i++) {
-            const int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            const int l = ms_clampi(ms_nearest_int(iscale * (x[i] - min)), 0, nmax);
             Laux[i] = (uint8_t)l;
             sum_l += w[i] * (float)l;
             sum_l2 += w[i] * (float)(l * l);
@@ -137,7 +125,7 @@ typedef int32_t kvi __attribute__((vector_size(4 * KL)));
 #define VI(v) ((kvi)(v))
 #define VSEL(m, a, b) VF((VI(a) & (m)) | (VI(b) & ~(m))) /* m ? a : b per lane */
 #define VABS(a) VF(VI(a) & 0x7fffffff)
-/* out = clampi(nearest_int(f), 0, nmax) per lane (nearest_int's bit trick). */
+/* out = ms_clampi(ms_nearest_int(f), 0, nmax) per lane (nearest_int's bit trick). */
 #define VROUND_CLAMP(out, f, nmax)                                        \
     do {                                                                  \
         kvi k_ = (VI((f) + 12582912.0f) & 0x007fffff) - 0x00400000;       \
@@ -214,7 +202,7 @@ static ALWAYS_INLINE void fit_lanes(int n, int nmax, const float *x, float av, f
     memcpy(min_out, &mn, sizeof mn);
 }
 
-/* L[l] = d > 0 ? clampi(nearest_int((x[l] + m) / d), 0, nmax) : 0 for
+/* L[l] = d > 0 ? ms_clampi(ms_nearest_int((x[l] + m) / d), 0, nmax) : 0 for
  * l < n (n a multiple of KL); elementwise, so identical to the scalar form. */
 static ALWAYS_INLINE void round_codes(const float *x, float d, float m, int nmax, int n, uint8_t *L) {
     if (!(d > 0.0f)) {
@@ -230,37 +218,50 @@ static ALWAYS_INLINE void round_codes(const float *x, float d, float m, int nmax
     }
 }
 
-/* ---- Q4_K */
+/* ---- Q4_K and Q5_K: 8 sub-blocks of 32, a 6-bit scale and min each */
 
+/* One Q4_K or Q5_K block's fit of x[0 .. QK_K - 1]: the codes L (0 ..
+ * nmax, value order), the packed 6-bit scales and mins (s, Q4_K's
+ * packing) and the fp16 super-block scales *d, *dmin. Each sub-block's
+ * scale and min come from fit_scale_min (fit_lanes when lanes) with
+ * weights av_x + |x|, av_x the block's RMS (ggml's weighting: larger values
+ * matter more, none count zero), over the grids of rmin, 0.1 and nstep;
+ * the codes are re-rounded against the scales as stored. */
+static ALWAYS_INLINE void q45_K_fit(const float *x, int nmax, float rmin, int nstep, bool lanes, uint8_t L[QK_K],
+                                    uint8_t s[K_SCALE_SIZE], uint16_t *d16, uint16_t *dmin16) {
+    uint8_t sc[8], m[8];
+    float scales[8], mins[8], w[32];
+    float sum_x2 = 0.0f;
+    for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
+    const float av_x = sqrtf(sum_x2 / QK_K);
+    float max_scale = 0.0f, max_min = 0.0f;
+    if (lanes) fit_lanes(32, nmax, x, av_x, rmin, 0.1f, nstep, false, scales, mins);
+    for (int j = 0; j < 8; j++) {
+        if (!lanes) {
+            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = fit_scale_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
+        }
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_scale * scales[j]), 0, 63);
+        m[j] = (uint8_t)ms_clampi(ms_nearest_int(inv_min * mins[j]), 0, 63);
+    }
+    ms_q4k_pack_scales(sc, m, s);
+    *d16 = ms_fp32_to_fp16(max_scale / 63.0f);
+    *dmin16 = ms_fp32_to_fp16(max_min / 63.0f);
+    const float d = ms_fp16_to_fp32(*d16), dmin = ms_fp16_to_fp32(*dmin16);
+    for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], nmax, 32, L + 32 * j);
+}
+
+/* Q4_K: nmax 15, ggml's rmin -1 and 20 steps. */
 static ALWAYS_INLINE void q4_K_blocks(const float *x, block_q4_K *b, int64_t nb, bool lanes) {
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        uint8_t L[QK_K], sc[8], m[8];
-        float scales[8], mins[8], w[32];
-        float sum_x2 = 0.0f;
-        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
-        const float av_x = sqrtf(sum_x2 / QK_K);
-        float max_scale = 0.0f, max_min = 0.0f;
-        if (lanes) fit_lanes(32, 15, x, av_x, -1.0f, 0.1f, 20, false, scales, mins);
-        for (int j = 0; j < 8; j++) {
-            if (!lanes) {
-                /* ggml's weighting: larger values matter more, none count zero */
-                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-                scales[j] = fit_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
-            }
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)clampi(nearest_int(inv_scale * scales[j]), 0, 63);
-            m[j] = (uint8_t)clampi(nearest_int(inv_min * mins[j]), 0, 63);
-        }
-        ms_q4k_pack_scales(sc, m, b[i].scales);
-        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
-        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
-        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 15, 32, L + 32 * j);
+        uint8_t L[QK_K];
+        q45_K_fit(x, 15, -1.0f, 20, lanes, L, b[i].scales, &b[i].d, &b[i].dmin);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++)
                 b[i].qs[32 * g + l] = (uint8_t)(L[64 * g + l] | L[64 * g + 32 + l] << 4);
@@ -289,8 +290,8 @@ static ALWAYS_INLINE void q2_K_blocks(const float *x, block_q2_K *b, int64_t nb,
         const float inv_scale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
         const float inv_min = max_min > 0.0f ? 15.0f / max_min : 0.0f;
         for (int k = 0; k < 16; k++) {
-            const int ls = clampi(nearest_int(inv_scale * scales[k]), 0, 15);
-            const int lm = clampi(nearest_int(inv_min * mins[k]), 0, 15);
+            const int ls = ms_clampi(ms_nearest_int(inv_scale * scales[k]), 0, 15);
+            const int lm = ms_clampi(ms_nearest_int(inv_min * mins[k]), 0, 15);
             b[i].scales[k] = (uint8_t)(ls | lm << 4);
         }
         b[i].d = ms_fp32_to_fp16(max_scale / 15.0f);
@@ -313,32 +314,8 @@ static ALWAYS_INLINE void q2_K_blocks(const float *x, block_q2_K *b, int64_t nb,
 
 static ALWAYS_INLINE void q5_K_blocks(const float *x, block_q5_K *b, int64_t nb, bool lanes) {
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        uint8_t L[QK_K], sc[8], m[8];
-        float scales[8], mins[8], w[32];
-        float sum_x2 = 0.0f;
-        for (int j = 0; j < QK_K; j++) sum_x2 += x[j] * x[j];
-        const float av_x = sqrtf(sum_x2 / QK_K);
-        float max_scale = 0.0f, max_min = 0.0f;
-        if (lanes) fit_lanes(32, 31, x, av_x, -0.5f, 0.1f, 15, false, scales, mins);
-        for (int j = 0; j < 8; j++) {
-            if (!lanes) {
-                for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-                scales[j] = fit_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, false);
-            }
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)clampi(nearest_int(inv_scale * scales[j]), 0, 63);
-            m[j] = (uint8_t)clampi(nearest_int(inv_min * mins[j]), 0, 63);
-        }
-        ms_q4k_pack_scales(sc, m, b[i].scales);
-        b[i].d = ms_fp32_to_fp16(max_scale / 63.0f);
-        b[i].dmin = ms_fp32_to_fp16(max_min / 63.0f);
-        const float d = ms_fp16_to_fp32(b[i].d), dmin = ms_fp16_to_fp32(b[i].dmin);
-        for (int j = 0; j < 8; j++) round_codes(x + 32 * j, d * sc[j], dmin * m[j], 31, 32, L + 32 * j);
+        uint8_t L[QK_K];
+        q45_K_fit(x, 31, -0.5f, 15, lanes, L, b[i].scales, &b[i].d, &b[i].dmin);
         memset(b[i].qh, 0, sizeof b[i].qh);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++) {
@@ -529,7 +506,7 @@ MS_DECL_QUANT(iq2_xxs, ref) {
              * magnitude on 43 never win; search a window around it. */
             float smax = 0.0f;
             for (int j = 0; j < 32; j++) smax = fmaxf(smax, fabsf(mag[j]));
-            const int ls0 = clampi(nearest_int(smax / (43.0f * 0.25f * d) - 0.5f), 0, 15);
+            const int ls0 = ms_clampi(ms_nearest_int(smax / (43.0f * 0.25f * d) - 0.5f), 0, 15);
             int best_ls = 0;
             uint32_t best_idx = 0;
             float best_err = INFINITY;

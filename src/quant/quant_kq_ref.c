@@ -198,25 +198,7 @@ MS_DECL_DOT(iq2_xxs, q8_K, ref) {
     *s = 0.125f * sumf;
 }
 
-/* ---- dots with f32 activations: dequantize a block, accumulate in f32 */
-
-static float dot_block_f32(const float *w, const float *x) {
-    float sum = 0.0f;
-    for (int j = 0; j < QK_K; j++) sum += w[j] * x[j];
-    return sum;
-}
-
-#define MS_DEFINE_DOT_F32_REF(fmt, blk)                                          \
-    MS_DECL_DOT(fmt, f32, ref) {                                                  \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K], sum = 0.0f;                                              \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_ref(&w[i], tmp, QK_K);                             \
-            sum += dot_block_f32(tmp, a + i * QK_K);                              \
-        }                                                                         \
-        *s = sum;                                                                 \
-    }
+/* ---- dots with f32 activations: quant_impl.h's MS_DEFINE_DOT_F32_REF */
 
 MS_DEFINE_DOT_F32_REF(q4_K, block_q4_K)
 MS_DEFINE_DOT_F32_REF(q2_K, block_q2_K)

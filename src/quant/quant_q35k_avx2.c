@@ -214,27 +214,8 @@ MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx2)
  * bit for bit. A row's codes are unpacked one block ahead into the other
  * of two buffers (the broadcast loads would wait on fresh stores). */
 
-MS_SIMD_INLINE __m256i x8_sub4(const uint8_t *codes, const int8_t (*a)[32], uint32_t scp) {
-    __m256i acc16 = _mm256_setzero_si256();
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < 4; j++) {
-        uint32_t wv;
-        memcpy(&wv, codes + 4 * j, 4);
-        acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
-                                                             _mm256_load_si256((const __m256i *)a[j])));
-    }
-    return _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp));
-}
-
-/* Q5_K: codes[s] sub-block s in value order, scp[s] its scale in both
- * int16 halves, mp[p] the mins of sub-blocks 2 p, 2 p + 1 as an int16 pair. */
-struct q5k_x8_buf {
-    uint8_t codes[8][32] __attribute__((aligned(32)));
-    uint32_t scp[8] __attribute__((aligned(32)));
-    uint32_t mp[4] __attribute__((aligned(16)));
-};
-
-MS_SIMD_INLINE void q5k_expand_x8(const block_q5_K *b, struct q5k_x8_buf *u) {
+/* Q5_K: a block unpacked into quant_simd.h's struct kq_x8_buf8 (Q4_K's). */
+MS_SIMD_INLINE void q5k_expand_x8(const block_q5_K *b, struct kq_x8_buf8 *u) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
     _Pragma("GCC unroll 4")
@@ -251,24 +232,15 @@ MS_SIMD_INLINE void q5k_expand_x8(const block_q5_K *b, struct q5k_x8_buf *u) {
     _mm_store_si128((__m128i *)u->mp, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mw)));
 }
 
-MS_SIMD_INLINE __m256 q5k_products_x8(const struct q5k_x8_buf *u, const block_q5_K *b, const block_q8_Kx8 *ab,
+MS_SIMD_INLINE __m256 q5k_products_x8(const struct kq_x8_buf8 *u, const block_q5_K *b, const block_q8_Kx8 *ab,
                                       __m256 accf) {
-    __m256i acc = _mm256_setzero_si256(), summ = _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
     _Pragma("GCC unroll 8")
     for (int sb = 0; sb < 8; sb++) {
-        acc = _mm256_add_epi32(acc, x8_sub4(u->codes[sb], ab->qs[sb], u->scp[sb]));
-        acc = _mm256_add_epi32(acc, x8_sub4(u->codes[sb] + 16, ab->qs[sb] + 4, u->scp[sb]));
+        acc = _mm256_add_epi32(acc, kq_x8_sub(u->codes[sb], ab->qs[sb], 4, u->scp[sb]));
+        acc = _mm256_add_epi32(acc, kq_x8_sub(u->codes[sb] + 16, ab->qs[sb] + 4, 4, u->scp[sb]));
     }
-    _Pragma("GCC unroll 4")
-    for (int p = 0; p < 4; p++)
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bsp[p]),
-                                                        _mm256_set1_epi32((int)u->mp[p])));
-    /* ms_kq_block_sum_f32 lane by lane: (ad * d) * sumi - (ad * dmin) * summ, added */
-    const __m256 ad = _mm256_load_ps(ab->d);
-    const __m256 sd = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->d)));
-    const __m256 smin = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(b->dmin)));
-    return _mm256_add_ps(accf, _mm256_sub_ps(_mm256_mul_ps(sd, _mm256_cvtepi32_ps(acc)),
-                                             _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
+    return kq_x8_block_add(accf, ab->d, b->d, b->dmin, acc, kq_x8_mins(ab->bsp, u->mp, 4));
 }
 
 /* Q3_K: codes[c] elements 32 c .. 32 c + 31 in value order, scp[k] the
@@ -301,60 +273,22 @@ MS_SIMD_INLINE void q3k_expand_x8(const block_q3_K *b, struct q3k_x8_buf *u) {
 
 MS_SIMD_INLINE __m256 q3k_products_x8(const struct q3k_x8_buf *u, const block_q3_K *b, const block_q8_Kx8 *ab,
                                       __m256 accf) {
-    __m256i acc = _mm256_setzero_si256(), summ = _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
     _Pragma("GCC unroll 16")
     for (int sb = 0; sb < 16; sb++)
-        acc = _mm256_add_epi32(acc, x8_sub4(&u->codes[sb / 2][16 * (sb % 2)], &ab->qs[sb / 2][4 * (sb % 2)], u->scp[sb]));
-    _Pragma("GCC unroll 8")
-    for (int q = 0; q < 8; q++)
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)ab->bs16[q]),
-                                                        _mm256_set1_epi32((int)u->sp[q])));
+        acc = _mm256_add_epi32(acc, kq_x8_sub(&u->codes[sb / 2][16 * (sb % 2)], &ab->qs[sb / 2][4 * (sb % 2)], 4,
+                                              u->scp[sb]));
+    const __m256i summ = kq_x8_mins(ab->bs16, u->sp, 8);
     const __m256i isum = _mm256_sub_epi32(acc, _mm256_slli_epi32(summ, 2));
     /* the reference's (ad * d) * isum, added */
     const __m256 sd = _mm256_mul_ps(_mm256_load_ps(ab->d), _mm256_set1_ps(fp16_scale(b->d)));
     return _mm256_add_ps(accf, _mm256_mul_ps(sd, _mm256_cvtepi32_ps(isum)));
 }
 
-#define Q35K_X8_GEMM(fn, BLK, BUF, EXPAND, PRODUCTS)                                                    \
-    MS_SIMD_INLINE __m256 fn##_row(int64_t nb, const BLK *w, const block_q8_Kx8 *a) {                  \
-        BUF buf[2];                                                                                       \
-        __m256 accf = _mm256_setzero_ps();                                                                \
-        if (nb > 0) EXPAND(&w[0], &buf[0]);                                                               \
-        for (int64_t i = 0; i < nb; i++) {                                                                \
-            if (i + 1 < nb) EXPAND(&w[i + 1], &buf[(i + 1) & 1]);                                         \
-            accf = PRODUCTS(&buf[i & 1], &w[i], &a[i], accf);                                             \
-        }                                                                                                 \
-        return accf;                                                                                      \
-    }                                                                                                     \
-    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,          \
-            int64_t n_rows, const void *restrict pack, int nt) {                                          \
-        for (int64_t r = 0; r < n_rows; r++)                                                              \
-            x8_store(y, ldy, r, fn##_row(n / QK_K, (const BLK *)((const char *)w + (size_t)r * w_stride), pack), nt); \
-    }
+MS_DEFINE_GEMM_KQ_X8(ms_gemm_q5_K_q8_Kx8_avx2, block_q5_K, struct kq_x8_buf8, q5k_expand_x8, q5k_products_x8)
+MS_DEFINE_GEMM_KQ_X8(ms_gemm_q3_K_q8_Kx8_avx2, block_q3_K, struct q3k_x8_buf, q3k_expand_x8, q3k_products_x8)
 
-Q35K_X8_GEMM(ms_gemm_q5_K_q8_Kx8_avx2, block_q5_K, struct q5k_x8_buf, q5k_expand_x8, q5k_products_x8)
-Q35K_X8_GEMM(ms_gemm_q3_K_q8_Kx8_avx2, block_q3_K, struct q3k_x8_buf, q3k_expand_x8, q3k_products_x8)
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
 
-/* ---- dots with f32 activations: dequantize one block to the stack, then
- * multiply-add in 8-lane f32 accumulators (quant_kq_avx2.c's form). */
-
-static inline __m256 fma_block(const float *w, const float *x, __m256 acc) {
-    for (int j = 0; j < QK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define Q35K_DOT_F32_AVX2(fmt, blk)                                               \
-    MS_DECL_DOT(fmt, f32, avx2) {                                                 \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m256 acc = _mm256_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                            \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = hsum256_f32(acc);                                                    \
-    }
-
-Q35K_DOT_F32_AVX2(q5_K, block_q5_K)
-Q35K_DOT_F32_AVX2(q3_K, block_q3_K)
+MS_DEFINE_DOT_F32_AVX2(q5_K, block_q5_K)
+MS_DEFINE_DOT_F32_AVX2(q3_K, block_q3_K)

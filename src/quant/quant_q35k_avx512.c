@@ -189,28 +189,10 @@ MS_DECL_DOT(q3_K, q8_K, avx512) {
 MS_DECL_DOT_X4(q3_K, q8_K, avx512) { q3k_dot512_n(n, s, x, y, 4); }
 MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx512)
 
-/* ---- dots with f32 activations (dequantize a block, 16-lane f32 FMAs) */
+/* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
 
-static inline __m512 fma_block(const float *w, const float *x, __m512 acc) {
-    for (int j = 0; j < QK_K; j += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(x + j), acc);
-    return acc;
-}
-
-#define Q35K_DOT_F32_AVX512(fmt, blk)                                             \
-    MS_DECL_DOT(fmt, f32, avx512) {                                               \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K];                                                          \
-        __m512 acc = _mm512_setzero_ps();                                         \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                          \
-            acc = fma_block(tmp, a + i * QK_K, acc);                              \
-        }                                                                         \
-        *s = _mm512_reduce_add_ps(acc);                                           \
-    }
-
-Q35K_DOT_F32_AVX512(q5_K, block_q5_K)
-Q35K_DOT_F32_AVX512(q3_K, block_q3_K)
+MS_DEFINE_DOT_F32_AVX512(q5_K, block_q5_K)
+MS_DEFINE_DOT_F32_AVX512(q3_K, block_q3_K)
 
 /* ---- token-lane GEMM (prefill): rows x 16 packed Q8_K tokens
  *
@@ -224,16 +206,11 @@ Q35K_DOT_F32_AVX512(q3_K, block_q3_K)
  * the single dot bit for bit. Rows go in pairs sharing each activation
  * load, each block unpacked one block ahead into the other of two buffers. */
 
-/* Q5_K: Q4_K's layout (q4k_x16_buf in quant_kq_avx512.c) with the fifth
+/* Q5_K: Q4_K's layout (quant_simd.h's struct kq_x16_buf8) with the fifth
  * bits: codes[k][2 h] holds the low nibbles of qs[64 h .. 64 h + 63]
  * (sub-blocks 4 h, 4 h + 2), codes[k][2 h + 1] the high ones (4 h + 1,
  * 4 h + 3); scw / mw the 6-bit scales and mins a byte each. */
-struct q5k_x16_buf {
-    uint8_t codes[2][4][64] __attribute__((aligned(64)));
-    uint64_t scw[2], mw[2];
-};
-
-MS_SIMD_INLINE void q5k_expand_x16(const block_q5_K *const b[2], struct q5k_x16_buf *buf, const int R) {
+MS_SIMD_INLINE void q5k_expand_x16(const block_q5_K *const b[2], struct kq_x16_buf8 *buf, const int R) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     for (int k = 0; k < R; k++) {
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[k]->qh));
@@ -252,44 +229,11 @@ MS_SIMD_INLINE void q5k_expand_x16(const block_q5_K *const b[2], struct q5k_x16_
     }
 }
 
-MS_SIMD_INLINE void q5k_products_x16(const struct q5k_x16_buf *buf, const block_q5_K *const b[2],
+/* Q4_K's products (the codes at most 31 here) */
+MS_SIMD_INLINE void q5k_products_x16(const struct kq_x16_buf8 *buf, const block_q5_K *const b[2],
                                      const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 8")
-    for (int sb = 0; sb < 8; sb++) {
-        const int ci = 2 * (sb / 4) + sb % 2, co = 32 * ((sb / 2) % 2);
-        __m512i t[2][2];
-        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb][j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, buf->codes[k][ci] + co + 4 * j, 4);
-                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        for (int k = 0; k < R; k++) {
-            const int sc = (int)((buf->scw[k] >> (8 * sb)) & 0xff);
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
-        }
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* bsp[p]: each token's (bsub[2 p], bsub[2 p + 1]) times the mins of sub-blocks 2 p, 2 p + 1 */
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++) {
-            const uint64_t mw = buf->mw[k];
-            const int mp = (int)(((mw >> (16 * p)) & 0xff) | (((mw >> (16 * p + 8)) & 0xff) << 16));
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
-        }
-        /* ms_kq_block_sum_f32 lane by lane: (ad * d) * sumi - (ad * dmin) * summ, added */
-        const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d)));
-        const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->dmin)));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi[k])),
-                                                       _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
-    }
+    const uint16_t d[2] = {b[0]->d, b[1]->d}, dmin[2] = {b[0]->dmin, b[1]->dmin};
+    kq_x16_products8(buf, d, dmin, ab, accf, R);
 }
 
 /* Q3_K: codes[k][u] holds elements 64 u .. 64 u + 63 in value order
@@ -319,41 +263,13 @@ MS_SIMD_INLINE void q3k_expand_x16(const block_q3_K *const b[2], struct q3k_x16_
 
 MS_SIMD_INLINE void q3k_products_x16(const struct q3k_x16_buf *buf, const block_q3_K *const b[2],
                                      const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 16")
-    for (int sb = 0; sb < 16; sb++) {
-        __m512i t[2];
-        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, buf->codes[k][sb / 4] + 16 * (sb % 4) + 4 * j, 4);
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(buf->sc[k][sb])));
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* the offset: bs16[q] holds each token's (bsums[2 q], bsums[2 q + 1]), times the scale pair */
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++) {
-            const int sp = (int)((uint16_t)buf->sc[k][2 * q] | (uint32_t)(uint16_t)buf->sc[k][2 * q + 1] << 16);
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(sp)));
-        }
-        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, 2));
-        /* the reference's (ad * d) * isum, added */
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
-                                                       _mm512_cvtepi32_ps(isum)));
-    }
+    const uint8_t *const codes[2] = {buf->codes[0][0], buf->codes[1][0]};
+    const int8_t *const sc[2] = {buf->sc[0], buf->sc[1]};
+    const uint16_t d[2] = {b[0]->d, b[1]->d};
+    kq_x16_products16(codes, sc, d, 2, ab, accf, R);
 }
 
-static inline __m512 q35k_x16_finish(__m512 v) { return v; }
-MS_DEFINE_GEMM_KQ_X16(ms_gemm_q5_K_q8_Kx16_avx512, block_q5_K, struct q5k_x16_buf, q5k_expand_x16, q5k_products_x16,
-                      1, q35k_x16_finish)
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_q5_K_q8_Kx16_avx512, block_q5_K, struct kq_x16_buf8, q5k_expand_x16, q5k_products_x16,
+                      1, kq_x16_final)
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q3_K_q8_Kx16_avx512, block_q3_K, struct q3k_x16_buf, q3k_expand_x16, q3k_products_x16,
-                      1, q35k_x16_finish)
+                      1, kq_x16_final)

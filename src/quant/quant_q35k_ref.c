@@ -115,29 +115,10 @@ MS_DECL_DOT(q3_K, q8_K, ref) {
     *s = sumf;
 }
 
-/* ---- dots with f32 activations: dequantize a block, accumulate in f32
- * (quant_kq_ref.c's form for the other K-quants) */
+/* ---- dots with f32 activations: quant_impl.h's MS_DEFINE_DOT_F32_REF */
 
-static float dot_block_f32(const float *w, const float *x) {
-    float sum = 0.0f;
-    for (int j = 0; j < QK_K; j++) sum += w[j] * x[j];
-    return sum;
-}
-
-#define Q35K_DOT_F32_REF(fmt, blk)                                                \
-    MS_DECL_DOT(fmt, f32, ref) {                                                  \
-        const blk *w = x;                                                         \
-        const float *a = y;                                                       \
-        float tmp[QK_K], sum = 0.0f;                                              \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                  \
-            ms_dequant_##fmt##_ref(&w[i], tmp, QK_K);                             \
-            sum += dot_block_f32(tmp, a + i * QK_K);                              \
-        }                                                                         \
-        *s = sum;                                                                 \
-    }
-
-Q35K_DOT_F32_REF(q5_K, block_q5_K)
-Q35K_DOT_F32_REF(q3_K, block_q3_K)
+MS_DEFINE_DOT_F32_REF(q5_K, block_q5_K)
+MS_DEFINE_DOT_F32_REF(q3_K, block_q3_K)
 
 /* ---- Q3_K quantizer
  *
@@ -155,17 +136,6 @@ Q35K_DOT_F32_REF(q3_K, block_q3_K)
  * codes are [-32, 31]); every scale is rounded to d's grid and the codes
  * re-rounded against the scales as stored. Deterministic. */
 
-static inline int nearest_int(float f) {
-    /* round to nearest, ties to even, for |f| < 2^22 (callers clamp); bit
-     * arithmetic, so a NaN or infinite input is finite garbage, never a trap */
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 static float q3k_fit(const float *x) {
     float amax = 0.0f, max = 0.0f;
     for (int l = 0; l < 16; l++)
@@ -181,7 +151,7 @@ static float q3k_fit(const float *x) {
     int L[16];
     float sxl = 0.0f, sl2 = 0.0f;
     for (int l = 0; l < 16; l++) {
-        L[l] = clampi(nearest_int(iscale * x[l]), -4, 3);
+        L[l] = ms_clampi(ms_nearest_int(iscale * x[l]), -4, 3);
         const float w = x[l] * x[l];
         sxl += w * x[l] * (float)L[l];
         sl2 += w * (float)(L[l] * L[l]);
@@ -192,7 +162,7 @@ static float q3k_fit(const float *x) {
             const float w = x[l] * x[l];
             const float oxl = sxl - w * x[l] * (float)L[l], ol2 = sl2 - w * (float)(L[l] * L[l]);
             if (!(oxl * x[l] != 0.0f) || !(ol2 > 0.0f)) continue;
-            const int c = clampi(nearest_int(x[l] * ol2 / oxl), -4, 3);
+            const int c = ms_clampi(ms_nearest_int(x[l] * ol2 / oxl), -4, 3);
             if (c == L[l]) continue;
             const float nxl = oxl + w * x[l] * (float)c, nl2 = ol2 + w * (float)(c * c);
             if (nl2 > 0.0f && nxl * nxl * sl2 > sxl * sxl * nl2) {
@@ -221,7 +191,7 @@ MS_DECL_QUANT(q3_K, ref) {
         float d = 0.0f;
         if (amax > 0.0f) {
             const float iscale = -32.0f / max_scale;
-            for (int k = 0; k < 16; k++) sc[k] = (int8_t)clampi(nearest_int(iscale * scales[k]), -32, 31);
+            for (int k = 0; k < 16; k++) sc[k] = (int8_t)ms_clampi(ms_nearest_int(iscale * scales[k]), -32, 31);
             b[i].d = ms_fp32_to_fp16(1.0f / iscale);
             d = ms_fp16_to_fp32(b[i].d);
         }
@@ -230,7 +200,7 @@ MS_DECL_QUANT(q3_K, ref) {
             const float dl = d * (float)sc[k];
             for (int l = 0; l < 16; l++) {
                 const int e = 16 * k + l;
-                const int L = dl != 0.0f && isfinite(dl) ? clampi(nearest_int(x[e] / dl), -4, 3) + 4 : 4;
+                const int L = dl != 0.0f && isfinite(dl) ? ms_clampi(ms_nearest_int(x[e] / dl), -4, 3) + 4 : 4;
                 const int h = e / 128, j = (e % 128) / 32, p = e % 32;
                 b[i].qs[32 * h + p] |= (uint8_t)((L & 3) << (2 * j));
                 b[i].hmask[p] |= (uint8_t)((L >> 2) << (e / 32));

@@ -116,17 +116,7 @@ MS_SIMD_INLINE void q6k_dot_n(int64_t n, float *s, const void *x, const void *co
                       v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, sc)););
             }
         }
-        const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(w[i].d));
-        if (nt == 1) {
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-            sum1 = _mm_add_ss(sum1, _mm_mul_ss(_mm_mul_ss(_mm_set_ss(a[0][i].d), d), _mm_cvtepi32_ps(t)));
-        } else {
-            const __m128 ad = _mm_setr_ps(a[0][i].d, a[1][i].d, a[2][i].d, a[3][i].d);
-            const __m128 dd = _mm_shuffle_ps(d, d, 0);
-            sum4 = _mm_add_ps(sum4, _mm_mul_ps(_mm_mul_ps(ad, dd), _mm_cvtepi32_ps(ms_kq_hsum4x8_i32(v))));
-        }
+        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);
@@ -226,17 +216,5 @@ MS_SIMD_INLINE void q6k_rows_x8(const block_q6_K *const b[4], int64_t nb, const 
 
 MS_DEFINE_GEMM_X8_ROWS4(ms_gemm_q6_K_q8_Kx8_avx2, block_q6_K, QK_K, q6k_rows_x8)
 
-/* ---- dot with f32 activations: a block dequantized to the stack, then
- * multiply-added in 8-lane f32 accumulators */
-MS_DECL_DOT(q6_K, f32, avx2) {
-    const block_q6_K *w = x;
-    const float *a = y;
-    float tmp[QK_K];
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        ms_dequant_q6_K_avx2(&w[i], tmp, QK_K);
-        for (int j = 0; j < QK_K; j += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(tmp + j), _mm256_loadu_ps(a + i * QK_K + j), acc);
-    }
-    *s = hsum256_f32(acc);
-}
+/* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
+MS_DEFINE_DOT_F32_AVX2(q6_K, block_q6_K)

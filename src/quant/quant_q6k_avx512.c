@@ -105,17 +105,7 @@ MS_SIMD_INLINE void q6k_dot512_n(int64_t n, float *s, const void *x, const void 
         /* isum lanes: the products folded to 8 lanes, less 32 times the min term */
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]), _mm256_slli_epi32(mn[k], 5)););
-        const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(w[i].d));
-        if (nt == 1) {
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-            sum1 = _mm_add_ss(sum1, _mm_mul_ss(_mm_mul_ss(_mm_set_ss(a[0][i].d), d), _mm_cvtepi32_ps(t)));
-        } else {
-            const __m128 ad = _mm_setr_ps(a[0][i].d, a[1][i].d, a[2][i].d, a[3][i].d);
-            const __m128 dd = _mm_shuffle_ps(d, d, 0);
-            sum4 = _mm_add_ps(sum4, _mm_mul_ps(_mm_mul_ps(ad, dd), _mm_cvtepi32_ps(ms_kq_hsum4x8_i32(v))));
-        }
+        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);
@@ -138,19 +128,8 @@ MS_DECL_DOT_X4(q6_K, q8_K, avx512) { q6k_dot512_n(n, s, x, y, 4); }
  * prefetch of one, as quant_kq_avx2.c notes for Q4_K. */
 MS_DEFINE_DOT_ROWS(q6_K, q8_K, avx512)
 
-/* ---- dot with f32 activations (dequantize a block, 16-lane f32 FMAs) */
-MS_DECL_DOT(q6_K, f32, avx512) {
-    const block_q6_K *w = x;
-    const float *a = y;
-    float tmp[QK_K];
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        ms_dequant_q6_K_avx512(&w[i], tmp, QK_K);
-        for (int j = 0; j < QK_K; j += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(tmp + j), _mm512_loadu_ps(a + i * QK_K + j), acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
-}
+/* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
+MS_DEFINE_DOT_F32_AVX512(q6_K, block_q6_K)
 
 /* ---- token-lane GEMM (prefill): Q6_K rows x 16 packed Q8_K tokens
  *
@@ -182,38 +161,11 @@ MS_SIMD_INLINE void q6k_expand_x16(const block_q6_K *const b[2], struct q6k_x16_
 
 MS_SIMD_INLINE void q6k_products_x16(const struct q6k_x16_buf *buf, const block_q6_K *const b[2],
                                      const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 16")
-    for (int sb = 0; sb < QK_K / 16; sb++) {
-        __m512i t[2];
-        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, buf->codes[k] + 16 * sb + 4 * j, 4);
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
-            }
-        }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(b[k]->scales[sb])));
-    }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++) {
-            const uint32_t sp = (uint16_t)b[k]->scales[2 * q] | (uint32_t)(uint16_t)b[k]->scales[2 * q + 1] << 16;
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]),
-                                                            _mm512_set1_epi32((int)sp)));
-        }
-        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, 5));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
-                                                       _mm512_cvtepi32_ps(isum)));
-    }
+    const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
+    const int8_t *const sc[2] = {b[0]->scales, b[1]->scales};
+    const uint16_t d[2] = {b[0]->d, b[1]->d};
+    kq_x16_products16(codes, sc, d, 5, ab, accf, R);
 }
 
-static inline __m512 q6_K_x16_finish(__m512 v) { return v; }
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q6_K_q8_Kx16_avx512, block_q6_K, struct q6k_x16_buf, q6k_expand_x16, q6k_products_x16,
-                      1, q6_K_x16_finish)
+                      1, kq_x16_final)

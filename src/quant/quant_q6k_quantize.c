@@ -33,24 +33,12 @@
 #include "quant/quant_impl.h"
 #include "quant/quant_q6k.h"
 
-/* Round to nearest, ties to even, for |f| < 2^22 (values beyond come out
- * wrong but finite; callers clamp): bit arithmetic only, so NaN or inf
- * input cannot trap or be undefined behaviour. */
-static inline int nearest_int(float f) {
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 /* Codes L[l] = clamp(round(x[l] * iscale), -32, 31) for the 16 values;
  * returns sum w x L in *sxl and sum w L^2 in *sll. */
 static void round16(const float *x, const float *w, float iscale, int8_t *L, float *sxl, float *sll) {
     float a = 0.0f, b = 0.0f;
     for (int l = 0; l < 16; l++) {
-        const int q = clampi(nearest_int(iscale * x[l]), -32, 31);
+        const int q = ms_clampi(ms_nearest_int(iscale * x[l]), -32, 31);
         L[l] = (int8_t)q;
         a += w[l] * x[l] * (float)q;
         b += w[l] * (float)(q * q);
@@ -96,7 +84,7 @@ static float fit16(const float *x, const float *w) {
 static float err16(const float *x, const float *w, float ds) {
     float e = 0.0f;
     for (int l = 0; l < 16; l++) {
-        const float v = ds != 0.0f ? ds * (float)clampi(nearest_int(x[l] / ds), -32, 31) : 0.0f;
+        const float v = ds != 0.0f ? ds * (float)ms_clampi(ms_nearest_int(x[l] / ds), -32, 31) : 0.0f;
         e += w[l] * (x[l] - v) * (x[l] - v);
     }
     return e;
@@ -125,7 +113,7 @@ MS_DECL_QUANT(q6_K, ref) {
         uint8_t q[QK_K];
         for (int s = 0; s < QK_K / 16; s++) {
             const float *xs = x + 16 * s, *ws = w + 16 * s;
-            const int sc0 = clampi(nearest_int(scales[s] / d), -128, 127);
+            const int sc0 = ms_clampi(ms_nearest_int(scales[s] / d), -128, 127);
             int best = sc0;
             float best_e = err16(xs, ws, d * (float)sc0);
             for (int c = sc0 - 1; c <= sc0 + 1; c += 2) {
@@ -139,7 +127,7 @@ MS_DECL_QUANT(q6_K, ref) {
             b[i].scales[s] = (int8_t)best;
             const float ds = d * (float)best;
             for (int l = 0; l < 16; l++)
-                q[16 * s + l] = (uint8_t)(ds != 0.0f ? clampi(nearest_int(xs[l] / ds), -32, 31) + 32 : 32);
+                q[16 * s + l] = (uint8_t)(ds != 0.0f ? ms_clampi(ms_nearest_int(xs[l] / ds), -32, 31) + 32 : 32);
         }
         /* pack: the inverse of quant_q6k.h's layout */
         for (int e = 0; e < QK_K; e++) {

@@ -55,17 +55,5 @@ MS_DECL_DOT(q6_K, q8_K, ref) {
     *s = sumf;
 }
 
-/* The dot with f32 activations (exact mode): each block dequantized, its
- * products summed in f32 in element order. */
-MS_DECL_DOT(q6_K, f32, ref) {
-    const block_q6_K *w = x;
-    const float *a = y;
-    float tmp[QK_K], sum = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        ms_dequant_q6_K_ref(&w[i], tmp, QK_K);
-        float bs = 0.0f;
-        for (int j = 0; j < QK_K; j++) bs += tmp[j] * a[i * QK_K + j];
-        sum += bs;
-    }
-    *s = sum;
-}
+/* The dot with f32 activations (exact mode): quant_impl.h's MS_DEFINE_DOT_F32_REF. */
+MS_DEFINE_DOT_F32_REF(q6_K, block_q6_K)

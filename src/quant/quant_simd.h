@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant/blocks.h"
 #include "quant/quant_basic.h"
@@ -201,6 +202,114 @@ static inline void x8_store(float *y, int64_t ldy, int64_t r, __m256 v, int nt) 
         }                                                                                                 \
     }
 
+/* The AVX2 dot (ms_vec_dot_fn) of a QK_K-block format fmt (block type
+ * blk) with f32 activations, n values: each block dequantized to the stack
+ * by ms_dequant_<fmt>_avx2 (QK_K floats), then multiplied by its QK_K
+ * activations and added in one 8-lane f32 FMA accumulator (lane l takes
+ * elements 8 j + l), reduced by hsum256_f32 at the end. Equal to the
+ * reference but for the order of the f32 sums. */
+#define MS_DEFINE_DOT_F32_AVX2(fmt, blk)                                                                  \
+    MS_DECL_DOT(fmt, f32, avx2) {                                                                         \
+        const blk *w = x;                                                                                 \
+        const float *a = y;                                                                               \
+        float tmp[QK_K];                                                                                  \
+        __m256 acc = _mm256_setzero_ps();                                                                 \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+            ms_dequant_##fmt##_avx2(&w[i], tmp, QK_K);                                                    \
+            for (int j = 0; j < QK_K; j += 8)                                                             \
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(tmp + j), _mm256_loadu_ps(a + i * QK_K + j), acc);  \
+        }                                                                                                 \
+        *s = hsum256_f32(acc);                                                                            \
+    }
+
+/* ---- the 8-lane token-lane GEMM pieces of the K-quants (Q4_K, Q2_K in
+ * quant_kq_avx2.c, Q5_K, Q3_K in quant_q35k_avx2.c): tokens in the 32-bit
+ * lanes of a block_q8_Kx8, four codes of a row broadcast to every lane. */
+
+/* One sub-block's products for the 8 tokens: steps x 4 unsigned codes
+ * (codes[0 .. 4 steps - 1], each 4 broadcast to every lane) against the
+ * pack's activations a[j] (step j: 4 int8 values a token), the vpmaddubsw
+ * pair sums added in int16, then weighted by the scale pair scp (the
+ * sub-block's scale in both int16 halves, signed or not) with one
+ * vpmaddwd: lane t is token t's scale * sum of code * activation, int32.
+ * The int16 sums must not saturate: steps * 2 * max code * 128 <= 32767
+ * (Q4_K: 8 steps of codes <= 15; Q5_K: 4 of codes <= 31). */
+MS_SIMD_INLINE __m256i kq_x8_sub(const uint8_t *codes, const int8_t (*a)[32], const int steps, uint32_t scp) {
+    __m256i acc16 = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < steps; j++) {
+        uint32_t wv;
+        memcpy(&wv, codes + 4 * j, 4);
+        acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(_mm256_set1_epi32((int)wv),
+                                                             _mm256_load_si256((const __m256i *)a[j])));
+    }
+    return _mm256_madd_epi16(acc16, _mm256_set1_epi32((int)scp));
+}
+
+/* The min (or offset) term for the 8 tokens: lane t is the sum over q < n
+ * of token t's int16 pair pairs[q] (two sub-block bsums: the pack's bsp or
+ * bs16) times the int16 pair mp[q] (those sub-blocks' mins or scales), in
+ * int32 (exact). */
+MS_SIMD_INLINE __m256i kq_x8_mins(const int16_t (*pairs)[16], const uint32_t *mp, const int n) {
+    __m256i summ = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int q = 0; q < n; q++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)pairs[q]),
+                                                        _mm256_set1_epi32((int)mp[q])));
+    return summ;
+}
+
+/* One block's float step for the 8 tokens (formats with d and dmin: Q4_K,
+ * Q5_K, Q2_K): lane t of accf plus ms_kq_block_sum_f32(ad8[t], d, dmin,
+ * sumi[t], summ[t]) (quant_kq.h), the reference's operations in its order
+ * ((ad * d) * sumi - (ad * dmin) * summ); d, dmin the block's fp16 scales,
+ * ad8 the pack's 8 activation scales (32-byte aligned). */
+static inline __m256 kq_x8_block_add(__m256 accf, const float ad8[8], uint16_t d, uint16_t dmin, __m256i sumi,
+                                     __m256i summ) {
+    const __m256 ad = _mm256_load_ps(ad8);
+    const __m256 sd = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(d)));
+    const __m256 smin = _mm256_mul_ps(ad, _mm256_set1_ps(fp16_scale(dmin)));
+    return _mm256_add_ps(accf, _mm256_sub_ps(_mm256_mul_ps(sd, _mm256_cvtepi32_ps(sumi)),
+                                             _mm256_mul_ps(smin, _mm256_cvtepi32_ps(summ))));
+}
+
+/* A Q4_K or Q5_K block unpacked for the products (both have 8 sub-blocks
+ * of 32 and 6-bit scales and mins): codes[s] sub-block s's 32 codes in
+ * value order, scp[s] its scale in both int16 halves, mp[p] the mins of
+ * sub-blocks 2 p, 2 p + 1 as an int16 pair. */
+struct kq_x8_buf8 {
+    uint8_t codes[8][32] __attribute__((aligned(32)));
+    uint32_t scp[8] __attribute__((aligned(32)));
+    uint32_t mp[4] __attribute__((aligned(16)));
+};
+
+/* An 8-lane token-lane GEMM (ms_gemm_tok_fn) named fn over rows of BLK
+ * (QK_K values a block) against a block_q8_Kx8 pack, one row at a time,
+ * and fn##_row, one row's 8 results: each block is unpacked (EXPAND(b,
+ * &buf)) one block ahead of its products (PRODUCTS(&buf, b, &pack[i],
+ * accf), returning the row's 8 sums with the block's added), into the
+ * other of two BUFs: the products read the codes by 4-byte broadcast
+ * loads, which wait on the stores that wrote them when both are of the
+ * same block (as the AVX-512 GEMMs, MS_DEFINE_GEMM_KQ_X16). */
+#define MS_DEFINE_GEMM_KQ_X8(fn, BLK, BUF, EXPAND, PRODUCTS)                                              \
+    MS_SIMD_INLINE __m256 fn##_row(int64_t nb, const BLK *w, const block_q8_Kx8 *a) {                    \
+        BUF buf[2];                                                                                       \
+        __m256 accf = _mm256_setzero_ps();                                                                \
+        if (nb > 0) EXPAND(&w[0], &buf[0]);                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                                \
+            if (i + 1 < nb) EXPAND(&w[i + 1], &buf[(i + 1) & 1]);                                         \
+            accf = PRODUCTS(&buf[i & 1], &w[i], &a[i], accf);                                             \
+        }                                                                                                 \
+        return accf;                                                                                      \
+    }                                                                                                     \
+    void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,          \
+            int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        for (int64_t r = 0; r < n_rows; r++)                                                              \
+            x8_store(y, ldy, r, fn##_row(n / QK_K, (const BLK *)((const char *)w + (size_t)r * w_stride), \
+                                         pack),                                                           \
+                     nt);                                                                                 \
+    }
+
 /* acc[i % 4] += p_i for the nc <= 8 blocks of p (lane j = block c + j, c a
  * multiple of 4, lanes past nc +0, which leaves a sum unchanged: it starts
  * at +0 and is never -0): the float step of the Q8_0 x Q8_0 and Q8_0 x
@@ -264,6 +373,26 @@ static inline __m256i q4k_mins16(const uint8_t m[8]) {
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 }
+
+/* The AVX-512 dot (ms_vec_dot_fn) of a QK_K-block format fmt (block type
+ * blk) with f32 activations, n values: each block dequantized to the stack
+ * by ms_dequant_<fmt>_avx512 (QK_K floats), then multiplied by its QK_K
+ * activations and added in one 16-lane f32 FMA accumulator, reduced by
+ * _mm512_reduce_add_ps at the end. Equal to the reference but for the
+ * order of the f32 sums. */
+#define MS_DEFINE_DOT_F32_AVX512(fmt, blk)                                                                \
+    MS_DECL_DOT(fmt, f32, avx512) {                                                                       \
+        const blk *w = x;                                                                                 \
+        const float *a = y;                                                                               \
+        float tmp[QK_K];                                                                                  \
+        __m512 acc = _mm512_setzero_ps();                                                                 \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+            ms_dequant_##fmt##_avx512(&w[i], tmp, QK_K);                                                  \
+            for (int j = 0; j < QK_K; j += 16)                                                            \
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(tmp + j), _mm512_loadu_ps(a + i * QK_K + j), acc);  \
+        }                                                                                                 \
+        *s = _mm512_reduce_add_ps(acc);                                                                   \
+    }
 
 #ifdef __AVX512F__
 /* a's 16 int32 lanes folded to 8 (lane l + lane l + 8) */
@@ -467,6 +596,123 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
             x16_store(y, ldy, r, FINISH(acc[0]), nt);                                                     \
         }                                                                                                 \
     }
+
+/* ---- the 16-lane token-lane GEMM pieces of the K-quants (MS_DEFINE_GEMM_KQ_X16's
+ * PRODUCTS and FINISH: Q4_K, Q2_K in quant_kq_avx512.c, Q5_K, Q3_K in
+ * quant_q35k_avx512.c, Q6_K in quant_q6k_avx512.c) */
+
+/* FINISH for the formats whose row sums are the results. */
+static inline __m512 kq_x16_final(__m512 v) { return v; }
+
+/* One block's float step for the 16 tokens (formats with d and dmin: Q4_K,
+ * Q5_K, Q2_K): lane t of accf plus ms_kq_block_sum_f32(ad[t], d, dmin,
+ * sumi[t], summ[t]) (quant_kq.h), the reference's operations in its order
+ * ((ad * d) * sumi - (ad * dmin) * summ); d, dmin the block's fp16 scales,
+ * ad the pack's 16 activation scales. */
+static inline __m512 kq_x16_block_add(__m512 accf, __m512 ad, uint16_t d, uint16_t dmin, __m512i sumi, __m512i summ) {
+    const __m512 sd = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d)));
+    const __m512 smin = _mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(dmin)));
+    return _mm512_add_ps(accf, _mm512_sub_ps(_mm512_mul_ps(sd, _mm512_cvtepi32_ps(sumi)),
+                                             _mm512_mul_ps(smin, _mm512_cvtepi32_ps(summ))));
+}
+
+/* A Q4_K or Q5_K block of two rows unpacked (MS_DEFINE_GEMM_KQ_X16's BUF;
+ * both formats have 8 sub-blocks of 32, 6-bit scales and mins): row k's
+ * codes in value order, sub-block s at codes[k][2 (s / 4) + s % 2] + 32
+ * ((s / 2) % 2) (the low nibbles of 64 bytes are the even sub-blocks, the
+ * high nibbles the odd ones), the scales and mins a byte each in scw[k],
+ * mw[k] (ms_q4k_unpack_scales_u64). */
+struct kq_x16_buf8 {
+    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    uint64_t scw[2], mw[2];
+};
+
+/* The products of R (1 or 2) rows' blocks, unpacked in buf, with the
+ * pack's 16 tokens, added to accf[k] (lane t token t): per sub-block eight
+ * vpdpbusd steps (four codes, unsigned and at most 31, broadcast to every
+ * lane against the int8 activations: exact in int32), its scale by
+ * vpmulld; the min term the pack's bsp pairs times the mins pairs; then
+ * kq_x16_block_add with row k's fp16 scales d[k], dmin[k]. */
+MS_SIMD_INLINE void kq_x16_products8(const struct kq_x16_buf8 *buf, const uint16_t d[2], const uint16_t dmin[2],
+                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    const uint8_t(*const codes)[4][64] = buf->codes;
+    const uint64_t *scw = buf->scw, *mw = buf->mw;
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) {
+        const int ci = 2 * (s / 4) + s % 2, co = 32 * ((s / 2) % 2);
+        __m512i t[2][2];
+        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[s][j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, codes[k][ci] + co + 4 * j, 4);
+                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++) {
+            const int sc = (int)((scw[k] >> (8 * s)) & 0xff);
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
+        }
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* the min term: bsp[p] holds (bsub[2p], bsub[2p + 1]) per token,
+         * times the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int p = 0; p < 4; p++) {
+            const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
+        }
+        accf[k] = kq_x16_block_add(accf[k], ad, d[k], dmin[k], sumi[k], summ);
+    }
+}
+
+/* The products of R (1 or 2) rows' blocks of 16 sub-blocks of 16 with
+ * signed int8 scales and an unsigned code offset by -2^shift (Q3_K: codes
+ * 0..7 less 4, shift 2; Q6_K: 0..63 less 32, shift 5), with the pack's 16
+ * tokens, added to accf[k] (lane t token t): codes[k] row k's 256 codes in
+ * value order, sc[k] its 16 scales, d[k] its fp16 scale. Per sub-block four
+ * vpdpbusd steps (exact in int32) and its scale by vpmulld make sumi; the
+ * offset is the pack's bs16 pairs times the scale pairs, shifted: lane t's
+ * isum = sumi - 2^shift summ is the reference's for token t, and
+ * (ad * d) * isum is added, the reference's float step in its order. */
+MS_SIMD_INLINE void kq_x16_products16(const uint8_t *const codes[2], const int8_t *const sc[2], const uint16_t d[2],
+                                      const int shift, const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    _Pragma("GCC unroll 16")
+    for (int sb = 0; sb < QK_K / 16; sb++) {
+        __m512i t[2];
+        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
+            for (int k = 0; k < R; k++) {
+                uint32_t wv;
+                memcpy(&wv, codes[k] + 16 * sb + 4 * j, 4);
+                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            }
+        }
+        for (int k = 0; k < R; k++)
+            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(sc[k][sb])));
+    }
+    const __m512 ad = _mm512_load_ps(ab->d);
+    for (int k = 0; k < R; k++) {
+        /* the offset: bs16[q] holds each token's (bsums[2 q], bsums[2 q + 1]), times the scale pair */
+        __m512i summ = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int q = 0; q < 8; q++) {
+            const int sp = (int)((uint16_t)sc[k][2 * q] | (uint32_t)(uint16_t)sc[k][2 * q + 1] << 16);
+            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(sp)));
+        }
+        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, shift));
+        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d[k]))),
+                                                       _mm512_cvtepi32_ps(isum)));
+    }
+}
 #endif
 
 #endif
