@@ -240,8 +240,7 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
     tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
-    /* Q6_K: the AVX-512 form on a split part too, measured the faster
-     * there (see attach_x4) */
+    /* Q6_K: the set's own form, split parts included (see attach_x4) */
     tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
 }
 
@@ -266,18 +265,18 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q5_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q5_K_q8_K_x4);
     tab[MS_TYPE_Q3_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q3_K_q8_K_x4);
     tab[MS_TYPE_IQ2_XXS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq2_xxs_q8_K_x4);
-    /* Q6_K: every form from the machine's set, split parts included: on a
-     * Zen 4 core (bench_kernels -t 1 --types q6_K --rows 1024 --cols 4096
+    /* Q6_K: every form from the machine's set: on a Zen 5 core
+     * (full-width; bench_kernels -t 1 --types q6_K --rows 1024 --cols 4096
      * --batches 1,4, a busy 2-core VM, mean / best of 0.5 s) the AVX-512
      * many-rows dot (one token) ran 101-112 against AVX2's 67-73 GFLOPS
      * in cache and 22.2 / 34.7 against 21.3 / 25.3 GB/s from a 512 MiB
      * working set, the x4 dot 191-208 against 101-114 GFLOPS in cache and
-     * 160-181 against 80-109 from DRAM. (Where 512-bit operations split,
-     * the code assembly and vpmaddubsw cost the same micro-ops either way,
-     * while the AVX-512 form fuses each scale multiply with its sum,
-     * vpdpwssd for vpmaddwd and vpaddd, and makes a block's scales with
-     * four word permutes for the AVX2 form's eight byte shuffles and sign
-     * extensions.) */
+     * 160-181 against 80-109 from DRAM. Split parts (Zen 4) take the
+     * AVX-512 forms too, not measured there: the code assembly and
+     * vpmaddubsw cost the same micro-ops either way, while the AVX-512 form
+     * fuses each scale multiply with its sum, vpdpwssd for vpmaddwd and
+     * vpaddd, and makes a block's scales with four word permutes for the
+     * AVX2 form's eight byte shuffles and sign extensions. */
     tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q6_K_q8_K_x4);
 }
 
@@ -322,14 +321,14 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
         /* Q5_K from 10 tokens, Q3_K from 14 (its x4 dot is the quicker):
          * 16 x the x4 dot's GFLOPS over the GEMM's at 16 tokens (2048 x
-         * 4096, Zen 4, bench_kernels -t 1 --batches 4,16, two runs: Q5_K
+         * 4096, Zen 5, bench_kernels -t 1 --batches 4,16, two runs: Q5_K
          * 136 / 228, Q3_K 176-178 / 204-214) */
         set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 10);
         set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 14);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 8);
         /* Q6_K from 13 tokens: its x4 dot is nearly as fast as the GEMM
-         * (Zen 4, bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
+         * (Zen 5, bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
          * --working-set 0, mean GFLOPS, a busy 2-core VM: 16 and 512
          * tokens 225 against the x4 dot's 194 at 4; a last group of 9 /
          * 12 / 14 tokens through the GEMM 138-141 / 179-180 / 201-207,
@@ -345,12 +344,12 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x8, ms_gemm_q4_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
         /* Q5_K and Q3_K from 7 tokens: 8 x the x4 dot's GFLOPS over the
-         * GEMM's at 16 tokens (the AVX2 kernels on a Zen 4 core, MS_ISA=avx2
+         * GEMM's at 16 tokens (the AVX2 kernels on a Zen 5 core, MS_ISA=avx2
          * bench_kernels -t 1 --rows 1024 --cols 4096 --batches 4,16: Q5_K
          * 76-97 / 104-118, Q3_K 87-101 / 84-129) */
         set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x8, ms_gemm_q5_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
         set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x8, ms_gemm_q3_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
-        /* Q6_K from 6 tokens (MS_ISA=avx2 on a busy 2-core Zen 4 VM,
+        /* Q6_K from 6 tokens (MS_ISA=avx2 on a busy 2-core Zen 5 VM,
          * bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
          * --working-set 0, mean GFLOPS of the better of two runs: 8 and
          * 512 tokens 114-120 against the x4 dot's 108 at 4; a last group
@@ -441,7 +440,8 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_Q4_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(q4_K_isa(isa), q4_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q2_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q2_K, q8_K));
     /* Q5_K and Q3_K: every form from the set picked, the AVX-512 one on
-     * split parts too. On a Zen 4 core (bench_kernels -t 1 --rows 1024
+     * split parts too (not measured there; as Q6_K, see attach_x4). On a
+     * Zen 5 core (bench_kernels -t 1 --rows 1024
      * --cols 4096 --batches 1,4 --working-set 512, two interleaved runs,
      * best GFLOPS, AVX-512 against AVX2 kernels): Q5_K one token
      * (many-rows dot) 67.9-68.1 against 63.1-63.6, four tokens 142.7-143.0
@@ -449,7 +449,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
      * four tokens 181-182 against 109-110; the 16-lane GEMMs at 16 and 512
      * tokens (in cache) 163 / 188 (Q5_K) and 196 / 210 (Q3_K) against the
      * 8-lane AVX2 ones' 104 / 115 and 97 / 130 mean (a busy 2-vCPU VM:
-     * smoke figures; not yet measured on a full-width part). */
+     * smoke figures). */
     set_kernels(&tab[MS_TYPE_Q5_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q5_K, q8_K));
     set_kernels(&tab[MS_TYPE_Q3_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q3_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
