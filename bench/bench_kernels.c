@@ -81,7 +81,7 @@ static float rnd(uint64_t *s) {
 
 int main(int argc, char **argv) {
     int threads = 1;
-    const char *types = "f32,f16,bf16,q8_0,q6_K,q5_K,q4_K,q3_K,q2_K,iq2_xxs,mxfp4", *batches = "1,512";
+    const char *types = "f32,f16,bf16,q8_0,q6_K,q5_K,q4_K,q3_K,q2_K,iq4_xs,iq2_xxs,mxfp4", *batches = "1,512";
     long rows = 2048, cols = 4096;
     double min_time = 0.5;
     long working_set_mib = 512;

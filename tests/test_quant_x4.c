@@ -94,6 +94,7 @@ static const struct x4_case cases[] = {
     X4_BOTH(MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
     X4_BOTH(MS_TYPE_Q5_K, MS_TYPE_Q8_K, q5_K, q8_K), X4_BOTH(MS_TYPE_Q3_K, MS_TYPE_Q8_K, q3_K, q8_K),
     X4_BOTH(MS_TYPE_Q6_K, MS_TYPE_Q8_K, q6_K, q8_K),
+    X4_BOTH(MS_TYPE_IQ4_XS, MS_TYPE_Q8_K, iq4_xs, q8_K),
     X4_CASE(avx512vbmi, 3, MS_TYPE_IQ2_XXS, MS_TYPE_Q8_K, iq2_xxs, q8_K),
 };
 
@@ -355,7 +356,8 @@ static void test_dot_rows_table(void **state) {
     ms_rng r;
     ms_rng_seed(&r, 0x4f3a9d1ull);
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_MXFP4,
-                                  MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K};
+                                  MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K,
+                                  MS_TYPE_IQ4_XS};
     static const int64_t lengths[] = {256, 512, 1024, 1280, 4096, 8192, 8704};
     enum { NR = 19 };
     int have = 0;
@@ -396,7 +398,7 @@ static void test_dot_rows_table(void **state) {
     }
     if (cpu_avx2() && !getenv("MS_ISA")) {
         const int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q4_K) | (1 << MS_TYPE_Q2_K) | (1 << MS_TYPE_IQ2_XXS) |
-                         (1 << MS_TYPE_Q6_K);
+                         (1 << MS_TYPE_Q6_K) | (1 << MS_TYPE_IQ4_XS);
         assert_int_equal(have & want, want);
     }
 }
@@ -408,7 +410,7 @@ static void test_x4_table(void **state) {
     (void)state;
     const enum ms_type types[] = {MS_TYPE_F32, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_Q8_0,
                                   MS_TYPE_MXFP4, MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
-                                  MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K};
+                                  MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K, MS_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const struct ms_type_traits *ref = ms_type_traits_ref(types[i]);
         assert_null(ref->vec_dot_x4);
@@ -497,7 +499,8 @@ static void test_x4_table(void **state) {
 static void test_matmul_batch_invariant(void **state) {
     (void)state;
     const enum ms_type types[] = {MS_TYPE_Q8_0, MS_TYPE_MXFP4, MS_TYPE_F16, MS_TYPE_BF16, MS_TYPE_F32,
-                                  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_Q6_K};
+                                  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_Q6_K,
+                                  MS_TYPE_IQ4_XS};
     /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
      * columns: three blocks of the 256-element k-quant formats; up to 21
      * tokens: whole and partial groups of the token-lane GEMMs (8 or 16

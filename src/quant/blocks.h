@@ -93,6 +93,27 @@ typedef struct {
 } block_iq2_xxs;
 static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs size");
 
+/* IQ4_NL: 32 values, fp16 d and 16 bytes of 4-bit indices into the fixed
+ * non-linear table ms_kvalues_iq4nl (quant_iq4.h): byte j holds element j
+ * (low nibble) and element j + 16 (high nibble); x = d * table[q]. */
+#define QK4_NL 32
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+
+/* IQ4_XS: 256 values in 8 sub-blocks of 32, each with a 6-bit scale stored
+ * + 32 (low 4 bits in a nibble of scales_l, top 2 bits in scales_h), and
+ * IQ4_NL's indices: x = d * (ls - 32) * table[q]. */
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+
 /* Q8_K: activation format for K-quants: 256 int8 values, f32 scale, and the
  * sums of each group of 16 values (used by the min terms). */
 typedef struct {

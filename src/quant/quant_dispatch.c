@@ -242,6 +242,7 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
     /* Q6_K: the set's own form, split parts included (see attach_x4) */
     tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
+    tab[MS_TYPE_IQ4_XS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq4_xs_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the
@@ -278,6 +279,7 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
      * vpaddd, and makes a block's scales with four word permutes for the
      * AVX2 form's eight byte shuffles and sign extensions. */
     tab[MS_TYPE_Q6_K].vec_dot_x4 = PICK_SIMD(isa, ms_dot_q6_K_q8_K_x4);
+    tab[MS_TYPE_IQ4_XS].vec_dot_x4 = PICK_SIMD(isa, ms_dot_iq4_xs_q8_K_x4);
 }
 
 /* The token-lane GEMMs (ms_gemm_tok_fn). AVX2 set: Q4_K and Q2_K, 8 tokens
@@ -454,6 +456,10 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     set_kernels(&tab[MS_TYPE_Q3_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q3_K, q8_K));
     set_kernels(&tab[MS_TYPE_IQ2_XXS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq2_xxs, q8_K));
     set_kernels(&tab[MS_TYPE_Q6_K], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, q6_K, q8_K));
+    /* IQ4_XS: every form from the machine's set (split parts too; not
+     * measured against each other yet), no token-lane GEMM: prefill takes
+     * the x4 dot */
+    set_kernels(&tab[MS_TYPE_IQ4_XS], MS_TYPE_Q8_K, KSET_ISA_REFQ(isa, iq4_xs, q8_K));
     tab[MS_TYPE_Q2_K].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_q2_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
     attach_rows(tab, isa);

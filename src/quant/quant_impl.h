@@ -191,4 +191,12 @@ void ms_gemm_q6_K_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const v
 void ms_gemm_q6_K_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
+/* ---- iq4_xs weights, q8_K activations (quant_iq4*.c) */
+MS_DECL_DEQUANT(iq4_xs, ref);   MS_DECL_DEQUANT(iq4_xs, avx2);   MS_DECL_DEQUANT(iq4_xs, avx512);
+MS_DECL_QUANT(iq4_xs, ref);
+MS_DECL_DOT(iq4_xs, q8_K, ref); MS_DECL_DOT(iq4_xs, q8_K, avx2); MS_DECL_DOT(iq4_xs, q8_K, avx512);
+MS_DECL_DOT_X4(iq4_xs, q8_K, avx2); MS_DECL_DOT_X4(iq4_xs, q8_K, avx512);
+MS_DECL_DOT_ROWS(iq4_xs, q8_K, avx2); MS_DECL_DOT_ROWS(iq4_xs, q8_K, avx512);
+MS_DECL_DOT(iq4_xs, f32, ref);  MS_DECL_DOT(iq4_xs, f32, avx2);  MS_DECL_DOT(iq4_xs, f32, avx512);
+
 #endif
