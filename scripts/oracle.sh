@@ -10,7 +10,7 @@
 # env:   ORACLE_DIR      node-llama-cpp install dir (default ~/.cache/moestream/oracle);
 #                        installed there with npm if absent (nothing else is downloaded)
 #        ORACLE_PRESETS  presets to try (default "tiny small")
-#        ORACLE_TYPES    formats to try (default: all eleven below)
+#        ORACLE_TYPES    formats to try (default: all twelve below)
 #        ORACLE_KEEP=1   keep the generated models and logs (path printed at the end)
 #        ORACLE_TIMEOUT  seconds allowed per model check (default 300)
 set -u
@@ -24,7 +24,7 @@ BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ORACLE_DIR=${ORACLE_DIR:-$HOME/.cache/moestream/oracle}
 PRESETS=${ORACLE_PRESETS:-tiny small}
-TYPES=${ORACLE_TYPES:-f32 f16 bf16 q8_0 q6_K q5_K q4_K q3_K q2_K iq2_xxs mxfp4}
+TYPES=${ORACLE_TYPES:-f32 f16 bf16 q8_0 q6_K q5_K q4_K q3_K q2_K iq4_xs iq2_xxs mxfp4}
 TIMEOUT=${ORACLE_TIMEOUT:-300}
 NLC_VERSION=3.22.1
 

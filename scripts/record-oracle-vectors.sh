@@ -61,6 +61,7 @@ ds4-mix|--ds4-mix
 q6_K|--experts-type q6_K --dense-type q8_0
 q5_K|--experts-type q5_K --dense-type q8_0
 q3_K|--experts-type q3_K --dense-type q8_0
+iq4_xs|--experts-type iq4_xs --dense-type iq4_xs --tensor-type output=q6_K
 k-mix|--experts-type q4_K --dense-type q5_K --tensor-type ffn_down_exps=q6_K --tensor-type output=q6_K --tensor-type attn_kv=q3_K --tensor-type attn_q_b=q6_K --tensor-type ffn_up_shexp=q3_K"
 GREEDY_MODELS="f32 q4_K"  # greedy continuations: the F32 model and one twin
 N_GREEDY=32

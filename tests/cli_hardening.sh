@@ -129,6 +129,31 @@ for spec in blk.1.ffn_norm.weight=0 token_embd.weight=2 blk.0.attn_q_a.weight=5;
     rc=$?
     [ $rc -eq 1 ] && grep -q 'non-finite logit' "$TMP/r.err" || fail "run NaN $spec: exit $rc: $(cat "$TMP/r.err")"
 done
+# a NaN block scale in a quantized matrix: fast mode's int8 activations
+# would turn the NaN into zeros (finite, meaningless logits); the head's
+# input keeps it, so the logits are reported non-finite as in quality mode
+Q="$TMP/tq.gguf"
+tiny_model "$Q" --seed 3 --dense-type q8_0 --experts-type q6_K
+"$BIN" inspect "$Q" --tensors --json >"$TMP/tq.json" || fail "inspect tq"
+python3 - "$TMP/tq.json" "$Q" "$E" <<'PY' || fail "NaN block scale edit"
+import json, shutil, sys
+j = json.load(open(sys.argv[1]))
+t = next(t for t in j["tensors"] if t["name"] == "blk.1.ffn_down_shexp.weight")
+assert t["type"] == "q8_0"
+shutil.copyfile(sys.argv[2], sys.argv[3])
+with open(sys.argv[3], "r+b") as f:
+    f.seek(j["data_offset"] + t["offset"] + 34 * 3)  # block 3's fp16 scale
+    f.write(bytes([0x00, 0x7e]))                      # NaN
+PY
+for q in "" --quality; do
+    "$BIN" logits -m "$E" --tokens 1,2,3 -t 1 $q >"$TMP/l.json" 2>"$TMP/l.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q 'non-finite logits' "$TMP/l.err" || fail "logits NaN block scale ${q:-fast}: exit $rc: $(cat "$TMP/l.err")"
+    strict_json "$TMP/l.json" || fail "logits NaN block scale ${q:-fast}: not valid JSON"
+done
+"$BIN" run -m "$E" -p "hi there" -n 4 --temp 0 -t 1 >/dev/null 2>"$TMP/r.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'non-finite logit' "$TMP/r.err" || fail "run NaN block scale: exit $rc: $(cat "$TMP/r.err")"
 echo "ok: non-finite logits"
 
 # ---- inspect --json: always valid JSON (non-finite floats, invalid UTF-8)

@@ -130,6 +130,9 @@ expect_usage "tensor-type without =" --preset tiny --tensor-type output -o "$TMP
 expect_usage "tensor-type naming nothing" --preset tiny --tensor-type outptu=q8_0 -o "$TMP/bad.gguf"
 expect_usage "tensor-type bad type" --preset tiny --tensor-type output=q9_K -o "$TMP/bad.gguf"
 expect_usage "tensor-type on a lookup table" --preset tiny --tensor-type attn_compressor_ape=q8_0 -o "$TMP/bad.gguf"
+# a broken hyperparameter is still reported with its own option
+expect_usage "n-head with tensor-type" --preset tiny --n-head 3 --tensor-type output=q6_K -o "$TMP/bad.gguf"
+grep -q '^moestream mkmodel: --n-head: ' "$TMP/err" || fail "tensor-type took the blame: $(cat "$TMP/err")"
 "$BIN" mkmodel --preset tiny --experts-type q4_K --tensor-type output=q2_K \
     --tensor-type ffn_down_exps=q8_0 --tensor-type blk.2.attn_kv=f16 \
     --tensor-type blk.1.ffn_up_exps.weight=iq2_xxs -o "$TMP/tt.gguf" 2>/dev/null || fail "tensor-type"

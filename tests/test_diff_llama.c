@@ -594,6 +594,8 @@ static void test_ds4_mix(void **s) { (void)s; quantized("ds4-mix", (const int[])
 static void test_q6_K(void **s) { (void)s; quantized("q6_K", (const int[]){7, 128, 0}, (const int[]){1, 0}, false); }
 static void test_q5_K(void **s) { (void)s; quantized("q5_K", (const int[]){1, 129, 0}, (const int[]){1, 0}, false); }
 static void test_q3_K(void **s) { (void)s; quantized("q3_K", (const int[]){6, 127, 0}, (const int[]){1, 0}, false); }
+/* IQ4_XS in experts and dense matrices, the output head Q6_K */
+static void test_iq4_xs(void **s) { (void)s; quantized("iq4_xs", (const int[]){1, 128, 0}, (const int[]){1, 0}, false); }
 /* llama-quantize-style: every K-quant in experts and dense matrices at once,
  * the shared expert's gate (Q5_K) and up (Q3_K) a pair in two types */
 static void test_k_mix(void **s) { (void)s; quantized("k-mix", (const int[]){1, 8, 129, 0}, (const int[]){1, 7, 0}, true); }
@@ -641,7 +643,7 @@ int main(void) {
         cmocka_unit_test(test_iq2_xxs),  cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_ds4_mix),  cmocka_unit_test(test_q6_K),
         cmocka_unit_test(test_q5_K),     cmocka_unit_test(test_q3_K),
-        cmocka_unit_test(test_k_mix),
+        cmocka_unit_test(test_k_mix),    cmocka_unit_test(test_iq4_xs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

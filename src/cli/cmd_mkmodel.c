@@ -409,11 +409,13 @@ static int mkmodel_parse(int argc, char **argv, struct mkmodel_cli *c) {
             FAIL_USAGE("%s%s%s", fl ? fl : "--size", ": ", err.msg);
         }
     }
-    if (mkmodel_check_tensor_types(o, &err)) FAIL_USAGE("--tensor-type: %s", err.msg);
     if (mkmodel_data_bytes(o, &c->bytes, &err)) {
         const char *fl = flag_of_message(err.msg);
         FAIL_USAGE("%s%s%s", fl ? fl : "", fl ? ": " : "", err.msg);
     }
+    /* after the hyperparameters' checks, so that their errors name their
+     * own options */
+    if (mkmodel_check_tensor_types(o, &err)) FAIL_USAGE("--tensor-type: %s", err.msg);
     if (!c->force && access(c->out, F_OK) == 0) {
         fprintf(stderr, "moestream mkmodel: %s already exists; pass --force to replace it\n",
                 c->out);

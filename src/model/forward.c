@@ -866,7 +866,22 @@ static int output_head(struct dsv4_session *s, int64_t t0, int64_t n, float *out
         ms_vec_mix_rows(D, y, 0.0f, NULL, ws, X, D, (int)nh);
         ms_rmsnorm(y, y, m->glob[DSV4_OUTPUT_NORM].f32, D, hp->rms_eps);
     }
-    return mm(s, DC_HEAD, &m->glob[DSV4_OUTPUT], sc->sub_in, D, cnt, out, (int64_t)hp->n_vocab, err);
+    const int64_t V = hp->n_vocab;
+    if (mm(s, DC_HEAD, &m->glob[DSV4_OUTPUT], sc->sub_in, D, cnt, out, V, err)) return -1;
+    /* Fast mode's int8 activations turn a NaN or infinity into 0, so
+     * weights that hold one (a corrupt file) would give finite, meaningless
+     * logits (every layer after the bad one sees zeros). The residual keeps
+     * the NaN, and so does the head's input: a token whose input is not
+     * finite gets NaN logits, which the callers report as quality mode's
+     * f32 products would have made them. */
+    for (int64_t i = 0; i < cnt; i++) {
+        const float *y = sc->sub_in + i * D;
+        bool finite = true;
+        for (int64_t c = 0; c < D && finite; c++) finite = isfinite(y[c]);
+        if (!finite)
+            for (int64_t v = 0; v < V; v++) out[i * V + v] = NAN;
+    }
+    return 0;
 }
 
 /* ---- small helpers ------------------------------------------------------ */
