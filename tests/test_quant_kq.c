@@ -354,7 +354,8 @@ static void test_gemm_kq_avx2(void **state) {
         ms_gemm_tok_fn gemm;
     } cases[] = {{FMT_Q5_K, ms_gemm_q5_K_q8_Kx8_avx2},
                    {FMT_Q3_K, ms_gemm_q3_K_q8_Kx8_avx2},
-                   {FMT_Q6_K, ms_gemm_q6_K_q8_Kx8_avx2}};
+                   {FMT_Q6_K, ms_gemm_q6_K_q8_Kx8_avx2},
+                   {FMT_IQ4_XS, ms_gemm_iq4_xs_q8_Kx8_avx2}};
     ms_rng r;
     ms_rng_seed(&r, 37);
     enum { NR = 9 };

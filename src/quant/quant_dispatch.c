@@ -337,6 +337,15 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * through x4 and single dots 174-180 / 170-192 / 151-168) */
         set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16,
                      13);
+        /* IQ4_XS from 10 tokens: 16 x the x4 dot's GFLOPS over the GEMM's
+         * at 16 tokens (bench_kernels -t 1 --types iq4_xs --rows 2048
+         * --cols 4096 --batches 4,16 --working-set 0 --min-time 0.3, short
+         * smoke runs on a busy 2-core Zen 5 VM, three runs: mean GFLOPS
+         * 59-128 / 120-179, best 137-142 / 218-222, ratio 8-11.5; best
+         * 10.1-10.2); a last group of 8 / 10 / 12 tokens through the GEMM
+         * 77 / 96 / 109, through the x4 dots 79 / 78 / 78 (mean GFLOPS) */
+        set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
+                     16, 10);
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations
@@ -358,6 +367,11 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * of 5 / 6 / 7 tokens through the GEMM 70 / 83 / 95, through the
          * x4 and single dots 85 / 70 / 81) */
         set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x8, ms_gemm_q6_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 6);
+        /* IQ4_XS only for full groups of 8: with the sign trick a step
+         * costs more than Q6_K's, and the GEMM about breaks even with the x4
+         * dot (MS_ISA=avx2, the same smoke runs: mean GFLOPS 64-78 at 4
+         * tokens against 75-80 at 16, best 100-104 against 87-93) */
+        set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x8, ms_gemm_iq4_xs_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 8);
         set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
     }
 }

@@ -198,5 +198,9 @@ MS_DECL_DOT(iq4_xs, q8_K, ref); MS_DECL_DOT(iq4_xs, q8_K, avx2); MS_DECL_DOT(iq4
 MS_DECL_DOT_X4(iq4_xs, q8_K, avx2); MS_DECL_DOT_X4(iq4_xs, q8_K, avx512);
 MS_DECL_DOT_ROWS(iq4_xs, q8_K, avx2); MS_DECL_DOT_ROWS(iq4_xs, q8_K, avx512);
 MS_DECL_DOT(iq4_xs, f32, ref);  MS_DECL_DOT(iq4_xs, f32, avx2);  MS_DECL_DOT(iq4_xs, f32, avx512);
+void ms_gemm_iq4_xs_q8_Kx8_avx2(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_iq4_xs_q8_Kx16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                   size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
 #endif

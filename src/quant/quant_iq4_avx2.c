@@ -91,3 +91,58 @@ MS_DEFINE_DOT_ROWS(iq4_xs, q8_K, avx2)
 
 /* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX2) */
 MS_DEFINE_DOT_F32_AVX2(iq4_xs, block_iq4_xs)
+
+/* ---- token-lane GEMM (prefill): IQ4_XS rows x 8 packed Q8_K tokens
+ *
+ * Q3_K's form (quant_q35k_avx2.c, MS_DEFINE_GEMM_KQ_X8): tokens in 32-bit
+ * lanes (block_q8_Kx8), four levels of the row broadcast to every lane,
+ * one vpmaddubsw two int16 pair sums per token, one vpmaddwd by the
+ * sub-block's scale into int32. The levels stay signed: offset to
+ * unsigned (1 .. 241) a pair would reach 2 * 241 * 127, past vpmaddubsw's
+ * int16 saturation, so each step takes the dots' sign trick instead,
+ * vpmaddubsw(|w|, sign(a, w)) (a pair at most 2 * 127 * 127; Q8_K has
+ * no -128), and goes to int32 alone (two such pairs could exceed int16).
+ * Both w and |w| are unpacked once a block and broadcast from there: an
+ * abs a step measured a few per cent slower. Lane t's sum is the reference's exact isum
+ * for token t, and the block's float step (ad * d) * isum is
+ * ms_iq4xs_block_sum's lane by lane in block order: every output equals
+ * the single dot bit for bit. A row's levels are unpacked one block ahead
+ * into the other of two buffers (the broadcast loads would wait on fresh
+ * stores). */
+struct iq4xs_x8_buf {
+    int8_t codes[QK_K / 32][32] __attribute__((aligned(32)));
+    uint8_t mags[QK_K / 32][32] __attribute__((aligned(32))); /* |codes| */
+    uint32_t scp[QK_K / 32]; /* sub-block s's scale in both int16 halves */
+};
+
+MS_SIMD_INLINE void iq4xs_expand_x8(const block_iq4_xs *b, struct iq4xs_x8_buf *u) {
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < QK_K / 32; s++) {
+        const __m256i v = iq4xs_values(b, s);
+        _mm256_store_si256((__m256i *)u->codes[s], v);
+        _mm256_store_si256((__m256i *)u->mags[s], _mm256_sign_epi8(v, v));
+        const uint32_t sc = (uint16_t)(int16_t)ms_iq4xs_scale(b, s);
+        u->scp[s] = sc | sc << 16;
+    }
+}
+
+MS_SIMD_INLINE __m256 iq4xs_products_x8(const struct iq4xs_x8_buf *u, const block_iq4_xs *b, const block_q8_Kx8 *ab,
+                                        __m256 accf) {
+    __m256i acc = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < QK_K / 32; s++) {
+        const __m256i sc = _mm256_set1_epi32((int)u->scp[s]);
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const __m256i wv = bcast32(u->codes[s] + 4 * j);
+            const __m256i p = _mm256_maddubs_epi16(bcast32(u->mags[s] + 4 * j),
+                                                   _mm256_sign_epi8(_mm256_load_si256((const __m256i *)ab->qs[s][j]), wv));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    /* the reference's (ad * d) * isum, added */
+    const __m256 sd = _mm256_mul_ps(_mm256_load_ps(ab->d), _mm256_set1_ps(fp16_scale(b->d)));
+    return _mm256_add_ps(accf, _mm256_mul_ps(sd, _mm256_cvtepi32_ps(acc)));
+}
+
+MS_DEFINE_GEMM_KQ_X8(ms_gemm_iq4_xs_q8_Kx8_avx2, block_iq4_xs, struct iq4xs_x8_buf, iq4xs_expand_x8, iq4xs_products_x8)

@@ -102,3 +102,44 @@ MS_DEFINE_DOT_ROWS(iq4_xs, q8_K, avx512)
 
 /* ---- dot with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */
 MS_DEFINE_DOT_F32_AVX512(iq4_xs, block_iq4_xs)
+
+/* ---- token-lane GEMM (prefill): IQ4_XS rows x 16 packed Q8_K tokens
+ *
+ * Q6_K's form (quant_q6k_avx512.c, MS_DEFINE_GEMM_KQ_X16 over
+ * quant_simd.h's kq_x16_products16): a row's block is unpacked one block
+ * ahead into its 256 levels plus 128 (1 .. 241, the dots' unsigned
+ * operand) in value order, and each sub-block's scale ls - 32 is written
+ * twice, once for each of its halves of 16, which kq_x16_products16 takes
+ * as 16 sub-blocks of 16. Four codes broadcast against the
+ * block_q8_Kx16 activations (vpdpbusd, exact in int32), times the scale;
+ * the offset comes back out through the bs16 pairs times the scale pairs,
+ * shifted by 7: lane t's isum = sumi - 128 summ is the reference's for
+ * token t (|sumi| <= 8 * 32 * 241 * 127 * 32 < 2^31), and its float step
+ * (ad * d) * isum is ms_iq4xs_block_sum's, lane by lane in block order:
+ * every output is the single dot's bit for bit. Two rows share each
+ * activation load. */
+struct iq4xs_x16_buf {
+    uint8_t codes[2][QK_K] __attribute__((aligned(64)));
+    int8_t sc[2][QK_K / 16];
+};
+
+MS_SIMD_INLINE void iq4xs_expand_x16(const block_iq4_xs *const b[2], struct iq4xs_x16_buf *buf, const int R) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_iq4_levels_u8));
+    for (int k = 0; k < R; k++) {
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < QK_K / 64; c++)
+            _mm512_store_si512((void *)(buf->codes[k] + 64 * c), _mm512_shuffle_epi8(lut, iq4xs_idx64(b[k], c)));
+        for (int s = 0; s < QK_K / 32; s++) buf->sc[k][2 * s] = buf->sc[k][2 * s + 1] = (int8_t)ms_iq4xs_scale(b[k], s);
+    }
+}
+
+MS_SIMD_INLINE void iq4xs_products_x16(const struct iq4xs_x16_buf *buf, const block_iq4_xs *const b[2],
+                                       const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+    const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
+    const int8_t *const sc[2] = {buf->sc[0], buf->sc[1]};
+    const uint16_t d[2] = {b[0]->d, b[1]->d};
+    kq_x16_products16(codes, sc, d, 7, ab, accf, R);
+}
+
+MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq4_xs_q8_Kx16_avx512, block_iq4_xs, struct iq4xs_x16_buf, iq4xs_expand_x16,
+                      iq4xs_products_x16, 1, kq_x16_final)
