@@ -3,7 +3,7 @@
  * with Q8_K activations (single, four-token and many-rows forms) and the
  * dot with f32 activations. The Q8_K dots equal the reference
  * (quant_iq4_ref.c) bit for bit: exact integer sums, then its float step
- * per block in its order (ms_q6k_block_add, the same operations as
+ * per block in its order (ms_kq_isum_block_add, the same operations as
  * ms_iq4xs_block_sum); dequantize rounds as the reference (one rounding a
  * value); the f32 dot differs from it only in the order of its f32 sums.
  *
@@ -19,7 +19,6 @@
 #include "quant/quant_impl.h"
 #include "quant/quant_iq4.h"
 #include "quant/quant_kq.h"
-#include "quant/quant_q6k.h"
 #include "quant/quant_simd.h"
 
 /* Sub-block s's 32 levels in element order (int8). */
@@ -72,7 +71,7 @@ MS_SIMD_INLINE void iq4xs_dot_n(int64_t n, float *s, const void *x, const void *
                       aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a[k][i].qs + 32 * sb)), q));
                   v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, sc)););
         }
-        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);

@@ -3,7 +3,7 @@
  * weights: dequantize, the dot with Q8_K activations (single, four-token
  * and many-rows forms) and the dot with f32 activations. The Q8_K dots
  * equal the reference (quant_iq4_ref.c) bit for bit: exact integer sums,
- * then its float step per block (ms_q6k_block_add, the operations of
+ * then its float step per block (ms_kq_isum_block_add, the operations of
  * ms_iq4xs_block_sum) in its order.
  *
  * The dots take two sub-blocks (64 values) a vector: their 32 index bytes
@@ -20,7 +20,6 @@
 #include "quant/quant_impl.h"
 #include "quant/quant_iq4.h"
 #include "quant/quant_kq.h"
-#include "quant/quant_q6k.h"
 #include "quant/quant_simd.h"
 
 /* The table plus 128, as unsigned bytes. */
@@ -84,7 +83,7 @@ MS_SIMD_INLINE void iq4xs_dot512_n(int64_t n, float *s, const void *x, const voi
         }
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]), _mm256_slli_epi32(mn[k], 7)););
-        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);

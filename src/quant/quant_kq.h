@@ -198,6 +198,28 @@ static inline __m256 ms_kq_rows8_add(__m256 sumf, const __m256i vi[8], const __m
     const __m256 summ = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(vm));
     return _mm256_add_ps(sumf, _mm256_sub_ps(_mm256_mul_ps(sd, sumi), _mm256_mul_ps(smin, summ)));
 }
+/* The float step for one block of the SIMD Q8_K dots whose reference adds
+ * (ad * d) * (float)isum per block, with no min term (Q6_K, Q3_K, IQ4_XS):
+ * v[k] token k's 8 int32 isum lanes (their sum the reference's isum), d16
+ * the block's fp16 scale, a[k][i] token k's activation block. One token
+ * (nt 1) adds the step to lane 0 of *sum1, kept in vector registers; four
+ * (nt 4) reduce their sums together and add token k's to lane k of *sum4.
+ * The same float operations as the reference, so bit for bit its value. */
+static inline __attribute__((always_inline)) void ms_kq_isum_block_add(__m128 *sum1, __m128 *sum4, const __m256i v[4],
+                                                                   const block_q8_K *const *a, int64_t i,
+                                                                   uint16_t d16, const int nt) {
+    const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(d16));
+    if (nt == 1) {
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        *sum1 = _mm_add_ss(*sum1, _mm_mul_ss(_mm_mul_ss(_mm_set_ss(a[0][i].d), d), _mm_cvtepi32_ps(t)));
+    } else {
+        const __m128 ad = _mm_setr_ps(a[0][i].d, a[1][i].d, a[2][i].d, a[3][i].d);
+        const __m128 dd = _mm_shuffle_ps(d, d, 0);
+        *sum4 = _mm_add_ps(*sum4, _mm_mul_ps(_mm_mul_ps(ad, dd), _mm_cvtepi32_ps(ms_kq_hsum4x8_i32(v))));
+    }
+}
 #endif
 
 #endif

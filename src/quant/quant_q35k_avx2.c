@@ -157,7 +157,7 @@ MS_SIMD_INLINE void q3k_dot_n(int64_t n, float *s, const void *x, const void *co
     const block_q3_K *w = x;
     const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
     const __m256i m3 = _mm256_set1_epi8(3);
-    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 sum1 = _mm_setzero_ps(), sum4 = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 2); /* 110 bytes a block */
         const __m256i sc16 = _mm256_cvtepi8_epi16(ms_q3k_scales_i8(w[i].scales));
@@ -181,16 +181,10 @@ MS_SIMD_INLINE void q3k_dot_n(int64_t n, float *s, const void *x, const void *co
                       v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, scv)););
             }
         }
-        const float d = fp16_scale(w[i].d);
-        if (nt == 1) {
-            sumf[0] += (a[0][i].d * d) * (float)hsum256_i32(v[0]);
-        } else {
-            int32_t r[4];
-            _mm_storeu_si128((__m128i *)r, ms_kq_hsum4x8_i32(v));
-            MS_X4(k, sumf[k] += (a[k][i].d * d) * (float)r[k];);
-        }
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
-    MS_XN(k, nt, s[k] = sumf[k];);
+    if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
+    else _mm_storeu_ps(s, sum4);
 }
 
 MS_DECL_DOT(q3_K, q8_K, avx2) {

@@ -146,7 +146,7 @@ MS_SIMD_INLINE void q3k_dot512_n(int64_t n, float *s, const void *x, const void 
     const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 1 ? 2 : 0], y[nt > 1 ? 3 : 0]};
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     const __m512i quarter = _mm512_loadu_si512(k_q3k_lane_quarter);
-    float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 sum1 = _mm_setzero_ps(), sum4 = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 2); /* 110 bytes a block */
         const __m256i sc16 = _mm256_cvtepi8_epi16(ms_q3k_scales_i8(w[i].scales));
@@ -166,19 +166,13 @@ MS_SIMD_INLINE void q3k_dot512_n(int64_t n, float *s, const void *x, const void 
             MS_XN(k, nt, acc[k] = _mm512_dpwssd_epi32(
                              acc[k], _mm512_maddubs_epi16(codes, _mm512_loadu_si512(a[k][i].qs + 64 * u)), scv););
         }
-        const float d = fp16_scale(w[i].d);
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]),
                                              _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), sc16), 2)););
-        if (nt == 1) {
-            sumf[0] += (a[0][i].d * d) * (float)hsum256_i32(v[0]);
-        } else {
-            int32_t r[4];
-            _mm_storeu_si128((__m128i *)r, ms_kq_hsum4x8_i32(v));
-            MS_X4(k, sumf[k] += (a[k][i].d * d) * (float)r[k];);
-        }
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
-    MS_XN(k, nt, s[k] = sumf[k];);
+    if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
+    else _mm_storeu_ps(s, sum4);
 }
 
 MS_DECL_DOT(q3_K, q8_K, avx512) {

@@ -116,7 +116,7 @@ MS_SIMD_INLINE void q6k_dot_n(int64_t n, float *s, const void *x, const void *co
                       v[k] = _mm256_add_epi32(v[k], _mm256_madd_epi16(p, sc)););
             }
         }
-        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);

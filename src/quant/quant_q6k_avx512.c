@@ -105,7 +105,7 @@ MS_SIMD_INLINE void q6k_dot512_n(int64_t n, float *s, const void *x, const void 
         /* isum lanes: the products folded to 8 lanes, less 32 times the min term */
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]), _mm256_slli_epi32(mn[k], 5)););
-        ms_q6k_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
+        ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
     else _mm_storeu_ps(s, sum4);
