@@ -849,7 +849,8 @@ static double roundtrip_rel_rms(const struct kq_fmt *f, const float *x, int64_t 
  * ggml's quantize_iq4_xs on the same data. Bounds leave ~15% for legitimate changes to the searches. */
 /* The token-lane GEMMs (traits gemm_tok, act_pack): every output equals
  * the reference single dot bit for bit, for 1..gemm_tok_lanes tokens per
- * packed group (spare lanes repeat the last token), row counts that are
+ * packed group (spare lanes repeat the last token) and up to
+ * gemm_tok_groups groups a call, row counts that are
  * not multiples of anything, block counts past the unrolling, normal and
  * heavy-tailed activations, and rows read at a stride larger than a row. */
 static void test_gemm_tok(void **state) {
@@ -864,15 +865,16 @@ static void test_gemm_tok(void **state) {
         const struct ms_type_traits *tt = ms_type_traits(type);
         if (!tt->gemm_tok) continue;
         assert_non_null(tt->act_pack);
-        const int lanes = tt->gemm_tok_lanes;
+        const int lanes = tt->gemm_tok_lanes, groups = tt->gemm_tok_groups;
         assert_true(lanes == 8 || lanes == 16);
+        assert_true(groups == 1 || (groups == 2 && lanes == 16));
         /* IQ2_XXS's AVX2 GEMM takes int16-widened activations */
         const size_t want_block = lanes == 16                ? sizeof(block_q8_Kx16)
                                   : type == MS_TYPE_IQ2_XXS ? sizeof(block_q8_Kx8w)
                                                             : sizeof(block_q8_Kx8);
         assert_int_equal(tt->act_pack_block, want_block);
         assert_true(tt->gemm_tok_min >= 1 && tt->gemm_tok_min <= lanes);
-        static const int64_t rows_cases[] = {1, 2, 3, 4, 6, 7, 13};
+        static const int64_t rows_cases[] = {1, 2, 3, 4, 6, 7, 13, 19};
         for (size_t c = 0; c < N_BLOCKS_CASES; c++)
             for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
                 const int64_t nb = k_blocks[c], n = nb * QK_K, nr = rows_cases[rc];
@@ -881,19 +883,24 @@ static void test_gemm_tok(void **state) {
                 assert_non_null(w);
                 for (int64_t i = 0; i < nr; i++)
                     for (int64_t b = 0; b < nb; b++) k_fmts[f].randomize(&r, w + (size_t)i * stride + k_fmts[f].bsize * (size_t)b);
-                block_q8_K *a = malloc(sizeof *a * (size_t)nb * (size_t)lanes);
-                void *pack = aligned_alloc(64, (tt->act_pack_block * (size_t)nb + 63) / 64 * 64);
-                float y[16 * 13], want;
+                const int max_nt = lanes * groups;
+                const size_t group_bytes = tt->act_pack_block * (size_t)nb; /* a multiple of 64 */
+                block_q8_K *a = malloc(sizeof *a * (size_t)nb * (size_t)max_nt);
+                void *pack = aligned_alloc(64, group_bytes * (size_t)groups);
+                float y[32 * 19], want;
                 assert_true(a && pack);
-                for (int t = 0; t < lanes; t++) {
+                for (int t = 0; t < max_nt; t++) {
                     float *x = normal(&r, n, 1.0f);
                     if ((t + (int)c) % 2)
                         for (int64_t j = 0; j < n; j += 1 + (int64_t)(ms_rng_u64(&r) % 23)) x[j] *= 40.0f;
                     ms_quant_q8_K_ref(x, a + (size_t)t * (size_t)nb, n);
                     free(x);
                 }
-                for (int nt = 1; nt <= lanes; nt++) {
-                    tt->act_pack(n, a, sizeof *a * (size_t)nb, nt, pack);
+                for (int nt = 1; nt <= max_nt; nt++) {
+                    /* the groups one after another, as ms_matmul packs them */
+                    for (int g = 0; g * lanes < nt; g++)
+                        tt->act_pack(n, a + (size_t)(g * lanes) * (size_t)nb, sizeof *a * (size_t)nb,
+                                     nt - g * lanes < lanes ? nt - g * lanes : lanes, (char *)pack + (size_t)g * group_bytes);
                     for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = NAN;
                     tt->gemm_tok(n, y, nr, w, stride, nr, pack, nt);
                     for (int t = 0; t < nt; t++)
@@ -905,7 +912,7 @@ static void test_gemm_tok(void **state) {
                                          y[t * nr + i], want);
                         }
                     /* outputs past nt tokens are left alone */
-                    for (int64_t k = nt * nr; k < 16 * nr; k++) assert_true(isnan(y[k]));
+                    for (int64_t k = nt * nr; k < 32 * nr; k++) assert_true(isnan(y[k]));
                     tested++;
                 }
                 free(w), free(a), free(pack);

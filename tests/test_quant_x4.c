@@ -502,9 +502,9 @@ static void test_matmul_batch_invariant(void **state) {
                                   MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS, MS_TYPE_Q6_K,
                                   MS_TYPE_IQ4_XS};
     /* 1400 rows: several of matmul's 128 KiB row tiles for every type; 768
-     * columns: three blocks of the 256-element k-quant formats; up to 21
+     * columns: three blocks of the 256-element k-quant formats; up to 37
      * tokens: whole and partial groups of the token-lane GEMMs (8 or 16
-     * lanes), with 1 to 15 tokens left over */
+     * lanes, one or two groups a call), with 1 to 15 tokens left over */
     const int64_t n_rows = 1400, n_cols = 768, n_tok = 37;
     ms_rng r;
     ms_rng_seed(&r, 0x3a7b1e55ull);

@@ -46,6 +46,7 @@ struct mm_job {
     ms_gemm_tok_fn gemm;   /* token-lane GEMM over the packed groups, or NULL */
     const void *pack;      /* its packed activations: groups of `lanes` tokens */
     int lanes;             /* the GEMM's tokens per group */
+    int groups;            /* groups one GEMM call takes (1 or 2) */
     size_t pack_stride;    /* bytes per packed group */
     int64_t n_pack;        /* tokens [0, n_pack) go through gemm */
     int64_t n_tok;
@@ -66,13 +67,15 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
     const int64_t n = j->w->n_cols;
     const size_t as = j->act_stride;
     int64_t t = 0;
-    /* token-lane GEMM: every row of the tile against a packed group at once */
-    for (; t < j->n_pack; t += j->lanes) {
-        const int64_t left = j->n_tok - t;
+    /* token-lane GEMM: every row of the tile against up to `groups` packed
+     * groups at once (consecutive in the pack) */
+    const int64_t per_call = (int64_t)j->lanes * j->groups;
+    while (t < j->n_pack) {
+        const int64_t left = j->n_pack - t, nt = left < per_call ? left : per_call;
         j->gemm(n, j->y + t * j->ldy + r0, j->ldy,
                 (const char *)j->w->data + (size_t)r0 * j->w->row_stride, j->w->row_stride, r1 - r0,
-                (const char *)j->pack + (size_t)(t / j->lanes) * j->pack_stride,
-                (int)(left < j->lanes ? left : j->lanes));
+                (const char *)j->pack + (size_t)(t / j->lanes) * j->pack_stride, (int)nt);
+        t += nt;
     }
     if (j->dot4) {
         for (; t + 4 <= j->n_tok; t += 4) {
@@ -208,7 +211,7 @@ struct act_fmt {
     ms_gemm_tok_fn gemm;
     size_t pack_block;      /* packed bytes per pack_blck elements of a group */
     int64_t pack_blck;
-    int lanes, min;
+    int lanes, min, groups;
 };
 
 static void pack_f32_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
@@ -232,6 +235,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
             f.pack_blck = 1;
             f.lanes = 16;
             f.min = tt->gemm_tok_f32_min;
+            f.groups = 1;
         }
         break;
     case MS_ACT_Q16:
@@ -247,6 +251,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
             f.pack_blck = QK8_0;
             f.lanes = tt->gemm_tok_q16_lanes;
             f.min = tt->gemm_tok_q16_min;
+            f.groups = 1;
         }
         break;
     case MS_ACT_QUANT: {
@@ -264,6 +269,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
             f.pack_blck = at ? at->blck_size : 1;
             f.lanes = tt->gemm_tok_lanes;
             f.min = tt->gemm_tok_min;
+            f.groups = tt->gemm_tok_groups > 1 ? tt->gemm_tok_groups : 1;
         }
         break;
     }
@@ -461,6 +467,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             const int lanes = f->lanes;
             j->gemm = f->gemm;
             j->lanes = lanes;
+            j->groups = f->groups;
             j->pack = dst;
             j->pack_stride = pack_bytes(op, f) / (size_t)((j->n_pack + lanes - 1) / lanes);
             for (int64_t t = 0; t < j->n_pack; t += lanes) {

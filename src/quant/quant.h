@@ -102,7 +102,9 @@ typedef void (*ms_vec_dot_rows_fn)(int64_t n, float *restrict s, const void *res
  *   Q8_0 and 256 for Q8_K; lanes nt.. repeat the last
  *   token, so every lane holds valid data).
  * ms_gemm_tok_fn: y[t * ldy + r] = dot(row r, token t) for r < n_rows
- *   (row r at w + r * w_stride bytes) and t < nt, pack from act_pack.
+ *   (row r at w + r * w_stride bytes) and t < nt, pack from act_pack:
+ *   nt is 1 .. gemm_tok_groups * gemm_tok_lanes, the groups past the first
+ *   (tokens lanes.., 2 lanes..) packed right after it.
  *   Each output is bit for bit the value vec_dot gives for (row r, token t):
  *   the integer sums are exact and the float step per block is the
  *   single kernel's, in its order. */
@@ -146,6 +148,9 @@ struct ms_type_traits {
     size_t act_pack_block;
     int gemm_tok_lanes;
     int gemm_tok_min;
+    /* packed groups one gemm_tok call takes (1, or 2 for the AVX-512
+     * K-quant GEMMs, which share each code broadcast between two groups) */
+    int gemm_tok_groups;
     /* Optional token-lane GEMM with f32 activations (exact mode, and the
      * dense products fast mode keeps in f32): 16 tokens packed as [n][16]
      * f32 (ms_pack_f32x16_fn); each output bit for bit vec_dot_f32's. A

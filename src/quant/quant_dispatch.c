@@ -153,6 +153,7 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->act_pack_block = 0;
     t->gemm_tok_lanes = 0;
     t->gemm_tok_min = 0;
+    t->gemm_tok_groups = 0;
     t->gemm_tok_f32 = NULL;
     t->gemm_tok_f32_min = 0;
     t->q16_from_float = NULL; /* attach_q16 sets the ones that exist */
@@ -307,6 +308,7 @@ static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_
     t->act_pack_block = pack_block;
     t->gemm_tok_lanes = lanes;
     t->gemm_tok_min = min;
+    t->gemm_tok_groups = 1;
 }
 
 static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
@@ -346,6 +348,10 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * 77 / 96 / 109, through the x4 dots 79 / 78 / 78 (mean GFLOPS) */
         set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 10);
+        /* the K-quant GEMMs take two groups a call (MS_DEFINE_GEMM_KQ_X16) */
+        static const enum ms_type two_groups[] = {MS_TYPE_Q4_K, MS_TYPE_Q5_K, MS_TYPE_Q2_K, MS_TYPE_Q3_K,
+                                                  MS_TYPE_Q6_K, MS_TYPE_IQ2_XXS, MS_TYPE_IQ4_XS};
+        for (size_t i = 0; i < sizeof two_groups / sizeof two_groups[0]; i++) tab[two_groups[i]].gemm_tok_groups = 2;
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations

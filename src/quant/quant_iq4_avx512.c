@@ -133,11 +133,11 @@ MS_SIMD_INLINE void iq4xs_expand_x16(const block_iq4_xs *const b[2], struct iq4x
 }
 
 MS_SIMD_INLINE void iq4xs_products_x16(const struct iq4xs_x16_buf *buf, const block_iq4_xs *const b[2],
-                                       const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                       const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
     const int8_t *const sc[2] = {buf->sc[0], buf->sc[1]};
     const uint16_t d[2] = {b[0]->d, b[1]->d};
-    kq_x16_products16(codes, sc, d, 7, ab, accf, R);
+    kq_x16_products16(codes, sc, d, 7, ab, accf, R, P);
 }
 
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_iq4_xs_q8_Kx16_avx512, block_iq4_xs, struct iq4xs_x16_buf, iq4xs_expand_x16,

@@ -581,9 +581,9 @@ MS_SIMD_INLINE void q4k_expand_x16(const block_q4_K *const b[2], struct kq_x16_b
 }
 
 MS_SIMD_INLINE void q4k_products_x16(const struct kq_x16_buf8 *buf, const block_q4_K *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint16_t d[2] = {b[0]->d, b[1]->d}, dmin[2] = {b[0]->dmin, b[1]->dmin};
-    kq_x16_products8(buf, d, dmin, ab, accf, R);
+    kq_x16_products8(buf, d, dmin, ab, accf, R, P);
 }
 
 /* Q2_K the same way: codes unpacked per row to bytes in value order
@@ -607,38 +607,50 @@ MS_SIMD_INLINE void q2k_expand_x16(const block_q2_K *const b[2], struct q2k_x16_
 }
 
 MS_SIMD_INLINE void q2k_products_x16(const struct q2k_x16_buf *buf, const block_q2_K *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t(*const codes)[4][64] = buf->codes;
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 16")
-    for (int sb = 0; sb < 16; sb++) {
-        const uint8_t *c[2];
-        __m512i t[2];
-        for (int k = 0; k < R; k++) {
-            c[k] = codes[k][(sb % 8) / 2] + 32 * (sb / 8) + 16 * (sb % 2);
-            t[k] = _mm512_setzero_si512();
-        }
+    const int U = MS_KQ_X16_SPAN(1, R, P); /* sub-blocks interleaved: 2, 4 or 8 */
+    __m512i sumi[2][2];
+    for (int k = 0; k < R; k++)
+        for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 1")
+    for (int sb0 = 0; sb0 < 16; sb0 += U) {
+        __m512i t[8][2][2];
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++)
+                for (int q = 0; q < P; q++) t[u][k][q] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4")
         for (int j = 0; j < 4; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, c[k] + 4 * j, 4);
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            _Pragma("GCC unroll 8")
+            for (int u = 0; u < U; u++) {
+                const int sb = sb0 + u;
+                __m512i av[2];
+                for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[sb / 2][4 * (sb % 2) + j]);
+                for (int k = 0; k < R; k++) {
+                    uint32_t wv;
+                    memcpy(&wv, codes[k][(sb % 8) / 2] + 32 * (sb / 8) + 16 * (sb % 2) + 4 * j, 4);
+                    const __m512i wb = _mm512_set1_epi32((int)wv);
+                    for (int q = 0; q < P; q++) t[u][k][q] = _mm512_dpbusd_epi32(t[u][k][q], wb, av[q]);
+                }
             }
         }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(b[k]->scales[sb] & 15)));
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++) {
+                const __m512i sc = _mm512_set1_epi32(b[k]->scales[sb0 + u] & 15);
+                for (int q = 0; q < P; q++) sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(t[u][k][q], sc));
+            }
     }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++) {
-            const int mp = (b[k]->scales[2 * q] >> 4) | ((b[k]->scales[2 * q + 1] >> 4) << 16);
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(mp)));
+    for (int q = 0; q < P; q++) {
+        const __m512 ad = _mm512_load_ps(ab[q]->d);
+        for (int k = 0; k < R; k++) {
+            __m512i summ = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int p = 0; p < 8; p++) {
+                const int mp = (b[k]->scales[2 * p] >> 4) | ((b[k]->scales[2 * p + 1] >> 4) << 16);
+                summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab[q]->bs16[p]), _mm512_set1_epi32(mp)));
+            }
+            accf[k][q] = kq_x16_block_add(accf[k][q], ad, b[k]->d, b[k]->dmin, sumi[k][q], summ);
         }
-        accf[k] = kq_x16_block_add(accf[k], ad, b[k]->d, b[k]->dmin, sumi[k], summ);
     }
 }
 

@@ -68,39 +68,55 @@ struct iq2xxs_x16_buf {
 };
 
 MS_SIMD_INLINE void iq2xxs_x16_products(const struct iq2xxs_x16_buf *buf, const block_iq2_xxs *const b[2],
-                                        const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                        const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t(*wu)[QK_K] = buf->wu;
     const uint32_t(*ls)[8] = buf->ls;
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 8")
-    for (int ib = 0; ib < 8; ib++) {
-        __m512i t[2][2];
-        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+    const int U = MS_KQ_X16_SPAN(2, R, P); /* sub-blocks interleaved: 1, 2 or 4 */
+    __m512i sumi[2][2];
+    for (int k = 0; k < R; k++)
+        for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 1")
+    for (int ib0 = 0; ib0 < 8; ib0 += U) {
+        __m512i t[4][2][2][2];
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++)
+                for (int q = 0; q < P; q++) t[u][k][q][0] = t[u][k][q][1] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[ib][j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, wu[k] + 32 * ib + 4 * j, 4);
-                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            _Pragma("GCC unroll 4")
+            for (int u = 0; u < U; u++) {
+                const int ib = ib0 + u;
+                __m512i av[2];
+                for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[ib][j]);
+                for (int k = 0; k < R; k++) {
+                    uint32_t wv;
+                    memcpy(&wv, wu[k] + 32 * ib + 4 * j, 4);
+                    const __m512i wb = _mm512_set1_epi32((int)wv);
+                    for (int q = 0; q < P; q++) t[u][k][q][j % 2] = _mm512_dpbusd_epi32(t[u][k][q][j % 2], wb, av[q]);
+                }
             }
         }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]),
-                                                                   _mm512_set1_epi32((int)(ls[k][ib] & 0xffff))));
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++) {
+                const __m512i lsv = _mm512_set1_epi32((int)(ls[k][ib0 + u] & 0xffff));
+                for (int q = 0; q < P; q++)
+                    sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(_mm512_add_epi32(t[u][k][q][0], t[u][k][q][1]), lsv));
+            }
     }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* 128 * sum_ib ls_ib * bsub_ib: bsp[p] pairs (bsub[2p], bsub[2p + 1]) */
-        __m512i corr = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++) {
-            const int lp = (int)((ls[k][2 * p] & 0xffff) | (ls[k][2 * p + 1] << 16));
-            corr = _mm512_add_epi32(corr, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(lp)));
+    for (int q = 0; q < P; q++) {
+        const __m512 ad = _mm512_load_ps(ab[q]->d);
+        for (int k = 0; k < R; k++) {
+            /* 128 * sum_ib ls_ib * bsub_ib: bsp[p] pairs (bsub[2p], bsub[2p + 1]) */
+            __m512i corr = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int p = 0; p < 4; p++) {
+                const int lp = (int)((ls[k][2 * p] & 0xffff) | (ls[k][2 * p + 1] << 16));
+                corr = _mm512_add_epi32(corr, _mm512_madd_epi16(_mm512_load_si512((const void *)ab[q]->bsp[p]), _mm512_set1_epi32(lp)));
+            }
+            const __m512i bsum = _mm512_sub_epi32(sumi[k][q], _mm512_slli_epi32(corr, 7));
+            accf[k][q] = _mm512_add_ps(accf[k][q], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
+                                                                 _mm512_cvtepi32_ps(bsum)));
         }
-        const __m512i bsum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(corr, 7));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(b[k]->d))),
-                                                       _mm512_cvtepi32_ps(bsum)));
     }
 }
 

@@ -225,9 +225,9 @@ MS_SIMD_INLINE void q5k_expand_x16(const block_q5_K *const b[2], struct kq_x16_b
 
 /* Q4_K's products (the codes at most 31 here) */
 MS_SIMD_INLINE void q5k_products_x16(const struct kq_x16_buf8 *buf, const block_q5_K *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint16_t d[2] = {b[0]->d, b[1]->d}, dmin[2] = {b[0]->dmin, b[1]->dmin};
-    kq_x16_products8(buf, d, dmin, ab, accf, R);
+    kq_x16_products8(buf, d, dmin, ab, accf, R, P);
 }
 
 /* Q3_K: codes[k][u] holds elements 64 u .. 64 u + 63 in value order
@@ -256,11 +256,11 @@ MS_SIMD_INLINE void q3k_expand_x16(const block_q3_K *const b[2], struct q3k_x16_
 }
 
 MS_SIMD_INLINE void q3k_products_x16(const struct q3k_x16_buf *buf, const block_q3_K *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t *const codes[2] = {buf->codes[0][0], buf->codes[1][0]};
     const int8_t *const sc[2] = {buf->sc[0], buf->sc[1]};
     const uint16_t d[2] = {b[0]->d, b[1]->d};
-    kq_x16_products16(codes, sc, d, 2, ab, accf, R);
+    kq_x16_products16(codes, sc, d, 2, ab, accf, R, P);
 }
 
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q5_K_q8_Kx16_avx512, block_q5_K, struct kq_x16_buf8, q5k_expand_x16, q5k_products_x16,

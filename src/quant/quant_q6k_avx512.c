@@ -160,11 +160,11 @@ MS_SIMD_INLINE void q6k_expand_x16(const block_q6_K *const b[2], struct q6k_x16_
 }
 
 MS_SIMD_INLINE void q6k_products_x16(const struct q6k_x16_buf *buf, const block_q6_K *const b[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
     const int8_t *const sc[2] = {b[0]->scales, b[1]->scales};
     const uint16_t d[2] = {b[0]->d, b[1]->d};
-    kq_x16_products16(codes, sc, d, 5, ab, accf, R);
+    kq_x16_products16(codes, sc, d, 5, ab, accf, R, P);
 }
 
 MS_DEFINE_GEMM_KQ_X16(ms_gemm_q6_K_q8_Kx16_avx512, block_q6_K, struct q6k_x16_buf, q6k_expand_x16, q6k_products_x16,

@@ -395,6 +395,17 @@ static inline __m256i q4k_mins16(const uint8_t m[8]) {
     }
 
 #ifdef __AVX512F__
+/* A token pack's 64 activation bytes, loaded once into a register for the
+ * rows that share them. Left to itself, GCC folds a load that several
+ * vpdpbusd use into each of them as a memory operand, so a row pair read
+ * the same 64 bytes twice; the empty asm makes the value a register's.
+ * With two rows the token-lane GEMMs issued four loads for two vpdpbusd. */
+static inline __m512i load_act512(const void *p) {
+    __m512i v = _mm512_load_si512(p);
+    __asm__("" : "+v"(v));
+    return v;
+}
+
 /* a's 16 int32 lanes folded to 8 (lane l + lane l + 8) */
 static inline __m256i fold256_i32(__m512i a) {
     return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
@@ -544,56 +555,91 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
     }
 
 /* A token-lane GEMM of Q8_K-activation rows (ms_gemm_tok_fn) named fn,
- * over packs of 16 tokens (block_q8_Kx16), for weight blocks of type BLK:
- * EXPAND(b, buf, R) unpacks block i of R (1 or 2, a constant) rows b[k]
- * into a BUF (two of them, see AHEAD below), PRODUCTS(buf, b, &pack[i], acc, R) adds their products with
- * the pack to acc[k], and FINISH(acc) turns a row's sums into its results.
- * Rows go in pairs (a last odd row alone), sharing each activation load,
- * each over all its blocks. Each block is unpacked one block ahead of its
- * products, into the other of two buffers: the products read the unpacked
- * codes by 4-byte broadcast loads, which wait on the stores that just
- * wrote them when both are of the same block. Mean GFLOPS of a 2048 x 4096
- * matrix against 512 tokens, Zen 4, one block at a time -> one ahead
- * (bench_kernels -t 1 --batches 16,512 --working-set 0, three interleaved
- * runs): Q4_K 189-190 -> 199-202, Q2_K 170-171 -> 174-177, IQ2_XXS (VBMI)
- * 151-157 -> 165-167; 16 tokens alike. The VBMI-less IQ2_XXS set keeps
- * one block at a time (quant_kq_avx512.c): AHEAD 0 unpacks each block
- * right before its products, AHEAD 1 one block ahead. */
-#define MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, R)                                              \
+ * over one or two packs of 16 tokens (block_q8_Kx16; nt up to 32, the
+ * second pack's blocks right after the first's), for weight blocks of type
+ * BLK: EXPAND(b, buf, R) unpacks block i of R (1 or 2, a constant) rows
+ * b[k] into a BUF, PRODUCTS(buf, b, ab, acc, R, P) adds their products
+ * with block i of P (1 or 2, a constant) packs ab[q] to acc[k][q], and
+ * FINISH(acc) turns a row's sums into its results.
+ *
+ * Why this shape (Zen 5, where vpdpbusd issues two a cycle and loads,
+ * the broadcasts included, two a cycle): each vpdpbusd needs its row's
+ * four codes broadcast (a load) and the pack's 64 bytes (a load shared by
+ * the rows). Two rows and one pack make three loads per two vpdpbusd, two
+ * rows and two packs four per four; a loop of nothing else ran 447 and 712
+ * GOPS of the core's 848. So a call takes two packs where it has them.
+ * - Rows go in pairs (a last odd row alone), pairs in groups of
+ *   MS_GEMM_KQ_X16_PAIRS that take their products with block i one after
+ *   another, so the pack's block is read from L1 by all of them (a pack of
+ *   4096 columns is 70 KiB, more than L1).
+ * - Each block is unpacked one step ahead of its products, into the other
+ *   of two buffers: the products read the codes by 4-byte broadcast loads,
+ *   which wait on the stores that just wrote them when both are of the
+ *   same block (Zen 4, 2048 x 4096 x 512: Q4_K 189-190 -> 199-202 GFLOPS,
+ *   IQ2_XXS (VBMI) 151-157 -> 165-167). The VBMI-less IQ2_XXS set keeps
+ *   one block at a time (quant_kq_avx512.c): AHEAD 0 unpacks each block
+ *   right before its products, AHEAD 1 one step ahead. */
+#define MS_GEMM_KQ_X16_PAIRS 4
+
+/* The rows [r, n_rows) in units of R rows (all of them for R 1, whole
+ * pairs for R 2), against P packs; advances r. */
+#define MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, R, P)                                   \
     do {                                                                                                  \
-        if ((AHEAD) && nb > 0) {                                                                          \
-            const BLK *const bb[2] = {&b0[0], &b1[0]};                                                    \
-            EXPAND(bb, &buf[0], R);                                                                       \
-        }                                                                                                 \
-        for (int64_t i = 0; i < nb; i++) {                                                                \
-            const BLK *const bb[2] = {&b0[i], &b1[i]};                                                    \
-            if (!(AHEAD)) {                                                                               \
-                EXPAND(bb, &buf[0], R);                                                                   \
-            } else if (i + 1 < nb) {                                                                      \
-                const BLK *const bn[2] = {&b0[i + 1], &b1[i + 1]};                                        \
-                EXPAND(bn, &buf[(i + 1) & 1], R);                                                         \
+        while (r + (R) <= n_rows) {                                                                       \
+            const int64_t left = (n_rows - r) / (R);                                                      \
+            const int g = left < MS_GEMM_KQ_X16_PAIRS ? (int)left : MS_GEMM_KQ_X16_PAIRS;                 \
+            const BLK *rows[MS_GEMM_KQ_X16_PAIRS][2];                                                     \
+            __m512 acc[MS_GEMM_KQ_X16_PAIRS][2][2];                                                       \
+            for (int u = 0; u < g; u++) {                                                                 \
+                for (int k = 0; k < 2; k++)                                                               \
+                    rows[u][k] = (const BLK *)((const char *)w + (size_t)(r + (R) * u + (k < (R) ? k : 0)) * w_stride); \
+                acc[u][0][0] = acc[u][0][1] = acc[u][1][0] = acc[u][1][1] = _mm512_setzero_ps();          \
             }                                                                                             \
-            PRODUCTS(&buf[(AHEAD) ? i & 1 : 0], bb, &a[i], acc, R);                                       \
+            /* steps (block i, unit u), u fastest */                                                      \
+            const int64_t steps = nb * g;                                                                 \
+            if ((AHEAD) && steps > 0) {                                                                   \
+                const BLK *const bb[2] = {&rows[0][0][0], &rows[0][1][0]};                                \
+                EXPAND(bb, &buf[0], R);                                                                   \
+            }                                                                                             \
+            int64_t i = 0;                                                                                \
+            int u = 0;                                                                                    \
+            for (int64_t st = 0; st < steps; st++) {                                                      \
+                const BLK *const bb[2] = {&rows[u][0][i], &rows[u][1][i]};                                \
+                const int64_t i_next = u + 1 < g ? i : i + 1;                                             \
+                const int u_next = u + 1 < g ? u + 1 : 0;                                                 \
+                if (!(AHEAD)) {                                                                           \
+                    EXPAND(bb, &buf[0], R);                                                               \
+                } else if (st + 1 < steps) {                                                              \
+                    const BLK *const bn[2] = {&rows[u_next][0][i_next], &rows[u_next][1][i_next]};        \
+                    EXPAND(bn, &buf[(st + 1) & 1], R);                                                    \
+                }                                                                                         \
+                const block_q8_Kx16 *const ab[2] = {&a[i], &a[(P) > 1 ? nb + i : i]};                     \
+                PRODUCTS(&buf[(AHEAD) ? st & 1 : 0], bb, ab, acc[u], R, P);                               \
+                i = i_next;                                                                               \
+                u = u_next;                                                                               \
+            }                                                                                             \
+            for (int v = 0; v < g; v++)                                                                   \
+                for (int k = 0; k < (R); k++)                                                             \
+                    for (int q = 0; q < (P); q++)                                                         \
+                        x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + (R) * v + k,               \
+                                  FINISH(acc[v][k][q]), q ? nt - 16 : nt < 16 ? nt : 16);                 \
+            r += (R) * g;                                                                                 \
         }                                                                                                 \
     } while (0)
+
 #define MS_DEFINE_GEMM_KQ_X16(fn, BLK, BUF, EXPAND, PRODUCTS, AHEAD, FINISH)                             \
     void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,           \
             int64_t n_rows, const void *restrict pack, int nt) {                                          \
         const block_q8_Kx16 *a = pack;                                                                    \
         const int64_t nb = n / QK_K;                                                                      \
         BUF buf[2];                                                                                       \
-        for (int64_t r = 0; r < n_rows; r += 2) {                                                         \
-            const BLK *b0 = (const BLK *)((const char *)w + (size_t)r * w_stride);                        \
-            __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                   \
-            if (r + 1 < n_rows) {                                                                         \
-                const BLK *b1 = (const BLK *)((const char *)b0 + w_stride);                               \
-                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, 2);                                             \
-                x16_store(y, ldy, r + 1, FINISH(acc[1]), nt);                                             \
-            } else {                                                                                      \
-                const BLK *b1 = b0;                                                                       \
-                MS_GEMM_KQ_X16_ROW(BLK, EXPAND, PRODUCTS, AHEAD, 1);                                             \
-            }                                                                                             \
-            x16_store(y, ldy, r, FINISH(acc[0]), nt);                                                     \
+        int64_t r = 0;                                                                                    \
+        if (nt > 16) {                                                                                    \
+            MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, 2, 2);                               \
+            MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, 1, 2);                               \
+        } else {                                                                                          \
+            MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, 2, 1);                               \
+            MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, 1, 1);                               \
         }                                                                                                 \
     }
 
@@ -627,90 +673,128 @@ struct kq_x16_buf8 {
     uint64_t scw[2], mw[2];
 };
 
+/* Sub-blocks whose vpdpbusd steps go interleaved in the products below:
+ * enough chains of accumulation (the instruction's latency is 4-5 cycles,
+ * two issue a cycle) for CHAINS per sub-block, R rows and P packs. */
+#define MS_KQ_X16_SPAN(CHAINS, R, P) ((CHAINS) * (R) * (P) >= 8 ? 1 : 8 / ((CHAINS) * (R) * (P)))
+
 /* The products of R (1 or 2) rows' blocks, unpacked in buf, with the
- * pack's 16 tokens, added to accf[k] (lane t token t): per sub-block eight
- * vpdpbusd steps (four codes, unsigned and at most 31, broadcast to every
- * lane against the int8 activations: exact in int32), its scale by
- * vpmulld; the min term the pack's bsp pairs times the mins pairs; then
- * kq_x16_block_add with row k's fp16 scales d[k], dmin[k]. */
+ * block of P (1 or 2) packs ab[q] of 16 tokens, added to accf[k][q] (lane
+ * t token t): per sub-block eight vpdpbusd steps (four codes, unsigned and
+ * at most 31, broadcast to every lane against the int8 activations: exact
+ * in int32), its scale by vpmulld; the min term the pack's bsp pairs times
+ * the mins pairs; then kq_x16_block_add with row k's fp16 scales d[k],
+ * dmin[k]. */
 MS_SIMD_INLINE void kq_x16_products8(const struct kq_x16_buf8 *buf, const uint16_t d[2], const uint16_t dmin[2],
-                                     const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
+                                     const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
     const uint8_t(*const codes)[4][64] = buf->codes;
     const uint64_t *scw = buf->scw, *mw = buf->mw;
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 8")
-    for (int s = 0; s < 8; s++) {
-        const int ci = 2 * (s / 4) + s % 2, co = 32 * ((s / 2) % 2);
-        __m512i t[2][2];
-        for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+    const int U = MS_KQ_X16_SPAN(2, R, P); /* 1, 2 or 4 */
+    __m512i sumi[2][2];
+    for (int k = 0; k < R; k++)
+        for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 1")
+    for (int s0 = 0; s0 < 8; s0 += U) {
+        __m512i t[4][2][2][2];
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++)
+                for (int q = 0; q < P; q++) t[u][k][q][0] = t[u][k][q][1] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[s][j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, codes[k][ci] + co + 4 * j, 4);
-                t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_set1_epi32((int)wv), av);
+            _Pragma("GCC unroll 4")
+            for (int u = 0; u < U; u++) {
+                const int s = s0 + u, ci = 2 * (s / 4) + s % 2, co = 32 * ((s / 2) % 2);
+                __m512i av[2];
+                for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[s][j]);
+                for (int k = 0; k < R; k++) {
+                    uint32_t wv;
+                    memcpy(&wv, codes[k][ci] + co + 4 * j, 4);
+                    const __m512i wb = _mm512_set1_epi32((int)wv);
+                    for (int q = 0; q < P; q++) t[u][k][q][j % 2] = _mm512_dpbusd_epi32(t[u][k][q][j % 2], wb, av[q]);
+                }
             }
         }
-        for (int k = 0; k < R; k++) {
-            const int sc = (int)((scw[k] >> (8 * s)) & 0xff);
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(_mm512_add_epi32(t[k][0], t[k][1]), _mm512_set1_epi32(sc)));
-        }
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++) {
+                const __m512i sc = _mm512_set1_epi32((int)((scw[k] >> (8 * (s0 + u))) & 0xff));
+                for (int q = 0; q < P; q++)
+                    sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(_mm512_add_epi32(t[u][k][q][0], t[u][k][q][1]), sc));
+            }
     }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* the min term: bsp[p] holds (bsub[2p], bsub[2p + 1]) per token,
-         * times the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int p = 0; p < 4; p++) {
-            const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bsp[p]), _mm512_set1_epi32(mp)));
+    for (int q = 0; q < P; q++) {
+        const __m512 ad = _mm512_load_ps(ab[q]->d);
+        for (int k = 0; k < R; k++) {
+            /* the min term: bsp[p] holds (bsub[2p], bsub[2p + 1]) per token,
+             * times the mins of sub-blocks 2p, 2p + 1 as an int16 pair */
+            __m512i summ = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int p = 0; p < 4; p++) {
+                const int mp = (int)(((mw[k] >> (16 * p)) & 0xff) | (((mw[k] >> (16 * p + 8)) & 0xff) << 16));
+                summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab[q]->bsp[p]), _mm512_set1_epi32(mp)));
+            }
+            accf[k][q] = kq_x16_block_add(accf[k][q], ad, d[k], dmin[k], sumi[k][q], summ);
         }
-        accf[k] = kq_x16_block_add(accf[k], ad, d[k], dmin[k], sumi[k], summ);
     }
 }
 
 /* The products of R (1 or 2) rows' blocks of 16 sub-blocks of 16 with
  * signed int8 scales and an unsigned code offset by -2^shift (Q3_K: codes
- * 0..7 less 4, shift 2; Q6_K: 0..63 less 32, shift 5), with the pack's 16
- * tokens, added to accf[k] (lane t token t): codes[k] row k's 256 codes in
- * value order, sc[k] its 16 scales, d[k] its fp16 scale. Per sub-block four
- * vpdpbusd steps (exact in int32) and its scale by vpmulld make sumi; the
- * offset is the pack's bs16 pairs times the scale pairs, shifted: lane t's
- * isum = sumi - 2^shift summ is the reference's for token t, and
- * (ad * d) * isum is added, the reference's float step in its order. */
+ * 0..7 less 4, shift 2; Q6_K: 0..63 less 32, shift 5), with the block of
+ * P (1 or 2) packs ab[q] of 16 tokens, added to accf[k][q] (lane t token
+ * t): codes[k] row k's 256 codes in value order, sc[k] its 16 scales, d[k]
+ * its fp16 scale. Per sub-block four vpdpbusd steps (exact in int32) and
+ * its scale by vpmulld make sumi; the offset is the pack's bs16 pairs times
+ * the scale pairs, shifted: lane t's isum = sumi - 2^shift summ is the
+ * reference's for token t, and (ad * d) * isum is added, the reference's
+ * float step in its order. */
 MS_SIMD_INLINE void kq_x16_products16(const uint8_t *const codes[2], const int8_t *const sc[2], const uint16_t d[2],
-                                      const int shift, const block_q8_Kx16 *ab, __m512 accf[2], const int R) {
-    __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    _Pragma("GCC unroll 16")
-    for (int sb = 0; sb < QK_K / 16; sb++) {
-        __m512i t[2];
-        for (int k = 0; k < R; k++) t[k] = _mm512_setzero_si512();
+                                      const int shift, const block_q8_Kx16 *const ab[2], __m512 accf[2][2],
+                                      const int R, const int P) {
+    const int U = MS_KQ_X16_SPAN(1, R, P); /* 2, 4 or 8 */
+    __m512i sumi[2][2];
+    for (int k = 0; k < R; k++)
+        for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 1")
+    for (int sb0 = 0; sb0 < QK_K / 16; sb0 += U) {
+        __m512i t[8][2][2];
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++)
+                for (int q = 0; q < P; q++) t[u][k][q] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4")
         for (int j = 0; j < 4; j++) {
-            const __m512i av = _mm512_load_si512((const void *)ab->qs[sb / 2][4 * (sb % 2) + j]);
-            for (int k = 0; k < R; k++) {
-                uint32_t wv;
-                memcpy(&wv, codes[k] + 16 * sb + 4 * j, 4);
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_set1_epi32((int)wv), av);
+            _Pragma("GCC unroll 8")
+            for (int u = 0; u < U; u++) {
+                const int sb = sb0 + u;
+                __m512i av[2];
+                for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[sb / 2][4 * (sb % 2) + j]);
+                for (int k = 0; k < R; k++) {
+                    uint32_t wv;
+                    memcpy(&wv, codes[k] + 16 * sb + 4 * j, 4);
+                    const __m512i wb = _mm512_set1_epi32((int)wv);
+                    for (int q = 0; q < P; q++) t[u][k][q] = _mm512_dpbusd_epi32(t[u][k][q], wb, av[q]);
+                }
             }
         }
-        for (int k = 0; k < R; k++)
-            sumi[k] = _mm512_add_epi32(sumi[k], _mm512_mullo_epi32(t[k], _mm512_set1_epi32(sc[k][sb])));
+        for (int u = 0; u < U; u++)
+            for (int k = 0; k < R; k++) {
+                const __m512i scv = _mm512_set1_epi32(sc[k][sb0 + u]);
+                for (int q = 0; q < P; q++) sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(t[u][k][q], scv));
+            }
     }
-    const __m512 ad = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        /* the offset: bs16[q] holds each token's (bsums[2 q], bsums[2 q + 1]), times the scale pair */
-        __m512i summ = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8")
-        for (int q = 0; q < 8; q++) {
-            const int sp = (int)((uint16_t)sc[k][2 * q] | (uint32_t)(uint16_t)sc[k][2 * q + 1] << 16);
-            summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab->bs16[q]), _mm512_set1_epi32(sp)));
+    for (int q = 0; q < P; q++) {
+        const __m512 ad = _mm512_load_ps(ab[q]->d);
+        for (int k = 0; k < R; k++) {
+            /* the offset: bs16[p] holds each token's (bsums[2 p], bsums[2 p + 1]), times the scale pair */
+            __m512i summ = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8")
+            for (int p = 0; p < 8; p++) {
+                const int sp = (int)((uint16_t)sc[k][2 * p] | (uint32_t)(uint16_t)sc[k][2 * p + 1] << 16);
+                summ = _mm512_add_epi32(summ, _mm512_madd_epi16(_mm512_load_si512((const void *)ab[q]->bs16[p]), _mm512_set1_epi32(sp)));
+            }
+            const __m512i isum = _mm512_sub_epi32(sumi[k][q], _mm512_slli_epi32(summ, shift));
+            accf[k][q] = _mm512_add_ps(accf[k][q], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d[k]))),
+                                                                 _mm512_cvtepi32_ps(isum)));
         }
-        const __m512i isum = _mm512_sub_epi32(sumi[k], _mm512_slli_epi32(summ, shift));
-        accf[k] = _mm512_add_ps(accf[k], _mm512_mul_ps(_mm512_mul_ps(ad, _mm512_set1_ps(fp16_scale(d[k]))),
-                                                       _mm512_cvtepi32_ps(isum)));
     }
 }
 #endif
