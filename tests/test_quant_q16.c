@@ -312,7 +312,7 @@ static void test_pack_x8(void **state) {
 static void check_gemm(const char *name, int lanes, size_t pack_block, ms_act_pack_fn pack_fn, ms_gemm_tok_fn gemm) {
     ms_rng r;
     ms_rng_seed(&r, 0x6e3316ull + (uint64_t)lanes);
-    enum { NR = 9 };
+    enum { NR = 11 }; /* past a group of four row pairs */
     for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
         const int64_t nb = block_counts[li], n = nb * QK8_0;
         const size_t row = (size_t)nb * sizeof(block_q8_0), stride = row + 6;

@@ -153,26 +153,31 @@ static void test_x4_bit_identical(void **state) {
 
 /* A Q8_0 token-lane GEMM against its set's single kernel, bit for bit:
  * 1-9 rows (the AVX2 kernel takes four at a time, the AVX-512 one two)
- * read at a stride with a gap, 1..lanes tokens per packed group, every
+ * read at a stride with a gap, 1..lanes tokens per packed group and up to
+ * `groups` groups a call (packed one after another), every
  * block count of block_counts (tails of the 4-, 8- and 16-block groups),
  * weights with -128. */
-static void check_gemm_q8_0(const char *name, int lanes, size_t pack_block, ms_act_pack_fn pack_fn,
+static void check_gemm_q8_0(const char *name, int lanes, int groups, size_t pack_block, ms_act_pack_fn pack_fn,
                             ms_gemm_tok_fn gemm, ms_vec_dot_fn single) {
     ms_rng r;
     ms_rng_seed(&r, 0x9e3779b9ull + (uint64_t)lanes);
-    enum { NR = 9 };
+    enum { NR = 11 }; /* past a group of four pairs */
     for (size_t li = 0; li < sizeof block_counts / sizeof block_counts[0]; li++) {
         const int64_t n = block_counts[li] * QK8_0;
         const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
         char *w = xalloc(stride * NR);
-        char *a = xalloc(row * (size_t)lanes);
-        void *pack = xalloc(pack_block * (size_t)block_counts[li]);
+        const int max_nt = lanes * groups;
+        const size_t group_bytes = pack_block * (size_t)block_counts[li];
+        char *a = xalloc(row * (size_t)max_nt);
+        char *pack = xalloc(group_bytes * (size_t)groups);
         for (int64_t i = 0; i < NR; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
-        for (int t = 0; t < lanes; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
-        for (int nt = 1; nt <= lanes; nt++) {
-            pack_fn(n, a, row, nt, pack);
+        for (int t = 0; t < max_nt; t++) make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)t * row);
+        for (int nt = 1; nt <= max_nt; nt++) {
+            for (int g = 0; g * lanes < nt; g++)
+                pack_fn(n, a + (size_t)(g * lanes) * row, row, nt - g * lanes < lanes ? nt - g * lanes : lanes,
+                        pack + (size_t)g * group_bytes);
             for (int64_t rows = 1; rows <= NR; rows++) {
-                float y[16 * NR], want;
+                float y[32 * NR], want;
                 for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
                 gemm(n, y, rows, w, stride, rows, pack, nt);
                 bool nonzero = false;
@@ -186,7 +191,7 @@ static void check_gemm_q8_0(const char *name, int lanes, size_t pack_block, ms_a
                         nonzero |= want != 0.0f;
                     }
                 assert_true(nonzero);
-                for (int64_t k = nt * rows; k < 16 * rows; k++) assert_true(y[k] == -1.0f); /* untouched */
+                for (int64_t k = nt * rows; k < 32 * rows; k++) assert_true(y[k] == -1.0f); /* untouched */
             }
         }
         ms_free(w), ms_free(a), ms_free(pack);
@@ -197,12 +202,12 @@ static void test_gemm_q8_0(void **state) {
     (void)state;
     bool ran = false;
     if (cpu_avx2()) {
-        check_gemm_q8_0("avx2", 8, sizeof(block_q16_0x8), ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2,
+        check_gemm_q8_0("avx2", 8, 1, sizeof(block_q16_0x8), ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2,
                         ms_dot_q8_0_q8_0_avx2);
         ran = true;
     }
     if (cpu_avx512()) {
-        check_gemm_q8_0("avx512", 16, sizeof(block_q8_0x16), ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512,
+        check_gemm_q8_0("avx512", 16, 2, sizeof(block_q8_0x16), ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512,
                         ms_dot_q8_0_q8_0_avx512);
         ran = true;
     }

@@ -599,32 +599,38 @@ MS_DECL_DOT_X4(q8_0, f32, avx512) {
  * three interleaved runs). The Q8_0 x Q16_0 GEMM (quant_q16_avx512.c),
  * which uses each broadcast twice, keeps the copy: with the xor it ran
  * 117-127 against 132-141. The float step is the single kernel's, lane by lane (see
- * dot_q8_0_q8_0_n). Two rows share each activation load.
+ * dot_q8_0_q8_0_n). Two rows share each activation load, two packs each
+ * broadcast (MS_DEFINE_GEMM_Q8_0_X16).
  */
-MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q8_0x16 *ab, __m512 acc[2],
-                                   const int R) {
+MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q8_0x16 *const ab[2],
+                                   __m512 acc[2][2], const int R, const int P) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i t[2][2];
-    for (int k = 0; k < R; k++) t[k][0] = t[k][1] = _mm512_setzero_si512();
+    __m512i t[2][2][2];
+    for (int k = 0; k < R; k++)
+        for (int q = 0; q < P; q++) t[k][q][0] = t[k][q][1] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8")
     for (int j = 0; j < 8; j++) {
-        const __m512i av = _mm512_load_si512((const void *)ab->qs[j]);
+        __m512i av[2];
+        for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[j]);
         for (int k = 0; k < R; k++) {
             uint32_t wv;
             memcpy(&wv, w[k][i].qs + 4 * j, 4);
-            t[k][j % 2] = _mm512_dpbusd_epi32(t[k][j % 2], _mm512_xor_si512(_mm512_set1_epi32((int)wv), flip), av);
+            const __m512i wb = _mm512_xor_si512(_mm512_set1_epi32((int)wv), flip);
+            for (int q = 0; q < P; q++) t[k][q][j % 2] = _mm512_dpbusd_epi32(t[k][q][j % 2], wb, av[q]);
         }
     }
-    const __m512i corr = _mm512_load_si512((const void *)ab->asum128);
-    const __m512 da = _mm512_load_ps(ab->d);
-    for (int k = 0; k < R; k++) {
-        const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(t[k][0], t[k][1]), corr);
-        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(fp16_scale(w[k][i].d)), da);
-        acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+    for (int q = 0; q < P; q++) {
+        const __m512i corr = _mm512_load_si512((const void *)ab[q]->asum128);
+        const __m512 da = _mm512_load_ps(ab[q]->d);
+        for (int k = 0; k < R; k++) {
+            const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(t[k][q][0], t[k][q][1]), corr);
+            const __m512 d = _mm512_mul_ps(_mm512_set1_ps(fp16_scale(w[k][i].d)), da);
+            acc[k][q] = _mm512_add_ps(acc[k][q], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        }
     }
 }
 
-MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q8_0x16_avx512, block_q8_0x16, q8_0_block_x16)
+MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q8_0x16_avx512, block_q8_0x16, q8_0_block_x16, 2)
 
 /* ---- token-lane GEMM with f32 activations (exact mode and the dense
  * products fast mode keeps in f32): Q8_0 rows x 16 tokens

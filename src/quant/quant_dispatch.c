@@ -348,8 +348,8 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * 77 / 96 / 109, through the x4 dots 79 / 78 / 78 (mean GFLOPS) */
         set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
                      16, 10);
-        /* the K-quant GEMMs take two groups a call (MS_DEFINE_GEMM_KQ_X16) */
-        static const enum ms_type two_groups[] = {MS_TYPE_Q4_K, MS_TYPE_Q5_K, MS_TYPE_Q2_K, MS_TYPE_Q3_K,
+        /* two groups a call (MS_DEFINE_GEMM_KQ_X16, MS_DEFINE_GEMM_Q8_0_X16) */
+        static const enum ms_type two_groups[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q5_K, MS_TYPE_Q2_K, MS_TYPE_Q3_K,
                                                   MS_TYPE_Q6_K, MS_TYPE_IQ2_XXS, MS_TYPE_IQ4_XS};
         for (size_t i = 0; i < sizeof two_groups / sizeof two_groups[0]; i++) tab[two_groups[i]].gemm_tok_groups = 2;
     }

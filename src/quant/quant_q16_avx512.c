@@ -167,10 +167,12 @@ void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *res
 
 /* ---- token-lane GEMM: Q8_0 rows x 16 packed Q16_0 tokens ---------------- */
 
-/* Block i of R (1 or 2) rows against the pack's 16 tokens: acc[k] +=
+/* Block i of R (1 or 2) rows against the pack's 16 tokens: accp[k][0] +=
  * (float)sumi * (d_w * d_a) lane by lane, the reference's float step. */
-MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q16_0x16 *ab, __m512 acc[2],
-                                  const int R) {
+MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const block_q16_0x16 *const abp[2],
+                                  __m512 accp[2][2], const int R, const int P) {
+    (void)P; /* one pack a call (MS_DEFINE_GEMM_Q8_0_X16's PMAX 1): each broadcast already feeds two vpdpbusd */
+    const block_q16_0x16 *ab = abp[0];
     uint8_t wu[2][32] __attribute__((aligned(32)));
     for (int k = 0; k < R; k++)
         _mm256_store_si256((__m256i *)wu[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[k][i].qs),
@@ -195,8 +197,8 @@ MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const
         const __m512i hi = _mm512_slli_epi32(_mm512_add_epi32(th[k][0], th[k][1]), 8);
         const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(hi, _mm512_add_epi32(tl[k][0], tl[k][1])), corr);
         const __m512 d = _mm512_mul_ps(_mm512_set1_ps(fp16_scale(w[k][i].d)), da);
-        acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
+        accp[k][0] = _mm512_add_ps(accp[k][0], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), d));
     }
 }
 
-MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q16_0x16_avx512, block_q16_0x16, q16_block_x16)
+MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q16_0x16_avx512, block_q16_0x16, q16_block_x16, 1)

@@ -516,41 +516,61 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
     for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
 }
 
-/* A token-lane GEMM of Q8_0 rows (ms_gemm_tok_fn) named fn, over packs of
- * 16 tokens of type PACK, from its block step BLOCK(w, i, &pack[i], acc, R):
- * acc[k] += row k's float step for block i, for R (1 or 2, a constant)
- * rows w[k]. Rows go two at a time, sharing each activation load; each row
- * keeps four sums by block index modulo 4, combined as (s0 + s2) +
- * (s1 + s3): the order of the Q8_0 x Q8_0 and Q8_0 x Q16_0 single-token
- * dots of the AVX-512 set. */
-#define MS_DEFINE_GEMM_Q8_0_X16(fn, PACK, BLOCK)                                                         \
-    MS_SIMD_INLINE void fn##_rows(const block_q8_0 *const w[2], int64_t nb, const PACK *a, __m512 out[2], \
-                                  const int R) {                                                          \
-        __m512 acc[4][2];                                                                                 \
-        for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();                         \
-        for (int64_t i = 0; i < nb; i += 4) {                                                             \
-            _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) if (i + q < nb)                           \
-                BLOCK(w, i + q, &a[i + q], acc[q], R);                                                    \
+/* Row pairs per group of the token-lane GEMMs below (their comment says
+ * why). */
+#define MS_GEMM_KQ_X16_PAIRS 4
+
+/* A token-lane GEMM of Q8_0 rows (ms_gemm_tok_fn) named fn, over up to
+ * PMAX (1 or 2) packs of 16 tokens of type PACK (nt up to 16 PMAX, the
+ * second pack's blocks right after the first's), from its block step
+ * BLOCK(w, i, ab, acc, R, P): acc[k][q] += row k's float step for block i
+ * with pack q, for R (1 or 2, a constant) rows w[k] and P (1 or 2) packs
+ * ab[q]. Each row keeps four sums by block index modulo 4, combined as
+ * (s0 + s2) + (s1 + s3): the order of the Q8_0 x Q8_0 and Q8_0 x Q16_0
+ * single-token dots of the AVX-512 set. Rows go in pairs, pairs in groups
+ * of MS_GEMM_KQ_X16_PAIRS over each block in turn, as in
+ * MS_DEFINE_GEMM_KQ_X16 below (which says why). */
+#define MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, R, P)                                                          \
+    do {                                                                                                  \
+        while (r + (R) <= n_rows) {                                                                       \
+            const int64_t left = (n_rows - r) / (R);                                                      \
+            const int g = left < MS_GEMM_KQ_X16_PAIRS ? (int)left : MS_GEMM_KQ_X16_PAIRS;                 \
+            const block_q8_0 *rows[MS_GEMM_KQ_X16_PAIRS][2];                                              \
+            __m512 acc[MS_GEMM_KQ_X16_PAIRS][4][2][2];                                                    \
+            for (int u = 0; u < g; u++) {                                                                 \
+                for (int k = 0; k < 2; k++)                                                               \
+                    rows[u][k] = (const block_q8_0 *)((const char *)w + (size_t)(r + (R) * u + (k < (R) ? k : 0)) * w_stride); \
+                for (int m = 0; m < 4; m++)                                                               \
+                    acc[u][m][0][0] = acc[u][m][0][1] = acc[u][m][1][0] = acc[u][m][1][1] = _mm512_setzero_ps(); \
+            }                                                                                             \
+            for (int64_t i = 0; i < nb; i++) {                                                            \
+                const PACK *const ab[2] = {&a[i], &a[(P) > 1 ? nb + i : i]};                              \
+                _Pragma("GCC unroll 1") for (int u = 0; u < g; u++)                                       \
+                    BLOCK(rows[u], i, ab, acc[u][i % 4], R, P);                                           \
+            }                                                                                             \
+            for (int u = 0; u < g; u++)                                                                   \
+                for (int k = 0; k < (R); k++)                                                             \
+                    for (int q = 0; q < (P); q++)                                                         \
+                        x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + (R) * u + k,               \
+                                  _mm512_add_ps(_mm512_add_ps(acc[u][0][k][q], acc[u][2][k][q]),          \
+                                                _mm512_add_ps(acc[u][1][k][q], acc[u][3][k][q])),         \
+                                  q ? nt - 16 : nt < 16 ? nt : 16);                                       \
+            r += (R) * g;                                                                                 \
         }                                                                                                 \
-        for (int k = 0; k < R; k++)                                                                       \
-            out[k] = _mm512_add_ps(_mm512_add_ps(acc[0][k], acc[2][k]), _mm512_add_ps(acc[1][k], acc[3][k])); \
-    }                                                                                                     \
+    } while (0)
+
+#define MS_DEFINE_GEMM_Q8_0_X16(fn, PACK, BLOCK, PMAX)                                                   \
     void fn(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,           \
             int64_t n_rows, const void *restrict pack, int nt) {                                          \
+        const PACK *a = pack;                                                                             \
         const int64_t nb = n / QK8_0;                                                                     \
-        __m512 out[2];                                                                                    \
-        for (int64_t r = 0; r < n_rows; r += 2) {                                                         \
-            const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * w_stride);         \
-            if (r + 1 < n_rows) {                                                                         \
-                const block_q8_0 *const wr[2] = {w0, (const block_q8_0 *)((const char *)w0 + w_stride)}; \
-                fn##_rows(wr, nb, pack, out, 2);                                                          \
-                x16_store(y, ldy, r, out[0], nt);                                                         \
-                x16_store(y, ldy, r + 1, out[1], nt);                                                     \
-            } else {                                                                                      \
-                const block_q8_0 *const wr[2] = {w0, w0};                                                 \
-                fn##_rows(wr, nb, pack, out, 1);                                                          \
-                x16_store(y, ldy, r, out[0], nt);                                                         \
-            }                                                                                             \
+        int64_t r = 0;                                                                                    \
+        if ((PMAX) > 1 && nt > 16) {                                                                      \
+            MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, 2, 2);                                                      \
+            MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, 1, 2);                                                      \
+        } else {                                                                                          \
+            MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, 2, 1);                                                      \
+            MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, 1, 1);                                                      \
         }                                                                                                 \
     }
 
@@ -579,7 +599,6 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
  *   IQ2_XXS (VBMI) 151-157 -> 165-167). The VBMI-less IQ2_XXS set keeps
  *   one block at a time (quant_kq_avx512.c): AHEAD 0 unpacks each block
  *   right before its products, AHEAD 1 one step ahead. */
-#define MS_GEMM_KQ_X16_PAIRS 4
 
 /* The rows [r, n_rows) in units of R rows (all of them for R 1, whole
  * pairs for R 2), against P packs; advances r. */

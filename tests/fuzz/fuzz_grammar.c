@@ -42,8 +42,10 @@ static int feed(const struct ms_grammar *g, const char *t, size_t n, size_t spli
     int rc = ms_grammar_matcher_accept(m, t, split, &err);
     if (rc == 1) rc = ms_grammar_matcher_accept(m, t + split, n - split, &err);
     *complete = rc == 1 && ms_grammar_matcher_complete(m);
-    if (rc == 1 && ms_grammar_matcher_complete(m) == false && ms_grammar_matcher_can_continue(m) == false)
-        abort(); /* alive, yet neither complete nor able to go on */
+    if (rc == 1 && ms_grammar_matcher_complete(m) == false && ms_grammar_matcher_can_continue(m) == false) {
+        fprintf(stderr, "the matcher took the text (split at %zu) but can neither end nor go on\n", split);
+        abort();
+    }
     ms_grammar_matcher_free(m);
     return rc;
 }
@@ -124,9 +126,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct ms_grammar_matcher *m;
     if (whole >= 0 && !ms_grammar_matcher_new(&m, g, &err)) {
         const char bad = '\x80'; /* never valid UTF-8 on its own */
-        if (ms_grammar_matcher_accept(m, &bad, 1, &err) != 0) abort();
+        const int bad_rc = ms_grammar_matcher_accept(m, &bad, 1, &err);
+        if (bad_rc != 0) {
+            fprintf(stderr, "a lone 0x80 byte gave %d, not a refusal (%s)\n", bad_rc, bad_rc < 0 ? err.msg : "taken");
+            abort();
+        }
         const int again = ms_grammar_matcher_accept(m, text, text_len, &err);
-        if (again >= 0 && (again != whole || (again == 1 && ms_grammar_matcher_complete(m) != c_whole))) abort();
+        if (again >= 0 && (again != whole || (again == 1 && ms_grammar_matcher_complete(m) != c_whole))) {
+            fprintf(stderr, "after a refused byte: %d/%d, fresh: %d/%d\n", again,
+                    again == 1 && ms_grammar_matcher_complete(m), whole, c_whole);
+            abort();
+        }
         ms_grammar_matcher_free(m);
     }
     ms_grammar_free(g);
