@@ -45,6 +45,7 @@
 struct node {
     uint32_t pos;  /* index into elems */
     uint32_t next; /* the node below; 0: none */
+    uint32_t hash; /* of the whole stack from here down (stack_hash) */
 };
 
 /* One matcher state: a set of stacks (a slice of the matcher's set array)
@@ -83,6 +84,12 @@ struct ms_grammar_matcher {
     struct seen { uint32_t pos, tail, stamp; } *seen;
     uint32_t cap_seen, n_seen, stamp;
     uint32_t cap_work;
+    /* the set being built at sets[dd_off..), once it has SET_LINEAR stacks:
+     * an open-addressing table of indices into sets (dd_idx, by stack hash),
+     * valid where dd_stamp matches, so a set of thousands of stacks is not
+     * searched stack by stack on every add */
+    uint32_t *dd_idx, *dd_stamp;
+    uint32_t dd_off, dd_cur;
     ms_err *err; /* where the current operation reports */
 };
 
@@ -100,9 +107,18 @@ static int grow(void **p, uint32_t *cap, uint64_t need, size_t elem) {
 
 static int oom(struct ms_grammar_matcher *m) { return ms_err_set(m->err, "grammar: out of memory"); }
 
+/* The hash of the stack with pos on top of the stack below (hash_below:
+ * its hash, STACK_HASH_EMPTY for none): equal stacks hash alike. */
+#define STACK_HASH_EMPTY 0x9e3779b9u
+static uint32_t stack_hash(uint32_t pos, uint32_t hash_below) {
+    uint32_t h = (pos + 0x7f4a7c15u) * 0x85ebca6bu ^ hash_below * 0xc2b2ae35u;
+    h ^= h >> 15;
+    return h * 0x27d4eb2du;
+}
+
 static int64_t new_node(struct ms_grammar_matcher *m, uint32_t pos, uint32_t next) {
     if (grow((void **)&m->nodes, &m->cap_nodes, (uint64_t)m->n_nodes + 1, sizeof *m->nodes)) return oom(m);
-    m->nodes[m->n_nodes] = (struct node){pos, next};
+    m->nodes[m->n_nodes] = (struct node){pos, next, stack_hash(pos, next ? m->nodes[next].hash : STACK_HASH_EMPTY)};
     return m->n_nodes++;
 }
 
@@ -115,15 +131,63 @@ static bool same_stack(const struct node *nodes, uint32_t a, uint32_t b) {
     return true;
 }
 
+#define SET_LINEAR 16                               /* stacks a set is searched one by one up to */
+#define DD_SLOTS (2u * (uint32_t)MS_GRAMMAR_MAX_STACKS) /* the table at most half full */
+
+static uint32_t set_hash(const struct ms_grammar_matcher *m, uint32_t s) {
+    return s ? m->nodes[s].hash : STACK_HASH_EMPTY;
+}
+
+/* Puts sets[i] (of the set at dd_off) in the table. */
+static void dd_put(struct ms_grammar_matcher *m, uint32_t i) {
+    uint32_t h = set_hash(m, m->sets[i]) & (DD_SLOTS - 1);
+    while (m->dd_stamp[h] == m->dd_cur) h = (h + 1) & (DD_SLOTS - 1);
+    m->dd_stamp[h] = m->dd_cur;
+    m->dd_idx[h] = i;
+}
+
 /* Adds stack s to the set being built at sets[off..n_sets) unless it is
- * there already. */
+ * there already. Past SET_LINEAR stacks the search goes through the hash
+ * table: the table covers every stack of the set (those added since it was
+ * made are put in as they come; a set that shrank below SET_LINEAR and grew
+ * again gets a fresh table), and a hit is confirmed by comparing stacks, so
+ * an entry left from stacks since dropped can only cost a comparison. A
+ * linear search of sets of thousands of stacks took over a minute for one
+ * fuzzed schema's pattern (fuzz_grammar). */
 static int add_stack(struct ms_grammar_matcher *m, uint32_t off, uint32_t s) {
-    for (uint32_t i = off; i < m->n_sets; i++)
-        if (same_stack(m->nodes, m->sets[i], s)) return 0;
-    if (m->n_sets - off >= MS_GRAMMAR_MAX_STACKS)
+    const uint32_t len = m->n_sets - off;
+    if (len < SET_LINEAR) {
+        m->dd_off = UINT32_MAX; /* any table belongs to an earlier set */
+        for (uint32_t i = off; i < m->n_sets; i++)
+            if (same_stack(m->nodes, m->sets[i], s)) return 0;
+    } else {
+        if (!m->dd_idx) {
+            m->dd_idx = malloc(DD_SLOTS * sizeof *m->dd_idx);
+            m->dd_stamp = calloc(DD_SLOTS, sizeof *m->dd_stamp);
+            if (!m->dd_idx || !m->dd_stamp) {
+                free(m->dd_idx), free(m->dd_stamp);
+                m->dd_idx = m->dd_stamp = NULL;
+                return oom(m);
+            }
+        }
+        if (m->dd_off != off) { /* a new table: a new stamp empties it */
+            if (++m->dd_cur == 0) {
+                memset(m->dd_stamp, 0, DD_SLOTS * sizeof *m->dd_stamp);
+                m->dd_cur = 1;
+            }
+            m->dd_off = off;
+            for (uint32_t i = off; i < m->n_sets; i++) dd_put(m, i);
+        }
+        for (uint32_t h = set_hash(m, s) & (DD_SLOTS - 1); m->dd_stamp[h] == m->dd_cur; h = (h + 1) & (DD_SLOTS - 1)) {
+            const uint32_t i = m->dd_idx[h];
+            if (i >= off && i < m->n_sets && same_stack(m->nodes, m->sets[i], s)) return 0;
+        }
+    }
+    if (len >= MS_GRAMMAR_MAX_STACKS)
         return ms_err_set(m->err, "grammar: too ambiguous (more than %d alternatives at once)", MS_GRAMMAR_MAX_STACKS);
     if (grow((void **)&m->sets, &m->cap_sets, (uint64_t)m->n_sets + 1, sizeof *m->sets)) return oom(m);
     m->sets[m->n_sets++] = s;
+    if (len >= SET_LINEAR) dd_put(m, m->n_sets - 1);
     return 0;
 }
 
@@ -323,7 +387,7 @@ static void compact(struct ms_grammar_matcher *m) {
             const uint32_t s = chain[k];
             if (n == cap) goto out;
             const uint32_t nx = m->nodes[s].next;
-            fresh[n] = (struct node){m->nodes[s].pos, nx ? map[nx] : 0};
+            fresh[n] = (struct node){m->nodes[s].pos, nx ? map[nx] : 0, m->nodes[s].hash};
             map[s] = n++;
         }
     }
@@ -348,6 +412,7 @@ int ms_grammar_matcher_new(struct ms_grammar_matcher **out, const struct ms_gram
     m->g = g;
     m->err = err;
     m->n_nodes = 1; /* node 0 is "no node" */
+    m->dd_off = UINT32_MAX;
     m->compact_at = COMPACT_NODES;
     if (grow((void **)&m->nodes, &m->cap_nodes, 1, sizeof *m->nodes)) {
         ms_grammar_matcher_free(m);
@@ -373,6 +438,8 @@ void ms_grammar_matcher_free(struct ms_grammar_matcher *m) {
     free(m->depth);
     free(m->work);
     free(m->seen);
+    free(m->dd_idx);
+    free(m->dd_stamp);
     for (int i = 0; i < MASK_CACHE; i++) {
         free(m->cache[i].key);
         free(m->cache[i].bits);
