@@ -11,6 +11,7 @@
  *   - byte-at-a-time feeding equals whole-text feeding, including UTF-8
  *     split inside characters; a refused byte leaves the matcher as it was;
  *   - long texts keep the matcher's memory bounded (tail calls, compaction);
+ *   - sets of many live stacks (the hashed deduplication) and the limit;
  *   - ms_grammar_mask against a brute-force reference (a fresh matcher fed
  *     the prefix and the token) at every step of random walks, on the tiny
  *     vocabulary and, when installed, on DeepSeek V3's 129k one.
@@ -279,6 +280,46 @@ static void test_bytewise_and_refusal(void **state) {
  * tail calls keep stacks flat, compaction keeps the node array bounded
  * (checked indirectly: the process would need gigabytes otherwise, and
  * ASan runs this too). */
+/* Sets of many live stacks (the matcher deduplicates those past 16 through
+ * a hash table): after n a's, x ::= "a" x "b" | "a" x "c" | "" has a stack
+ * for each of the 2^n closing sequences still open, times the ways on
+ * (hundreds of stacks from 8 a's). A text of n a's
+ * then n letters of b and c is taken, whole and byte by byte, and one
+ * letter more or less is not; the eleventh a passes MS_GRAMMAR_MAX_STACKS:
+ * "too ambiguous". */
+static void test_wide_sets(void **state) {
+    (void)state;
+    struct ms_grammar *g = parse_ok("root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"\"");
+    ms_rng r;
+    ms_rng_seed(&r, 41);
+    char text[64];
+    for (int n = 1; n <= 9; n++)
+        for (int extra = -1; extra <= 1; extra++) {
+            const int len = 2 * n + extra;
+            for (int i = 0; i < len; i++) text[i] = i < n ? 'a' : (ms_rng_u64(&r) & 1) ? 'b' : 'c';
+            text[len] = 0;
+            assert_int_equal(match(g, text), extra == 0);
+            struct ms_grammar_matcher *m;
+            ms_err err;
+            assert_int_equal(ms_grammar_matcher_new(&m, g, &err), 0);
+            int rc = 1;
+            for (int i = 0; i < len && rc == 1; i++) rc = ms_grammar_matcher_accept(m, text + i, 1, &err);
+            assert_int_equal(rc, extra <= 0);
+            if (rc == 1) assert_int_equal(ms_grammar_matcher_complete(m), extra == 0);
+            ms_grammar_matcher_free(m);
+        }
+    struct ms_grammar_matcher *m;
+    ms_err err;
+    assert_int_equal(ms_grammar_matcher_new(&m, g, &err), 0);
+    int a_count = 0, rc;
+    while ((rc = ms_grammar_matcher_accept(m, "a", 1, &err)) == 1) a_count++;
+    assert_int_equal(rc, -1);
+    assert_int_equal(a_count, 10);
+    assert_non_null(strstr(err.msg, "too ambiguous"));
+    ms_grammar_matcher_free(m);
+    ms_grammar_free(g);
+}
+
 static void test_long_text(void **state) {
     (void)state;
     struct ms_grammar *g = parse_ok("root ::= (\"ab\" | [c-e])* \"!\" \"z\"{0,10000}");
@@ -536,6 +577,7 @@ int main(void) {
         cmocka_unit_test(test_parse_errors),      cmocka_unit_test(test_constructs),
         cmocka_unit_test(test_against_pcre2),     cmocka_unit_test(test_nested),
         cmocka_unit_test(test_bytewise_and_refusal), cmocka_unit_test(test_long_text),
+        cmocka_unit_test(test_wide_sets),
         cmocka_unit_test(test_mask_tiny_vocab),   cmocka_unit_test(test_mask_dsv3_vocab),
         cmocka_unit_test(test_mask_ruled_out),
     };
