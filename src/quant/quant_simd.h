@@ -516,46 +516,36 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
     for (int t = 0; t < nt; t++) y[t * ldy + r] = o[t];
 }
 
-/* Row pairs per group of the token-lane GEMMs below (their comment says
- * why). */
-#define MS_GEMM_KQ_X16_PAIRS 4
-
 /* A token-lane GEMM of Q8_0 rows (ms_gemm_tok_fn) named fn, over up to
  * PMAX (1 or 2) packs of 16 tokens of type PACK (nt up to 16 PMAX, the
  * second pack's blocks right after the first's), from its block step
  * BLOCK(w, i, ab, acc, R, P): acc[k][q] += row k's float step for block i
  * with pack q, for R (1 or 2, a constant) rows w[k] and P (1 or 2) packs
- * ab[q]. Each row keeps four sums by block index modulo 4, combined as
- * (s0 + s2) + (s1 + s3): the order of the Q8_0 x Q8_0 and Q8_0 x Q16_0
- * single-token dots of the AVX-512 set. Rows go in pairs, pairs in groups
- * of MS_GEMM_KQ_X16_PAIRS over each block in turn, as in
- * MS_DEFINE_GEMM_KQ_X16 below (which says why). */
+ * ab[q]. Rows go in pairs (a last odd row alone); each row keeps four sums
+ * by block index modulo 4, combined as (s0 + s2) + (s1 + s3): the order of
+ * the Q8_0 x Q8_0 and Q8_0 x Q16_0 single-token dots of the AVX-512 set.
+ * Four blocks' steps are unrolled into one body, whose accumulator chains
+ * the core overlaps. Why two packs: see MS_DEFINE_GEMM_KQ_X16 below. */
 #define MS_GEMM_Q8_0_X16_RUN(PACK, BLOCK, R, P)                                                          \
     do {                                                                                                  \
-        while (r + (R) <= n_rows) {                                                                       \
-            const int64_t left = (n_rows - r) / (R);                                                      \
-            const int g = left < MS_GEMM_KQ_X16_PAIRS ? (int)left : MS_GEMM_KQ_X16_PAIRS;                 \
-            const block_q8_0 *rows[MS_GEMM_KQ_X16_PAIRS][2];                                              \
-            __m512 acc[MS_GEMM_KQ_X16_PAIRS][4][2][2];                                                    \
-            for (int u = 0; u < g; u++) {                                                                 \
-                for (int k = 0; k < 2; k++)                                                               \
-                    rows[u][k] = (const block_q8_0 *)((const char *)w + (size_t)(r + (R) * u + (k < (R) ? k : 0)) * w_stride); \
-                for (int m = 0; m < 4; m++)                                                               \
-                    acc[u][m][0][0] = acc[u][m][0][1] = acc[u][m][1][0] = acc[u][m][1][1] = _mm512_setzero_ps(); \
+        for (; r + (R) <= n_rows; r += (R)) {                                                             \
+            const block_q8_0 *const rows[2] = {                                                           \
+                (const block_q8_0 *)((const char *)w + (size_t)r * w_stride),                             \
+                (const block_q8_0 *)((const char *)w + (size_t)(r + (R) - 1) * w_stride)};                \
+            __m512 acc[4][2][2];                                                                          \
+            for (int m = 0; m < 4; m++) acc[m][0][0] = acc[m][0][1] = acc[m][1][0] = acc[m][1][1] = _mm512_setzero_ps(); \
+            for (int64_t i = 0; i < nb; i += 4) {                                                         \
+                _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) if (i + m < nb) {                     \
+                    const PACK *const ab[2] = {&a[i + m], &a[(P) > 1 ? nb + i + m : i + m]};              \
+                    BLOCK(rows, i + m, ab, acc[m], R, P);                                                 \
+                }                                                                                         \
             }                                                                                             \
-            for (int64_t i = 0; i < nb; i++) {                                                            \
-                const PACK *const ab[2] = {&a[i], &a[(P) > 1 ? nb + i : i]};                              \
-                _Pragma("GCC unroll 1") for (int u = 0; u < g; u++)                                       \
-                    BLOCK(rows[u], i, ab, acc[u][i % 4], R, P);                                           \
-            }                                                                                             \
-            for (int u = 0; u < g; u++)                                                                   \
-                for (int k = 0; k < (R); k++)                                                             \
-                    for (int q = 0; q < (P); q++)                                                         \
-                        x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + (R) * u + k,               \
-                                  _mm512_add_ps(_mm512_add_ps(acc[u][0][k][q], acc[u][2][k][q]),          \
-                                                _mm512_add_ps(acc[u][1][k][q], acc[u][3][k][q])),         \
-                                  q ? nt - 16 : nt < 16 ? nt : 16);                                       \
-            r += (R) * g;                                                                                 \
+            for (int k = 0; k < (R); k++)                                                                 \
+                for (int q = 0; q < (P); q++)                                                             \
+                    x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + k,                             \
+                              _mm512_add_ps(_mm512_add_ps(acc[0][k][q], acc[2][k][q]),                    \
+                                            _mm512_add_ps(acc[1][k][q], acc[3][k][q])),                   \
+                              q ? nt - 16 : nt < 16 ? nt : 16);                                           \
         }                                                                                                 \
     } while (0)
 
@@ -582,67 +572,52 @@ static inline void x16_store(float *y, int64_t ldy, int64_t r, __m512 v, int nt)
  * with block i of P (1 or 2, a constant) packs ab[q] to acc[k][q], and
  * FINISH(acc) turns a row's sums into its results.
  *
- * Why this shape (Zen 5, where vpdpbusd issues two a cycle and loads,
- * the broadcasts included, two a cycle): each vpdpbusd needs its row's
- * four codes broadcast (a load) and the pack's 64 bytes (a load shared by
- * the rows). Two rows and one pack make three loads per two vpdpbusd, two
- * rows and two packs four per four; a loop of nothing else ran 447 and 712
- * GOPS of the core's 848. So a call takes two packs where it has them.
- * - Rows go in pairs (a last odd row alone), pairs in groups of
- *   MS_GEMM_KQ_X16_PAIRS that take their products with block i one after
- *   another, so the pack's block is read from L1 by all of them (a pack of
- *   4096 columns is 70 KiB, more than L1).
- * - Each block is unpacked one step ahead of its products, into the other
- *   of two buffers: the products read the codes by 4-byte broadcast loads,
- *   which wait on the stores that just wrote them when both are of the
- *   same block (Zen 4, 2048 x 4096 x 512: Q4_K 189-190 -> 199-202 GFLOPS,
- *   IQ2_XXS (VBMI) 151-157 -> 165-167). The VBMI-less IQ2_XXS set keeps
- *   one block at a time (quant_kq_avx512.c): AHEAD 0 unpacks each block
- *   right before its products, AHEAD 1 one step ahead. */
-
-/* The rows [r, n_rows) in units of R rows (all of them for R 1, whole
- * pairs for R 2), against P packs; advances r. */
+ * Why two packs (Zen 5, where vpdpbusd issues two a cycle and loads, the
+ * broadcasts included, two a cycle): each vpdpbusd needs its row's four
+ * codes broadcast (a load) and 64 bytes of the pack (a load shared by the
+ * rows). Two rows and one pack make three loads per two vpdpbusd, two rows
+ * and two packs four per four; a loop of nothing else ran 447 and 712 GOPS
+ * of the core's 848. So a call takes two packs where it has them.
+ * Rows go in pairs (a last odd row alone), each pair over all its blocks:
+ * one weight stream per row, which the hardware prefetcher follows (groups
+ * of four pairs taking block i in turn kept the pack's block in L1 and ran
+ * 10% faster on weights in cache, but a routed expert's cold rows, eight
+ * streams at once, lost up to 30% at 16-32 tokens, software prefetch
+ * included).
+ *
+ * Each block is unpacked one block ahead of its products, into the other
+ * of two buffers: the products read the codes by 4-byte broadcast loads,
+ * which wait on the stores that just wrote them when both are of the same
+ * block (Zen 4, 2048 x 4096 x 512: Q4_K 189-190 -> 199-202 GFLOPS, IQ2_XXS
+ * (VBMI) 151-157 -> 165-167). The VBMI-less IQ2_XXS set keeps one block at
+ * a time (quant_kq_avx512.c): AHEAD 0 unpacks each block right before its
+ * products, AHEAD 1 one block ahead. */
 #define MS_GEMM_KQ_X16_RUN(BLK, EXPAND, PRODUCTS, AHEAD, FINISH, R, P)                                   \
     do {                                                                                                  \
-        while (r + (R) <= n_rows) {                                                                       \
-            const int64_t left = (n_rows - r) / (R);                                                      \
-            const int g = left < MS_GEMM_KQ_X16_PAIRS ? (int)left : MS_GEMM_KQ_X16_PAIRS;                 \
-            const BLK *rows[MS_GEMM_KQ_X16_PAIRS][2];                                                     \
-            __m512 acc[MS_GEMM_KQ_X16_PAIRS][2][2];                                                       \
-            for (int u = 0; u < g; u++) {                                                                 \
-                for (int k = 0; k < 2; k++)                                                               \
-                    rows[u][k] = (const BLK *)((const char *)w + (size_t)(r + (R) * u + (k < (R) ? k : 0)) * w_stride); \
-                acc[u][0][0] = acc[u][0][1] = acc[u][1][0] = acc[u][1][1] = _mm512_setzero_ps();          \
-            }                                                                                             \
-            /* steps (block i, unit u), u fastest */                                                      \
-            const int64_t steps = nb * g;                                                                 \
-            if ((AHEAD) && steps > 0) {                                                                   \
-                const BLK *const bb[2] = {&rows[0][0][0], &rows[0][1][0]};                                \
+        for (; r + (R) <= n_rows; r += (R)) {                                                             \
+            const BLK *const b0 = (const BLK *)((const char *)w + (size_t)r * w_stride);                  \
+            const BLK *const b1 = (const BLK *)((const char *)w + (size_t)(r + (R) - 1) * w_stride);      \
+            __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()},                               \
+                                {_mm512_setzero_ps(), _mm512_setzero_ps()}};                              \
+            if ((AHEAD) && nb > 0) {                                                                      \
+                const BLK *const bb[2] = {&b0[0], &b1[0]};                                                \
                 EXPAND(bb, &buf[0], R);                                                                   \
             }                                                                                             \
-            int64_t i = 0;                                                                                \
-            int u = 0;                                                                                    \
-            for (int64_t st = 0; st < steps; st++) {                                                      \
-                const BLK *const bb[2] = {&rows[u][0][i], &rows[u][1][i]};                                \
-                const int64_t i_next = u + 1 < g ? i : i + 1;                                             \
-                const int u_next = u + 1 < g ? u + 1 : 0;                                                 \
+            for (int64_t i = 0; i < nb; i++) {                                                            \
+                const BLK *const bb[2] = {&b0[i], &b1[i]};                                                \
                 if (!(AHEAD)) {                                                                           \
                     EXPAND(bb, &buf[0], R);                                                               \
-                } else if (st + 1 < steps) {                                                              \
-                    const BLK *const bn[2] = {&rows[u_next][0][i_next], &rows[u_next][1][i_next]};        \
-                    EXPAND(bn, &buf[(st + 1) & 1], R);                                                    \
+                } else if (i + 1 < nb) {                                                                  \
+                    const BLK *const bn[2] = {&b0[i + 1], &b1[i + 1]};                                    \
+                    EXPAND(bn, &buf[(i + 1) & 1], R);                                                     \
                 }                                                                                         \
                 const block_q8_Kx16 *const ab[2] = {&a[i], &a[(P) > 1 ? nb + i : i]};                     \
-                PRODUCTS(&buf[(AHEAD) ? st & 1 : 0], bb, ab, acc[u], R, P);                               \
-                i = i_next;                                                                               \
-                u = u_next;                                                                               \
+                PRODUCTS(&buf[(AHEAD) ? i & 1 : 0], bb, ab, acc, R, P);                                   \
             }                                                                                             \
-            for (int v = 0; v < g; v++)                                                                   \
-                for (int k = 0; k < (R); k++)                                                             \
-                    for (int q = 0; q < (P); q++)                                                         \
-                        x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + (R) * v + k,               \
-                                  FINISH(acc[v][k][q]), q ? nt - 16 : nt < 16 ? nt : 16);                 \
-            r += (R) * g;                                                                                 \
+            for (int k = 0; k < (R); k++)                                                                 \
+                for (int q = 0; q < (P); q++)                                                             \
+                    x16_store(y + (size_t)(16 * q) * (size_t)ldy, ldy, r + k, FINISH(acc[k][q]),          \
+                              q ? nt - 16 : nt < 16 ? nt : 16);                                           \
         }                                                                                                 \
     } while (0)
 
