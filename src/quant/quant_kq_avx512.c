@@ -587,59 +587,36 @@ MS_SIMD_INLINE void q4k_products_x16(const struct kq_x16_buf8 *buf, const block_
 }
 
 /* Q2_K the same way: codes unpacked per row to bytes in value order
- * (value 128 h + 32 j + l is (qs[32 h + l] >> 2 j) & 3, kept at
- * codes[j][32 h + l]), each 16-value sub-block k four vpdpbusd steps and
- * its 4-bit scale by vpmulld; the min term is the 16 bsums times the 4-bit
- * mins (bs16 pairs). */
+ * (value 128 h + 32 j + l is (qs[32 h + l] >> 2 j) & 3) and the scales'
+ * low 4 bits to sc, so that the integer sums are kq_x16_sumi16's (Q6_K's);
+ * the min term is the 16 bsums times the 4-bit mins (bs16 pairs). */
 struct q2k_x16_buf {
-    uint8_t codes[2][4][64] __attribute__((aligned(64)));
+    uint8_t codes[2][QK_K] __attribute__((aligned(64)));
+    int8_t sc[2][16];
 };
 
 MS_SIMD_INLINE void q2k_expand_x16(const block_q2_K *const b[2], struct q2k_x16_buf *buf, const int R) {
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int k = 0; k < R; k++) {
         const __m512i q = _mm512_loadu_si512((const void *)b[k]->qs);
-        _mm512_store_si512((void *)buf->codes[k][0], _mm512_and_si512(q, m3));
-        _mm512_store_si512((void *)buf->codes[k][1], _mm512_and_si512(_mm512_srli_epi16(q, 2), m3));
-        _mm512_store_si512((void *)buf->codes[k][2], _mm512_and_si512(_mm512_srli_epi16(q, 4), m3));
-        _mm512_store_si512((void *)buf->codes[k][3], _mm512_and_si512(_mm512_srli_epi16(q, 6), m3));
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            /* plane j: byte 32 h + l is value 128 h + 32 j + l */
+            const __m512i p = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+            _mm256_store_si256((__m256i *)(buf->codes[k] + 32 * j), _mm512_castsi512_si256(p));
+            _mm256_store_si256((__m256i *)(buf->codes[k] + 128 + 32 * j), _mm512_extracti64x4_epi64(p, 1));
+        }
+        _mm_storeu_si128((__m128i *)buf->sc[k], _mm_and_si128(_mm_loadu_si128((const __m128i *)b[k]->scales),
+                                                              _mm_set1_epi8(15)));
     }
 }
 
 MS_SIMD_INLINE void q2k_products_x16(const struct q2k_x16_buf *buf, const block_q2_K *const b[2],
                                      const block_q8_Kx16 *const ab[2], __m512 accf[2][2], const int R, const int P) {
-    const uint8_t(*const codes)[4][64] = buf->codes;
-    const int U = MS_KQ_X16_SPAN(1, R, P); /* sub-blocks interleaved: 2, 4 or 8 */
+    const uint8_t *const codes[2] = {buf->codes[0], buf->codes[1]};
+    const int8_t *const sc[2] = {buf->sc[0], buf->sc[1]};
     __m512i sumi[2][2];
-    for (int k = 0; k < R; k++)
-        for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
-    _Pragma("GCC unroll 1")
-    for (int sb0 = 0; sb0 < 16; sb0 += U) {
-        __m512i t[8][2][2];
-        for (int u = 0; u < U; u++)
-            for (int k = 0; k < R; k++)
-                for (int q = 0; q < P; q++) t[u][k][q] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++) {
-            _Pragma("GCC unroll 8")
-            for (int u = 0; u < U; u++) {
-                const int sb = sb0 + u;
-                __m512i av[2];
-                for (int q = 0; q < P; q++) av[q] = load_act512(ab[q]->qs[sb / 2][4 * (sb % 2) + j]);
-                for (int k = 0; k < R; k++) {
-                    uint32_t wv;
-                    memcpy(&wv, codes[k][(sb % 8) / 2] + 32 * (sb / 8) + 16 * (sb % 2) + 4 * j, 4);
-                    const __m512i wb = _mm512_set1_epi32((int)wv);
-                    for (int q = 0; q < P; q++) t[u][k][q] = _mm512_dpbusd_epi32(t[u][k][q], wb, av[q]);
-                }
-            }
-        }
-        for (int u = 0; u < U; u++)
-            for (int k = 0; k < R; k++) {
-                const __m512i sc = _mm512_set1_epi32(b[k]->scales[sb0 + u] & 15);
-                for (int q = 0; q < P; q++) sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(t[u][k][q], sc));
-            }
-    }
+    kq_x16_sumi16(codes, sc, ab, sumi, R, P);
     for (int q = 0; q < P; q++) {
         const __m512 ad = _mm512_load_ps(ab[q]->d);
         for (int k = 0; k < R; k++) {

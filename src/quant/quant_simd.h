@@ -745,21 +745,16 @@ MS_SIMD_INLINE void kq_x16_products8(const struct kq_x16_buf8 *buf, const uint16
 
 #undef KQ_X16_PRODUCTS8_STEPS
 
-/* The products of R (1 or 2) rows' blocks of 16 sub-blocks of 16 with
- * signed int8 scales and an unsigned code offset by -2^shift (Q3_K: codes
- * 0..7 less 4, shift 2; Q6_K: 0..63 less 32, shift 5), with the block of
- * P (1 or 2) packs ab[q] of 16 tokens, added to accf[k][q] (lane t token
- * t): codes[k] row k's 256 codes in value order, sc[k] its 16 scales, d[k]
- * its fp16 scale. Per sub-block four vpdpbusd steps (exact in int32) and
- * its scale by vpmulld make sumi; the offset is the pack's bs16 pairs times
- * the scale pairs, shifted: lane t's isum = sumi - 2^shift summ is the
- * reference's for token t, and (ad * d) * isum is added, the reference's
- * float step in its order. */
-MS_SIMD_INLINE void kq_x16_products16(const uint8_t *const codes[2], const int8_t *const sc[2], const uint16_t d[2],
-                                      const int shift, const block_q8_Kx16 *const ab[2], __m512 accf[2][2],
-                                      const int R, const int P) {
+/* The integer part of the products of R (1 or 2) rows' blocks of 16
+ * sub-blocks of 16 with the block of P (1 or 2) packs ab[q]: sumi[k][q]
+ * lane t = sum over sub-blocks sb of sc[k][sb] times the exact int32 dot of
+ * row k's codes 16 sb .. 16 sb + 15 (codes[k], value order, unsigned) with
+ * token t's activations. Four vpdpbusd steps a sub-block; sub-blocks are
+ * interleaved so that eight accumulator chains run (vpdpbusd's latency is
+ * 4-5 cycles). Shared by Q6_K, Q3_K, IQ4_XS (kq_x16_products16) and Q2_K. */
+MS_SIMD_INLINE void kq_x16_sumi16(const uint8_t *const codes[2], const int8_t *const sc[2],
+                                  const block_q8_Kx16 *const ab[2], __m512i sumi[2][2], const int R, const int P) {
     const int U = MS_KQ_X16_SPAN(1, R, P); /* 2, 4 or 8 */
-    __m512i sumi[2][2];
     for (int k = 0; k < R; k++)
         for (int q = 0; q < P; q++) sumi[k][q] = _mm512_setzero_si512();
     _Pragma("GCC unroll 1")
@@ -789,6 +784,23 @@ MS_SIMD_INLINE void kq_x16_products16(const uint8_t *const codes[2], const int8_
                 for (int q = 0; q < P; q++) sumi[k][q] = _mm512_add_epi32(sumi[k][q], _mm512_mullo_epi32(t[u][k][q], scv));
             }
     }
+}
+
+/* The products of R (1 or 2) rows' blocks of 16 sub-blocks of 16 with
+ * signed int8 scales and an unsigned code offset by -2^shift (Q3_K: codes
+ * 0..7 less 4, shift 2; Q6_K: 0..63 less 32, shift 5), with the block of
+ * P (1 or 2) packs ab[q] of 16 tokens, added to accf[k][q] (lane t token
+ * t): codes[k] row k's 256 codes in value order, sc[k] its 16 scales, d[k]
+ * its fp16 scale. Per sub-block four vpdpbusd steps (exact in int32) and
+ * its scale by vpmulld make sumi; the offset is the pack's bs16 pairs times
+ * the scale pairs, shifted: lane t's isum = sumi - 2^shift summ is the
+ * reference's for token t, and (ad * d) * isum is added, the reference's
+ * float step in its order. */
+MS_SIMD_INLINE void kq_x16_products16(const uint8_t *const codes[2], const int8_t *const sc[2], const uint16_t d[2],
+                                      const int shift, const block_q8_Kx16 *const ab[2], __m512 accf[2][2],
+                                      const int R, const int P) {
+    __m512i sumi[2][2];
+    kq_x16_sumi16(codes, sc, ab, sumi, R, P);
     for (int q = 0; q < P; q++) {
         const __m512 ad = _mm512_load_ps(ab[q]->d);
         for (int k = 0; k < R; k++) {
