@@ -248,8 +248,10 @@ static void test_dot_rows(void **state) {
     assert_true(checked > 500);
 }
 
-static void test_pack(void **state) {
-    (void)state;
+/* pack (ms_pack_q16_0_x16 or a SIMD twin) against the layout blocks.h
+ * gives block_q16_0x16, every nt; the SIMD twins also byte for byte
+ * against the reference packer. */
+static void check_pack16(ms_act_pack_fn pack) {
     ms_rng r;
     ms_rng_seed(&r, 0xbac16ull);
     const int64_t nb = 5, n = nb * QK8_0;
@@ -260,9 +262,11 @@ static void test_pack(void **state) {
         ms_quant_q16_0_ref(x, a + t * nb, n);
     }
     a[0].qs[0] = MS_Q16_QMAX, a[0].qs[1] = -MS_Q16_QMAX, a[0].qs[2] = -128, a[0].qs[3] = 127; /* the edges */
-    block_q16_0x16 *p = xalloc((size_t)nb * sizeof *p);
-    for (int nt = 1; nt <= 16; nt += 5) {
-        ms_pack_q16_0_x16(n, a, (size_t)nb * sizeof *a, nt, p);
+    a[nb + 1].qs[5] = -129, a[nb + 1].qs[6] = 128, a[2 * nb].qs[31] = -MS_Q16_QMAX;
+    block_q16_0x16 *p = xalloc((size_t)nb * sizeof *p), *want = xalloc((size_t)nb * sizeof *want);
+    for (int nt = 1; nt <= 16; nt++) {
+        memset(p, 0x5a, (size_t)nb * sizeof *p);
+        pack(n, a, (size_t)nb * sizeof *a, nt, p);
         for (int64_t i = 0; i < nb; i++)
             for (int t = 0; t < 16; t++) {
                 const block_q16_0 *b = &a[(t < nt ? t : nt - 1) * nb + i];
@@ -276,8 +280,16 @@ static void test_pack(void **state) {
                 assert_int_equal(p[i].qsum128[t], 128 * sum);
                 assert_memory_equal(&p[i].d[t], &b->d, sizeof(float));
             }
+        ms_pack_q16_0_x16(n, a, (size_t)nb * sizeof *a, nt, want);
+        assert_memory_equal(p, want, (size_t)nb * sizeof *p);
     }
-    ms_free(a), ms_free(x), ms_free(p);
+    ms_free(a), ms_free(x), ms_free(p), ms_free(want);
+}
+
+static void test_pack(void **state) {
+    (void)state;
+    check_pack16(ms_pack_q16_0_x16);
+    if (cpu_avx512()) check_pack16(ms_pack_q16_0_x16_avx512);
 }
 
 static void test_pack_x8(void **state) {
@@ -355,7 +367,7 @@ static void test_gemm_bit_identical(void **state) {
         ran = true;
     }
     if (cpu_avx512()) {
-        check_gemm("avx512", 16, sizeof(block_q16_0x16), ms_pack_q16_0_x16, ms_gemm_q8_0_q16_0x16_avx512);
+        check_gemm("avx512", 16, sizeof(block_q16_0x16), ms_pack_q16_0_x16_avx512, ms_gemm_q8_0_q16_0x16_avx512);
         ran = true;
     }
     if (!ran) skip();
@@ -438,7 +450,7 @@ static void test_dispatch(void **state) {
         assert_true(act->vec_dot_q16_x4 == (split ? ms_dot_q8_0_q16_0_x4_avx2 : ms_dot_q8_0_q16_0_x4_avx512));
         assert_true(act->vec_dot_q16_rows == ms_dot_rows_q8_0_q16_0_avx512);
         assert_true(act->gemm_tok_q16 == ms_gemm_q8_0_q16_0x16_avx512);
-        assert_true(act->q16_pack == ms_pack_q16_0_x16);
+        assert_true(act->q16_pack == ms_pack_q16_0_x16_avx512);
         assert_int_equal(act->gemm_tok_q16_lanes, 16);
     } else if (!strcmp(ms_quant_isa(), "avx2")) {
         assert_true(act->vec_dot_q16 == ms_dot_q8_0_q16_0_avx2);

@@ -212,6 +212,7 @@ struct act_fmt {
     size_t pack_block;      /* packed bytes per pack_blck elements of a group */
     int64_t pack_blck;
     int lanes, min, groups;
+    int min_paired;         /* a last partial group sharing a call with a full one */
 };
 
 static void pack_f32_x16(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst) {
@@ -270,6 +271,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
             f.lanes = tt->gemm_tok_lanes;
             f.min = tt->gemm_tok_min;
             f.groups = tt->gemm_tok_groups > 1 ? tt->gemm_tok_groups : 1;
+            f.min_paired = f.groups > 1 ? tt->gemm_tok_min_paired : f.min;
         }
         break;
     }
@@ -279,12 +281,16 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
 
 /* Tokens of op that go through its format's token-lane GEMM (whole groups
  * of its lanes, and a last partial group of at least its minimum, whose
- * spare lanes cost less than the four-token calls it replaces), 0 when the
- * format has none. */
+ * spare lanes cost less than the four-token calls it replaces: a lower
+ * minimum where it rides in a call with a full group), 0 when the format
+ * has none. */
 static int64_t pack_tokens(const struct ms_mm_op *op, const struct act_fmt *f) {
     if (!f->gemm || op->n_tok < f->min) return 0;
-    const int64_t rem = op->n_tok % f->lanes;
-    return rem >= f->min ? op->n_tok : op->n_tok - rem;
+    const int64_t full = op->n_tok / f->lanes, rem = op->n_tok % f->lanes;
+    /* calls take groups in runs of f->groups from the first token: the
+     * last partial group shares a call when the full ones leave a gap */
+    const bool paired = f->groups > 1 && full % f->groups != 0;
+    return rem >= (paired ? f->min_paired : f->min) ? op->n_tok : op->n_tok - rem;
 }
 
 /* The packed groups start at this alignment in the scratch (the kernels

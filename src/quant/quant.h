@@ -151,6 +151,11 @@ struct ms_type_traits {
     /* packed groups one gemm_tok call takes (1, or 2 for the AVX-512
      * K-quant GEMMs, which share each code broadcast between two groups) */
     int gemm_tok_groups;
+    /* with gemm_tok_groups 2, the least tokens a last partial group needs
+     * when it shares its call with a full group: its lanes ride on the
+     * full group's code broadcasts, so it costs far less than a call of
+     * its own and gemm_tok_min does not apply */
+    int gemm_tok_min_paired;
     /* Optional token-lane GEMM with f32 activations (exact mode, and the
      * dense products fast mode keeps in f32): 16 tokens packed as [n][16]
      * f32 (ms_pack_f32x16_fn); each output bit for bit vec_dot_f32's. A

@@ -154,6 +154,7 @@ static void set_kernels(struct ms_type_traits *t, enum ms_type vec_dot_type, str
     t->gemm_tok_lanes = 0;
     t->gemm_tok_min = 0;
     t->gemm_tok_groups = 0;
+    t->gemm_tok_min_paired = 0;
     t->gemm_tok_f32 = NULL;
     t->gemm_tok_f32_min = 0;
     t->q16_from_float = NULL; /* attach_q16 sets the ones that exist */
@@ -295,12 +296,10 @@ static void attach_x4(struct ms_type_traits *tab, enum isa isa) {
  * against the AVX2 token-lane form's 106-130 / 124-134, Q2_K 158-166 /
  * 163-169 against the VNNI x4 dot's 102-116 / 95-102, Q8_0 150-154 /
  * 183-188 against 69-73 / 75-78, IQ2_XXS 139-156 / 150-158 against the
- * x4 dot's 78-84 / 68-77). A last partial group goes through a 16-lane
- * form when it has at least as many tokens as a 16-lane pass costs in x4
- * tokens (--rows 2048 --cols 4096 --batches 4..8, the Flash expert shape):
- * Q4_K and Q8_0 6, IQ2_XXS 8, Q2_K 9 (its x4 dot is the quickest of the
- * three k-quant x4 dots); Q6_K (16 lanes, VNNI) 13, see below. The scalar
- * table has none. */
+ * x4 dot's 78-84 / 68-77; since then both sets' kernels are faster, see
+ * bench/RESULTS.md). A last partial group goes through the GEMM when it
+ * has at least as many tokens as the pass costs in x4-dot tokens: the
+ * thresholds are in attach_gemm_tok. The scalar table has none. */
 static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_tok_fn gemm, size_t pack_block,
                          int lanes, int min) {
     t->act_pack = pack;
@@ -319,39 +318,48 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         tab[MS_TYPE_Q8_0].gemm_tok_f32_min = 10;
     }
     if (isa == ISA_AVX512) {
-        set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 16, 6);
-        /* Q4_K from 9 tokens: below, the AVX-512 x4 dot's calls cost less */
-        set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
-        set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 9);
-        /* Q5_K from 10 tokens, Q3_K from 14 (its x4 dot is the quicker):
-         * 16 x the x4 dot's GFLOPS over the GEMM's at 16 tokens (2048 x
-         * 4096, Zen 5, bench_kernels -t 1 --batches 4,16, two runs: Q5_K
-         * 136 / 228, Q3_K 176-178 / 204-214) */
-        set_gemm_tok(&tab[MS_TYPE_Q5_K], ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 10);
-        set_gemm_tok(&tab[MS_TYPE_Q3_K], ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16, 14);
-        set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
-                     16, 8);
-        /* Q6_K from 13 tokens: its x4 dot is nearly as fast as the GEMM
-         * (Zen 5, bench_kernels -t 1 --types q6_K --rows 2048 --cols 4096
-         * --working-set 0, mean GFLOPS, a busy 2-core VM: 16 and 512
-         * tokens 225 against the x4 dot's 194 at 4; a last group of 9 /
-         * 12 / 14 tokens through the GEMM 138-141 / 179-180 / 201-207,
-         * through x4 and single dots 174-180 / 170-192 / 151-168) */
-        set_gemm_tok(&tab[MS_TYPE_Q6_K], ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 16,
-                     13);
-        /* IQ4_XS from 10 tokens: 16 x the x4 dot's GFLOPS over the GEMM's
-         * at 16 tokens (bench_kernels -t 1 --types iq4_xs --rows 2048
-         * --cols 4096 --batches 4,16 --working-set 0 --min-time 0.3, short
-         * smoke runs on a busy 2-core Zen 5 VM, three runs: mean GFLOPS
-         * 59-128 / 120-179, best 137-142 / 218-222, ratio 8-11.5; best
-         * 10.1-10.2); a last group of 8 / 10 / 12 tokens through the GEMM
-         * 77 / 96 / 109, through the x4 dots 79 / 78 / 78 (mean GFLOPS) */
-        set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16),
-                     16, 10);
-        /* two groups a call (MS_DEFINE_GEMM_KQ_X16, MS_DEFINE_GEMM_Q8_0_X16) */
-        static const enum ms_type two_groups[] = {MS_TYPE_Q8_0, MS_TYPE_Q4_K, MS_TYPE_Q5_K, MS_TYPE_Q2_K, MS_TYPE_Q3_K,
-                                                  MS_TYPE_Q6_K, MS_TYPE_IQ2_XXS, MS_TYPE_IQ4_XS};
-        for (size_t i = 0; i < sizeof two_groups / sizeof two_groups[0]; i++) tab[two_groups[i]].gemm_tok_groups = 2;
+        /* The least tokens a last partial group needs, alone in its call
+         * (min) and sharing a call with a full group (paired), against
+         * the x4 and single dots that would take them otherwise. Measured
+         * on a Zen 5 core at aebb63f, bench_kernels -t 1 --clock cpu
+         * --working-set 256 --rows 512 --cols 1024 (a bench model's routed
+         * expert, cold), medians of three interleaved runs; IQ2_XXS, Q2_K,
+         * Q4_K and Q8_0 also at --rows 2048 --cols 4096 --working-set 512
+         * (Flash's). Alone, the x4 dot over the GEMM's time at the first
+         * token count that takes the GEMM: Q8_0 1.27 at 6 (Flash 1.35),
+         * Q4_K 1.09 at 9, Q5_K 1.17 at 9, Q3_K 1.14 at 10, IQ4_XS 1.19 at
+         * 9, Q2_K 1.03 at 9 (Flash 1.05), IQ2_XXS 1.27 at 8 (Flash 0.81:
+         * from 10 there, 1.17; 8 splits the loss between the shapes).
+         * Q6_K's GEMM with one pack barely beats its x4 dot (0.86 at 13,
+         * 1.00 at 15), so it takes a group of 15 or 16 only. Paired, the
+         * full group's GEMM alone plus dots for the rest over the paired
+         * call: Q8_0 1.21 at 18 (16 + 2), IQ2_XXS 1.05 (Flash 1.11),
+         * IQ4_XS 1.14, Q5_K 1.09 at 18; Q4_K 1.05 at 18 (Flash 1.00, 1.24
+         * at 22): from 19; Q6_K 1.05 at 21, Q3_K 1.09 at 21; Q2_K 0.99 at
+         * 21 and 1.14 at 22 (Flash 1.10). */
+        static const struct {
+            enum ms_type type;
+            ms_act_pack_fn pack;
+            ms_gemm_tok_fn gemm;
+            size_t pack_block;
+            int min, paired;
+        } x16[] = {
+            {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 6, 2},
+            {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 3},
+            {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
+            {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
+            {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 6},
+            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 15, 5},
+            {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 2},
+            {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
+        };
+        /* each takes two groups a call (MS_DEFINE_GEMM_KQ_X16, MS_DEFINE_GEMM_Q8_0_X16) */
+        for (size_t i = 0; i < sizeof x16 / sizeof x16[0]; i++) {
+            struct ms_type_traits *t = &tab[x16[i].type];
+            set_gemm_tok(t, x16[i].pack, x16[i].gemm, x16[i].pack_block, 16, x16[i].min);
+            t->gemm_tok_groups = 2;
+            t->gemm_tok_min_paired = x16[i].paired;
+        }
     }
     if (isa == ISA_AVX2) {
         /* Q8_0: the Q8_0 x Q16_0 GEMM over widened Q8_0 activations
@@ -398,7 +406,7 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     t->vec_dot_q16_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_q8_0_q16_0_x4);
     t->vec_dot_q16_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q16_0);
     if (isa == ISA_AVX512) {
-        t->q16_pack = ms_pack_q16_0_x16;
+        t->q16_pack = ms_pack_q16_0_x16_avx512;
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;
         t->q16_pack_block = sizeof(block_q16_0x16);
         t->gemm_tok_q16_lanes = 16;

@@ -101,6 +101,8 @@ void ms_gemm_q8_0_q16_0x8_avx2(int64_t n, float *restrict y, int64_t ldy, const 
                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 void ms_gemm_q8_0_q16_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                   size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+/* ms_pack_q16_0_x16 (quant.h) in AVX-512, the same bytes */
+void ms_pack_q16_0_x16_avx512(int64_t n, const void *restrict a, size_t a_stride, int nt, void *restrict dst);
 
 /* ---- four-token dots (SIMD only; the scalar table has none) */
 MS_DECL_DOT_X4(f32, f32, avx2);    MS_DECL_DOT_X4(f32, f32, avx512);
