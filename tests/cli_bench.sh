@@ -65,6 +65,13 @@ check "streaming CSV rows read bytes" "csv_ok '$TMP/stream.csv' 2 2 1"
 check "bench --fresh --frontiers exits 0" "[ $? -eq 0 ]"
 check "fresh rows: interval == context" "[ \"\$(tail -n +2 '$TMP/fresh.csv' | cut -d, -f1,2 | paste -sd' ')\" = '16,16 40,40 72,72' ]"
 
+# --warmup: an unrecorded run first; the walk still starts from empty
+"$BIN" bench -m "$M" --prompt-file "$TEXT" --warmup --frontiers 16,40 --gen-tokens 2 -t 1 \
+    --no-stream --csv "$TMP/warm.csv" >"$TMP/warm.out" 2>&1
+check "bench --warmup exits 0" "[ $? -eq 0 ]"
+check "warm rows start from empty" "[ \"\$(tail -n +2 '$TMP/warm.csv' | cut -d, -f1,2 | paste -sd' ')\" = '16,16 40,24' ]"
+check "warm CSV rows are consistent" "csv_ok '$TMP/warm.csv' 2 2 0"
+
 usage_err() { # NAME PATTERN ARGS...
   local name=$1 pat=$2
   shift 2
