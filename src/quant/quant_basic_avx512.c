@@ -630,7 +630,7 @@ MS_SIMD_INLINE void q8_0_block_x16(const block_q8_0 *const w[2], int64_t i, cons
     }
 }
 
-MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q8_0x16_avx512, block_q8_0x16, q8_0_block_x16, 2)
+MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q8_0x16_avx512, block_q8_0x16, q8_0_block_x16, 2, 1)
 
 /* ---- token-lane GEMM with f32 activations (exact mode and the dense
  * products fast mode keeps in f32): Q8_0 rows x 16 tokens

@@ -265,4 +265,6 @@ MS_SIMD_INLINE void q16_block_x16(const block_q8_0 *const w[2], int64_t i, const
     }
 }
 
-MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q16_0x16_avx512, block_q16_0x16, q16_block_x16, 1)
+/* no prefetch: it serves dense products, whose tile of rows stays in cache
+ * for every pack of the prompt after the first */
+MS_DEFINE_GEMM_Q8_0_X16(ms_gemm_q8_0_q16_0x16_avx512, block_q16_0x16, q16_block_x16, 1, 0)
