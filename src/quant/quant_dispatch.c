@@ -321,17 +321,16 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
         /* The least tokens a last partial group needs, alone in its call
          * (min) and sharing a call with a full group (paired), against
          * the x4 and single dots that would take them otherwise. Measured
-         * on a Zen 5 core at aebb63f, bench_kernels -t 1 --clock cpu
-         * --working-set 256 --rows 512 --cols 1024 (a bench model's routed
-         * expert, cold), medians of three interleaved runs; IQ2_XXS, Q2_K,
-         * Q4_K and Q8_0 also at --rows 2048 --cols 4096 --working-set 512
-         * (Flash's). Alone, the x4 dot over the GEMM's time at the first
-         * token count that takes the GEMM: Q8_0 1.27 at 6 (Flash 1.35),
-         * Q4_K 1.09 at 9, Q5_K 1.17 at 9, Q3_K 1.14 at 10, IQ4_XS 1.19 at
-         * 9, Q2_K 1.03 at 9 (Flash 1.05), IQ2_XXS 1.27 at 8 (Flash 0.81:
-         * from 10 there, 1.17; 8 splits the loss between the shapes).
-         * Q6_K's GEMM with one pack barely beats its x4 dot (0.86 at 13,
-         * 1.00 at 15), so it takes a group of 15 or 16 only. Paired, the
+         * on a Zen 5 core, bench_kernels -t 1 --clock cpu --working-set
+         * 256 --rows 512 --cols 1024 (a bench model's routed expert,
+         * cold), medians of three interleaved runs; IQ2_XXS, Q2_K, Q4_K
+         * and Q8_0 also at --rows 2048 --cols 4096 --working-set 512
+         * (Flash's). Alone (at 3d0db46, the one-pack GEMMs prefetching),
+         * the x4 dot's time over the GEMM's at the first token count that
+         * takes the GEMM: Q8_0 1.91 at 6 (Flash 1.24; 0.95 at 5), Q4_K
+         * 1.14 at 8 (Flash 0.98, 1.12 at 9), Q5_K 1.29 at 6, Q3_K 1.18 at
+         * 10, IQ4_XS 1.26 at 9, Q2_K 1.11 at 9 (Flash 1.02), IQ2_XXS 1.27
+         * at 6 (Flash 1.10), Q6_K 1.21 at 10. Paired (at dea3300), the
          * full group's GEMM alone plus dots for the rest over the paired
          * call: Q8_0 1.21 at 18 (16 + 2), IQ2_XXS 1.05 (Flash 1.11),
          * IQ4_XS 1.14, Q5_K 1.09 at 18; Q4_K 1.05 at 18 (Flash 1.00, 1.24
@@ -345,12 +344,12 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
             int min, paired;
         } x16[] = {
             {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 6, 2},
-            {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 3},
-            {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
+            {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 3},
+            {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
             {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 6},
-            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 15, 5},
-            {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 2},
+            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
+            {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
         };
         /* each takes two groups a call (MS_DEFINE_GEMM_KQ_X16, MS_DEFINE_GEMM_Q8_0_X16) */
