@@ -512,10 +512,10 @@ static int bench_run(const struct bench_opts *o) {
     printf("%8s %8s %10s %10s %12s %12s %8s %8s %10s %10s\n", "context", "interval", "pp tok/s",
            "tg tok/s", "pp read MiB", "tg read MiB", "pp hit", "tg hit", "KV MiB", "RSS MiB");
     if (o->warmup) {
-        /* The first prefill after the load runs up to 40% slower on a
-         * 2-vCPU VM (the scratch's first touch, the kernel settling the
-         * fresh huge pages); llama-bench times its prompts after a
-         * warm-up run too. */
+        /* The first prefill after the load ran up to 35% slower than
+         * the next on a 2-vCPU VM (a few thousand page faults of the
+         * matmul's scratch; the rest not pinned down: bench/RESULTS.md);
+         * llama-bench times its prompts after a warm-up run too. */
         struct row r;
         if (run_frontier(e, s, tokens, o->frontiers[0], gen > 0 ? 1 : 0, &r, &err)) goto fail;
         ms_session_reset(s);

@@ -12,11 +12,11 @@
 
 /* Allocation helper: all buffers are zeroed and 64-byte aligned. They stay
  * on 4 KiB pages: transparent huge pages (ms_alloc_large) for the buffers
- * of 2 MiB or more cut the first 512-token prefill's page faults on the
- * Q8_0 bench model from 30.4 K to 8.9 K, but every later prefill ran 26%
- * slower (362 against 490 tok/s, one thread, Zen 5), as if the scratch's
- * power-of-two strides now met in the same cache sets, which 4 KiB
- * pages' scattered physical frames avoid. */
+ * of 2 MiB or more cut the page faults of a bench run on the Q8_0 bench
+ * model (load, session, a 512-token prefill) from 30.4 K to 8.9 K, but
+ * every prefill ran 26% slower (362 against 490 tok/s, one thread,
+ * Zen 5), as if the scratch's power-of-two strides now met in the same
+ * cache sets, which 4 KiB pages' scattered physical frames avoid. */
 static void *zalloc(size_t n_elem, size_t elem, bool *ok) {
     size_t bytes;
     if (!ms_mul_size(n_elem ? n_elem : 1, elem, &bytes)) {
