@@ -44,18 +44,20 @@ struct ms_engine {
 /* The public marker is the session's. */
 _Static_assert(MS_PREFILL_WHOLE == DSV4_BATCH_WHOLE, "one marker for a whole-call pass");
 
-/* The session n_batch (tokens per layer-major pass) for a prefill chunk
- * option (0 = default by mode). */
-static int64_t batch_of(int64_t chunk, bool streaming) {
-    if (chunk != 0) return chunk;
-    return streaming ? MS_PREFILL_STREAM_DEFAULT : DSV4_UBATCH_DEFAULT;
+/* The session n_span for a moe_span option (0 = default, -1 = off). */
+static int64_t span_of(int64_t moe_span) {
+    if (moe_span < 0) return 0;
+    return moe_span ? moe_span : DSV4_SPAN_DEFAULT;
 }
 
-/* The session n_span for a moe_span option (0 = default, -1 = off): spans
- * only serve streamed layers, so resident sessions have none. */
-static int64_t span_of(int64_t moe_span, bool streaming) {
-    if (!streaming || moe_span < 0) return 0;
-    return moe_span ? moe_span : DSV4_SPAN_DEFAULT;
+/* The session n_batch (tokens per layer-major pass) for a prefill chunk
+ * option (0 = default by mode) in sessions of n_span: streaming, long
+ * passes (each reads the routed weights once); resident, passes as long as
+ * a span (a shorter pass would cut the span), else one ubatch. */
+static int64_t batch_of(int64_t chunk, bool streaming, int64_t n_span) {
+    if (chunk != 0) return chunk;
+    if (streaming) return MS_PREFILL_STREAM_DEFAULT;
+    return n_span > DSV4_UBATCH_DEFAULT ? n_span : DSV4_UBATCH_DEFAULT;
 }
 
 /* Routing observer of profile_routing sessions (dsv4_route_fn). */
@@ -98,7 +100,7 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
     const uint64_t max_layer = max_slot * m->hp.n_expert;
     const bool stream = p->stream != MS_STREAM_OFF;
     const struct dsv4_session_params sp = {
-        .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream), .n_span = n_span};
+        .n_ctx = n_ctx, .n_batch = batch_of(p->prefill_chunk, stream, n_span), .n_span = n_span};
     *mem = dsv4_session_mem(m, &sp);
     /* the caller's snapshots and a prefill's checkpoint captures (one per
      * stop a prompt of n_ctx tokens can have): each a copy of the window
@@ -126,16 +128,19 @@ static int plan_with(const struct dsv4_model *m, const struct ms_engine_params *
 }
 
 /* plan_with for the sessions the engine would make: with spans
- * (p->moe_span) only when the plan streams and reads layers through the
- * cache (no layer buffers, not every layer held whole), where they save
- * reads, and fit; the session n_span chosen goes to *n_span. */
+ * (p->moe_span) when they fit, else without; the session n_span chosen
+ * goes to *n_span. A span runs each routed expert once over all of its
+ * tokens: streamed through the cache, one read per span instead of one per
+ * ubatch; in memory (resident, or in a layer buffer), one matmul over
+ * about n_span / n_ubatch times the rows, which packs the 16-token groups
+ * of the GEMMs fuller (docs/streaming.md, "Spans"). */
 static int plan_at(const struct dsv4_model *m, const struct ms_engine_params *p, int64_t n_ctx,
                    uint64_t limit, struct ms_mem_plan_in *in, struct dsv4_session_mem *mem,
                    struct ms_mem_plan *plan, int64_t *n_span, ms_err *err) {
     *n_span = 0;
     if (plan_with(m, p, n_ctx, 0, limit, in, mem, plan, err)) return -1;
-    const int64_t span = span_of(p->moe_span, plan->stream);
-    if (!span || plan->headroom_bytes || p->full_layers >= m->n_layer) return 0;
+    const int64_t span = span_of(p->moe_span);
+    if (!span) return 0;
     struct ms_mem_plan_in in2;
     struct dsv4_session_mem mem2;
     struct ms_mem_plan plan2;
@@ -225,9 +230,9 @@ static void auto_range(const struct dsv4_model *m, const struct ms_engine_params
 /* The context of MS_CTX_AUTO under the memory limit: the top of
  * auto_range, halved down to its bottom until the plan fits and keeps
  * what the bottom's plan has: residency (and the weights' private copy),
- * or when streaming the two layer buffers of whole-layer prefill reads,
- * MoE spans, and at least half its expert cache (all of a --cache-experts
- * target). A longer context is worth some of the expert cache, not a
+ * MoE spans, and when streaming the two layer buffers of whole-layer
+ * prefill reads and at least half its expert cache (all of a
+ * --cache-experts target). A longer context is worth some of the expert cache, not a
  * slower kind of prefill or a cache at its minimum. When even the bottom
  * does not fit, the bottom (whose error the caller then reports). */
 static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_params *p,
@@ -247,8 +252,9 @@ static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_par
         if (plan_at(m, p, n, limit, &in, &mem, &plan, &span, &e2)) continue;
         if (plan.stream != base.stream) continue;
         if (!plan.stream && (plan.resident_need <= plan.usable_bytes) != base_copy) continue;
+        if ((span > 0) != (base_span > 0)) continue;
         if (plan.stream && ((plan.headroom_bytes > 0) != (base.headroom_bytes > 0) ||
-                            (span > 0) != (base_span > 0) || plan.cache_bytes < min_cache))
+                            plan.cache_bytes < min_cache))
             continue;
         return n;
     }
@@ -461,7 +467,7 @@ int ms_engine_load(struct ms_engine **out, const struct ms_engine_params *p, ms_
     if (!e->stream && e->copy_weights && !e->model->huge)
         ms_log_warn("%s: no private copy on huge pages (no memory for it, or transparent huge "
                     "pages off): computing from the file mapping", p->model_path);
-    e->n_batch = batch_of(p->prefill_chunk, e->stream != NULL);
+    e->n_batch = batch_of(p->prefill_chunk, e->stream != NULL, e->n_span);
     if (p->profile_routing) {
         const size_t n = (size_t)e->model->n_layer * e->model->hp.n_expert;
         e->route_hits = calloc(n ? n : 1, sizeof *e->route_hits);

@@ -58,18 +58,22 @@ struct ms_engine_params {
     /* Tokens per forward step in prefill: > 0 that many; MS_PREFILL_WHOLE the
      * whole prompt at once (each layer's routed weights read once per prompt
      * when streaming; the residual stream grows with the prompt); 0 = the
-     * default: MS_PREFILL_STREAM_DEFAULT when streaming, 512 when resident. */
+     * default: MS_PREFILL_STREAM_DEFAULT when streaming; resident, the MoE
+     * span (512 without one). */
     int64_t prefill_chunk;
     /* Ubatches of at least this many tokens read whole layers when
      * streaming; 0 = auto (3 * n_expert / n_expert_used, measured in
      * stream/expert_source.h), -1 = never. */
     int64_t whole_layer_min_tokens;
-    /* Streaming, a layer read through the cache (too small for two whole
-     * layers): prompt tokens whose routed experts run together, each
-     * expert read once per span instead of once per 512-token ubatch
-     * (activation memory of a span: MoE inputs, outputs and one output
-     * row per selected expert per token); 0 = 2048, -1 = off. At most
-     * 512 x n_expert_used. */
+    /* Prompt tokens whose routed experts run together (a span of
+     * ubatches): each expert runs once over the span's tokens that selected
+     * it, so a layer read through a cache smaller than the layer reads it
+     * once per span instead of once per 512-token ubatch, and every
+     * expert's matmuls see about span / 512 times the rows (activation
+     * memory of a span: MoE inputs, outputs and one output row per selected
+     * expert per token). 0 = 2048 where it fits in the memory plan, -1 =
+     * off. At most 512 x n_expert_used. The results are the same bit for
+     * bit either way. */
     int64_t moe_span;
     bool profile_routing;   /* count routing for ms_engine_write_routing_profile */
     uint32_t preload_experts; /* with a hotlist: read its top N experts at load */

@@ -78,21 +78,22 @@ expect_err "truncated" "$TMP/trunc.gguf"
 
 # The memory plan of DeepSeek V4 Flash's full layout (a sparse file): at
 # -c 32768 with 24 GiB the sessions (KV + residual + scratch) take <= 4 GiB
-# and two layer buffers fit, so no span; with 16 GiB the layers go through
-# the cache and the sessions get 2048-token spans (more scratch).
+# and two layer buffers fit; with 16 GiB the layers go through the cache.
+# Both give the sessions 2048-token MoE spans (more scratch than without).
 F="$TMP/flash-sparse.gguf"
 "$BIN" mkmodel --preset flash --layers 43 --sparse -o "$F" >/dev/null 2>&1 || fail "mkmodel flash sparse"
 plan_json() { "$BIN" inspect "$F" --plan --json "$@" 2>/dev/null; }
 plan_json --ctx 32768 --mem 24GiB >"$TMP/p24.json" || fail "plan at 24 GiB"
 plan_json --ctx 32768 --mem 16GiB >"$TMP/p16.json" || fail "plan at 16 GiB"
-python3 - "$TMP/p24.json" "$TMP/p16.json" <<'PY' || fail "flash plans"
+plan_json --ctx 32768 --mem 24GiB --moe-span -1 >"$TMP/p24n.json" || fail "plan at 24 GiB, no span"
+python3 - "$TMP/p24.json" "$TMP/p16.json" "$TMP/p24n.json" <<'PY' || fail "flash plans"
 import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
+a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
 session = a['kv_bytes'] + a['resid_bytes'] + a['scratch_bytes']
 assert a['stream'] and a['n_ctx'] == 32768 and session <= 4 << 30, a
-assert a['layer_buffer_bytes'] > 0 and a['moe_span'] == 0, a
+assert a['layer_buffer_bytes'] > 0 and a['moe_span'] == 2048, a
 assert b['stream'] and b['layer_buffer_bytes'] == 0 and b['moe_span'] == 2048, b
-assert b['scratch_bytes'] > a['scratch_bytes'], (a, b)
+assert c['moe_span'] == 0 and c['scratch_bytes'] < a['scratch_bytes'], (a, c)
 PY
 "$BIN" inspect "$F" --plan --ctx 32768 --mem 16GiB 2>/dev/null | grep -q 'MoE rows of 2048-token spans' \
     || fail "plan text names the span"

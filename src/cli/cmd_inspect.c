@@ -489,7 +489,7 @@ struct inspect_opts {
 #define INSPECT_USAGE                                                                      \
     "usage: moestream inspect [-m] M.gguf [--tensors] [--json]\n"                           \
     "       moestream inspect [-m] M.gguf --plan [--ctx N] [--mem SIZE] [--stream|--no-stream]\n" \
-    "                 [--prefill-chunk N] [--cache-pct P] [--for run|chat|serve|bench] [--kv]\n" \
+    "                 [--prefill-chunk N] [--moe-span N] [--cache-pct P] [--for run|chat|serve|bench] [--kv]\n" \
     "                 [--json]\n"                                                              \
     "  --for CMD  plan as CMD does (chat, serve and bench keep a snapshot of the session;\n"  \
     "             chat and serve take the longest context memory allows, up to 131072;\n"   \
@@ -533,6 +533,12 @@ static int plan_opt(int argc, char **argv, int *i, struct inspect_opts *o) {
             return 2;
         }
         o->ep.prefill_chunk = n ? n : MS_PREFILL_WHOLE;
+    } else if (!strcmp(a, "--moe-span")) {
+        if (ms_parse_long(v, -1, INT32_MAX, &n)) {
+            fprintf(stderr, "moestream inspect: --moe-span takes an integer >= -1, got '%s'\n", v);
+            return 2;
+        }
+        o->ep.moe_span = n;
     } else { /* --ctx, -c */
         if (ms_parse_long(v, 1, 1L << 40, &n)) {
             fprintf(stderr, "moestream inspect: %s takes an integer >= 1, got '%s'\n", a, v);
@@ -560,7 +566,8 @@ static int inspect_parse(int argc, char **argv, struct inspect_opts *o) {
             o->ep.kv_interval = ms_kv_params_default(NULL).interval_tokens;
         }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--mem") ||
-                 !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk") || !strcmp(a, "--for")) {
+                 !strcmp(a, "--cache-pct") || !strcmp(a, "--prefill-chunk") || !strcmp(a, "--moe-span") ||
+                 !strcmp(a, "--for")) {
             const int rc = plan_opt(argc, argv, &i, o);
             if (rc != CLI_CONTINUE) return rc;
         }

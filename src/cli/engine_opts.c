@@ -111,7 +111,6 @@ int engine_cli_opt(const char *cmd, int c, const char *arg, struct engine_cli *e
     case ENG_OPT_PRELOAD: name = "--preload-experts"; break;
     case ENG_OPT_FULL_LAYERS: name = "--full-layers"; break;
     case ENG_OPT_WHOLE_LAYER_MIN: name = "--whole-layer-min"; break;
-    case ENG_OPT_MOE_SPAN: name = "--moe-span"; break;
     case ENG_OPT_NO_PREFETCH: name = "--no-prefetch"; break;
     default: break;
     }

@@ -76,11 +76,13 @@ enum {
     "                       bytes count as resident in the memory plan)\n"                          \
     "      --prefill-chunk N  prompt tokens per forward step (one read of the routed weights\n"  \
     "                       a step when streaming); 0 = the whole prompt in one step; default:\n" \
-    "                       32768 when streaming (a longer step hides no more reads), else 512\n" \
+    "                       32768 when streaming (a longer step hides no more reads), else\n"   \
+    "                       the MoE span (512 without one)\n"                                      \
     "      --whole-layer-min N  streamed steps of >= N tokens read whole layers sequentially\n"   \
     "                       (default: 3 * n_expert / n_expert_used; -1 = never)\n"        \
-    "      --moe-span N     prompt tokens whose experts run together when a layer goes\n"     \
-    "                       through the cache (each read once per span; default 2048, -1 = off)\n"
+    "      --moe-span N     prompt tokens whose routed experts run together: each expert\n"   \
+    "                       read and multiplied once per span, not once per 512-token\n"      \
+    "                       ubatch (default 2048 where it fits in memory, -1 = off)\n"
 
 /* Handles engine option c with argument arg into *p. Returns 1 when c was
  * an engine option, 0 when not, -1 (after printing "moestream <cmd>: ..." on
