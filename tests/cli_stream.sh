@@ -120,6 +120,11 @@ check "resident with spans == without" "cmp -s '$TMP/xp-resident.txt' '$TMP/xp-r
     >"$TMP/xp-buf-span.txt" 2>/dev/null
 check "layer buffers with spans == resident" "cmp -s '$TMP/xp-resident.txt' '$TMP/xp-buf-span.txt'"
 check "resident and layer-buffer plans take spans, -1 none" "python3 -c \"import json,sys; f=lambda n: json.load(open('$TMP/'+n+'.json'))['plan']; a,b,c=f('res-span'),f('buf-span'),f('res-nospan'); sys.exit(0 if a['moe_span']>512 and not a['stream'] and b['moe_span']>512 and b['stream'] and b['layer_buffer_bytes']>0 and c['moe_span']==0 else 1)\""
+# every position's top probabilities (9 digits: a float's every bit) too
+"$BIN" logits -m "$M" --text "$XP" --top 4 --no-stream >"$TMP/lg-span.json" 2>/dev/null
+"$BIN" logits -m "$M" --text "$XP" --top 4 --no-stream --moe-span -1 >"$TMP/lg-nospan.json" 2>/dev/null
+check "resident logits with spans == without" \
+    "[ -s '$TMP/lg-span.json' ] && cmp -s '$TMP/lg-span.json' '$TMP/lg-nospan.json'"
 "$BIN" run -m "$M" -p "$P" -n 2 --moe-span x >/dev/null 2>&1
 check "bad --moe-span is a usage error" "[ $? -eq 2 ]"
 
