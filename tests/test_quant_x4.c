@@ -303,6 +303,51 @@ static void test_gemm_q8_0_f32x16(void **state) {
     }
 }
 
+/* The F16 and BF16 GEMMs of the AVX-512 set against the AVX2 single dots
+ * they repeat, bit for bit: rows of every length class the dot treats
+ * apart (16-value steps, a last 8, a last 1-7 one by one, and all three),
+ * 1-9, 23 and 37 rows read at a stride with a gap (the 4-row blocks and
+ * each remainder, more than one 32-row group), 1-16 tokens read in place at a stride with a gap (the
+ * 4-token blocks and each remainder); outputs past them untouched. */
+static void test_gemm_half_f32x16(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    static const int64_t lens[] = {1, 7, 8, 9, 15, 16, 23, 24, 31, 40, 100, 263, 1037, 4096};
+    ms_rng r;
+    ms_rng_seed(&r, 0x7f16b16aull);
+    for (int bf = 0; bf < 2; bf++) {
+        const enum ms_type type = bf ? MS_TYPE_BF16 : MS_TYPE_F16;
+        const ms_gemm_tok_fn gemm = bf ? ms_gemm_bf16_f32x16_avx512 : ms_gemm_f16_f32x16_avx512;
+        const ms_vec_dot_fn dot = bf ? ms_dot_bf16_f32_avx2 : ms_dot_f16_f32_avx2;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li], nr = 37, xs = n + 3;
+            const size_t stride = ms_row_size(type, n) + 10;
+            char *w = xalloc(stride * (size_t)nr);
+            float *a = xalloc((size_t)xs * 16 * sizeof(float));
+            for (int64_t i = 0; i < nr; i++) make_row(&r, type, n, true, w + (size_t)i * stride);
+            for (int t = 0; t < 16; t++) make_row(&r, MS_TYPE_F32, n, false, a + (size_t)t * (size_t)xs);
+            struct ms_f32_rows pack;
+            ms_pack_f32_rows(n, a, (size_t)xs * sizeof(float), 16, &pack);
+            for (int nt = 1; nt <= 16; nt++)
+                for (int64_t rows = 1; rows <= nr; rows = rows < 9 ? rows + 1 : rows + 14) {
+                    float y[16 * 37], want;
+                    for (size_t k = 0; k < sizeof y / sizeof y[0]; k++) y[k] = -1.0f;
+                    gemm(n, y, rows, w, stride, rows, &pack, nt);
+                    for (int t = 0; t < nt; t++)
+                        for (int64_t i = 0; i < rows; i++) {
+                            dot(n, &want, w + (size_t)i * stride, a + (size_t)t * (size_t)xs);
+                            if (memcmp(&want, &y[t * rows + i], sizeof want))
+                                fail_msg("%s f32 gemm n=%lld rows=%lld nt=%d: token %d row %lld %.9g vs dot %.9g",
+                                         bf ? "bf16" : "f16", (long long)n, (long long)rows, nt, t, (long long)i,
+                                         (double)y[t * rows + i], (double)want);
+                        }
+                    for (int64_t k = nt * rows; k < 16 * 37; k++) assert_true(y[k] == -1.0f);
+                }
+            ms_free(w), ms_free(a);
+        }
+    }
+}
+
 /* The many-rows Q8_0 x Q8_0 dot (decode's single-token matmuls) against
  * the single-token dot it repeats, bit for bit: 1-9 rows read at a stride
  * with a gap, every block count of block_counts and rows longer than its
@@ -457,6 +502,9 @@ static void test_x4_table(void **state) {
         assert_ptr_equal(q8->gemm_tok, ms_gemm_q8_0_q8_0x16_avx512);
         assert_int_equal(q8->gemm_tok_lanes, 16);
         assert_ptr_equal(q8->gemm_tok_f32, ms_gemm_q8_0_f32x16_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_F16)->gemm_tok_f32, ms_gemm_f16_f32x16_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_BF16)->gemm_tok_f32, ms_gemm_bf16_f32x16_avx512);
+        assert_true(ms_type_traits(MS_TYPE_F16)->gemm_tok_f32_rows);
         /* IQ2_XXS's x4 and many-rows dots: the VBMI forms wherever the
          * part has VBMI (a split one too), else the AVX-512 forms (the
          * register-lookup x4, the element-major many-rows dot), both
@@ -554,6 +602,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_q8_0),
         cmocka_unit_test(test_q8_0_order),
         cmocka_unit_test(test_gemm_q8_0_f32x16),
+        cmocka_unit_test(test_gemm_half_f32x16),
         cmocka_unit_test(test_dot_rows_q8_0),
         cmocka_unit_test(test_dot_rows_table),
         cmocka_unit_test(test_x4_table),

@@ -49,6 +49,7 @@ struct mm_job {
     int groups;            /* groups one GEMM call takes (1 or 2) */
     size_t pack_stride;    /* bytes per packed group */
     int64_t n_pack;        /* tokens [0, n_pack) go through gemm */
+    bool gemm_blocks;      /* the GEMM blocks for the cache itself: a call takes the whole chunk */
     int64_t n_tok;
     float *y;
     int64_t ldy;
@@ -135,6 +136,11 @@ static void mm_prefetch_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
 
 static void mm_rows(const struct mm_job *j, int64_t r0, int64_t r1) {
     int64_t tile = (int64_t)(MM_TILE_BYTES / (j->w->row_stride ? j->w->row_stride : 1));
+    /* a GEMM that reads its tokens in place (gemm_tok_f32_rows) keeps four
+     * tokens' activations in L1 while every row of its call streams past
+     * them: tiles of a few long rows (DeepSeek V4's HC mixes: 24 rows of
+     * 16384) would read every token once a tile */
+    if (j->gemm_blocks) tile = r1 - r0;
     if (tile < 1) tile = 1;
     for (int64_t r = r0; r < r1; r += tile) {
         const int64_t e = r + tile < r1 ? r + tile : r1;
@@ -230,10 +236,11 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.dot = tt->vec_dot_f32;
         f.dot4 = tt->vec_dot_f32_x4;
         if (tt->gemm_tok_f32) {
-            f.pack = pack_f32_x16;
+            f.pack = tt->gemm_tok_f32_rows ? ms_pack_f32_rows : pack_f32_x16;
             f.gemm = tt->gemm_tok_f32;
-            f.pack_block = 16 * sizeof(float);
-            f.pack_blck = 1;
+            /* in place: one struct ms_f32_rows a group, whatever the row length */
+            f.pack_block = tt->gemm_tok_f32_rows ? sizeof(struct ms_f32_rows) : 16 * sizeof(float);
+            f.pack_blck = tt->gemm_tok_f32_rows ? op->w->n_cols : 1;
             f.lanes = 16;
             f.min = tt->gemm_tok_f32_min;
             f.groups = 1;
@@ -472,6 +479,7 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
             char *dst = (char *)c->scratch + act_off;
             const int lanes = f->lanes;
             j->gemm = f->gemm;
+            j->gemm_blocks = f->pack == ms_pack_f32_rows;
             j->lanes = lanes;
             j->groups = f->groups;
             j->pack = dst;

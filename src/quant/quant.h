@@ -120,6 +120,18 @@ typedef void (*ms_pack_f32x16_fn)(int64_t n, const float *restrict x, size_t x_s
                                   float *restrict dst);
 void ms_pack_f32_x16(int64_t n, const float *restrict x, size_t x_stride, int nt, float *restrict dst);
 
+/* The activations of a token GEMM that reads its tokens where they are
+ * (gemm_tok_f32_rows): token t's n f32 values at (char *)x + t * stride,
+ * t < nt. */
+struct ms_f32_rows {
+    const float *x;
+    size_t stride; /* bytes */
+};
+
+/* The "pack" of such a GEMM (ms_act_pack_fn): writes a struct ms_f32_rows
+ * for x and x_stride to dst; n and nt are not needed (the GEMM gets nt). */
+void ms_pack_f32_rows(int64_t n, const void *restrict x, size_t x_stride, int nt, void *restrict dst);
+
 struct ms_type_traits {
     const char *name;          /* ggml's name, lower case: "q4_K", "mxfp4", ... */
     int64_t blck_size;         /* elements per block */
@@ -162,6 +174,9 @@ struct ms_type_traits {
      * last group of fewer tokens goes through it from gemm_tok_f32_min. */
     ms_gemm_tok_fn gemm_tok_f32;
     int gemm_tok_f32_min;
+    /* gemm_tok_f32 reads its tokens in place from a struct ms_f32_rows
+     * (ms_pack_f32_rows) instead of the [n][16] copy */
+    bool gemm_tok_f32_rows;
     /* Optional dots with 16-bit integer activations (block_q16_0, blocks.h:
      * fast mode's dense products that int8 activations would make less
      * accurate; NULL where the weight type has none, and those products then

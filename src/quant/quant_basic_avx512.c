@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "quant/blocks.h"
+#include "quant/quant.h"
 #include "quant/quant_basic.h"
 #include "quant/quant_impl.h"
 #include "quant/quant_simd.h"
@@ -693,4 +694,157 @@ void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const
             for (int64_t b = 0; b < nb; b++) q8_0_f32_block_x16(wr, b, x + (size_t)b * QK8_0 * 16, acc, 1);
         for (int k = 0; k < R; k++) x16_store(y, ldy, r + k, hsum8_lanes(acc[k]), nt);
     }
+}
+
+/* ---- token GEMM with f32 activations: F16 and BF16 rows x 16 tokens
+ *
+ * The AVX-512 set computes F16 and BF16 products with the AVX2 dot
+ * (quant_dispatch.c, dot_f32_isa): per row and token two 8-lane
+ * accumulators, acc0 over values 16 i + l and acc1 over 16 i + 8 + l (one
+ * FMA each per 16 values), then a last 8 values into acc0, then
+ * hsum256_f32(acc0 + acc1), then the last n % 8 values one by one. One
+ * 512-bit register holds both accumulators: its lane l < 8 is acc0's lane
+ * l and lane 8 + l is acc1's, so an FMA of 16 consecutive weights with 16
+ * consecutive activations is both of the dot's FMAs, a last 8 values go to
+ * lanes 0-7 (masked, the others kept as they are), and the reduction and
+ * tail are the dot's: every output is ms_dot_f16_f32_avx2's (or bf16's)
+ * bit for bit.
+ *
+ * The x4 dot this replaces in prefill loads four activation vectors and a
+ * weight vector for four FMAs. Here a 4 x 4 block of rows and tokens keeps
+ * 16 accumulators in registers, and each 16 values take 4 weight
+ * conversions and 4 activation loads for 16 FMAs. The tokens are read
+ * where they are (struct ms_f32_rows, no copy): a prefill's activations
+ * are megabytes a matmul, and a packed copy would be a serial pass over
+ * them before every F16 product.
+ */
+
+/* 16 (or, masked, 8) F16 / BF16 values at p as f32. */
+MS_SIMD_INLINE __m512 half16_ps(const uint16_t *p, const bool bf16) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+MS_SIMD_INLINE __m512 half8_ps(const uint16_t *p, const bool bf16) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_castsi128_si256(h)), 16));
+    return _mm512_castps256_ps512(_mm256_cvtph_ps(h));
+}
+
+/* Columns [c0, c1) (multiples of 16) of rows w[0 .. R) x tokens x[0 .. T)
+ * (R, T <= 4, constants) into their accumulators acc[k][t]: the dot's
+ * 16-value steps. */
+MS_SIMD_INLINE void half_f32_steps(int64_t c0, int64_t c1, const uint16_t *const w[4], const float *const x[4],
+                                   __m512 *acc, const int R, const int T, const bool bf16) {
+    __m512 a[4][4];
+    for (int k = 0; k < R; k++)
+        for (int t = 0; t < T; t++) a[k][t] = acc[4 * k + t];
+    for (int64_t i = c0; i < c1; i += 16) {
+        __m512 wv[4];
+        for (int k = 0; k < R; k++) {
+            if (i % 32 == 0) prefetch_ahead(w[k] + i, 2);
+            wv[k] = half16_ps(w[k] + i, bf16);
+        }
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_loadu_ps(x[t] + i);
+            for (int k = 0; k < R; k++) a[k][t] = _mm512_fmadd_ps(wv[k], xv, a[k][t]);
+        }
+    }
+    for (int k = 0; k < R; k++)
+        for (int t = 0; t < T; t++) acc[4 * k + t] = a[k][t];
+}
+
+/* The dot's end for rows w[0 .. R) x tokens x[0 .. T) from column n16 (n
+ * rounded down to 16): a last 8 values into lanes 0-7, the reduction, the
+ * last n % 8 values one by one; y[t * ldy + k] = the result. */
+MS_SIMD_INLINE void half_f32_finish(int64_t n, int64_t n16, float *y, int64_t ldy, const uint16_t *const w[4],
+                                    const float *const x[4], __m512 *acc, const int R, const int T,
+                                    const bool bf16) {
+    int64_t i = n16;
+    if (i + 8 <= n) {
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_castps256_ps512(_mm256_loadu_ps(x[t] + i));
+            for (int k = 0; k < R; k++)
+                acc[4 * k + t] = _mm512_mask3_fmadd_ps(half8_ps(w[k] + i, bf16), xv, acc[4 * k + t], 0x00ff);
+        }
+        i += 8;
+    }
+    for (int k = 0; k < R; k++)
+        for (int t = 0; t < T; t++) {
+            const __m512 a = acc[4 * k + t];
+            float sum = hsum256_f32(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+            for (int64_t j = i; j < n; j++)
+                sum += (bf16 ? ms_bf16_to_f32_inline(w[k][j]) : ms_fp16_to_f32_inline(w[k][j])) * x[t][j];
+            y[t * ldy + k] = sum;
+        }
+}
+
+/* Rows and tokens a call keeps accumulators for: HALF_ROWS rows x 4
+ * tokens, 8 KiB on the stack. */
+#define HALF_ROWS 32
+/* Columns a pass: four tokens' activations of a pass (16 KiB) stay in L1
+ * while every row of the group streams its share past them. */
+#define HALF_COLS 1024
+
+/* Rows [r0, r0 + nr) (nr <= HALF_ROWS) x tokens x[0 .. T), T a constant. */
+MS_SIMD_INLINE void half_f32_group(int64_t n, float *y, int64_t ldy, const void *w, size_t w_stride, int64_t r0,
+                                   int64_t nr, const float *const x[4], const int T, const bool bf16) {
+    __m512 acc[HALF_ROWS * 4];
+    for (int64_t k = 0; k < 4 * nr; k++) acc[k] = _mm512_setzero_ps();
+    const int64_t n16 = n / 16 * 16;
+    for (int pass = 0;; pass++) {
+        const int64_t c0 = pass * (int64_t)HALF_COLS;
+        const int64_t c1 = c0 + HALF_COLS < n16 ? c0 + HALF_COLS : n16;
+        const bool last = c1 == n16;
+        for (int64_t r = 0; r < nr; r += 4) {
+            const int R = nr - r < 4 ? (int)(nr - r) : 4;
+            const uint16_t *wr[4];
+            for (int k = 0; k < 4; k++)
+                wr[k] = (const uint16_t *)((const char *)w + (size_t)(r0 + r + (k < R ? k : 0)) * w_stride);
+            __m512 *a = acc + 4 * r;
+            float *yr = y + r0 + r;
+#define HALF_R(RR)                                                                                                 do {                                                                                                               if (c1 > c0) half_f32_steps(c0, c1, wr, x, a, RR, T, bf16);                                                    if (last) half_f32_finish(n, n16, yr, ldy, wr, x, a, RR, T, bf16);                                         } while (0)
+            switch (R) {
+            case 1: HALF_R(1); break;
+            case 2: HALF_R(2); break;
+            case 3: HALF_R(3); break;
+            default: HALF_R(4); break;
+            }
+#undef HALF_R
+        }
+        if (last) break;
+    }
+}
+
+/* Four tokens at a time against every row, HALF_ROWS rows a group, in
+ * passes of HALF_COLS columns. */
+MS_SIMD_INLINE void gemm_half_f32(int64_t n, float *y, int64_t ldy, const void *w, size_t w_stride, int64_t n_rows,
+                                  const void *pack, int nt, const bool bf16) {
+    const struct ms_f32_rows *xr = pack;
+    for (int t0 = 0; t0 < nt; t0 += 4) {
+        const float *x[4];
+        for (int t = 0; t < 4; t++)
+            x[t] = (const float *)((const char *)xr->x + (size_t)(t0 + t < nt ? t0 + t : t0) * xr->stride);
+        float *yt = y + (size_t)t0 * (size_t)ldy;
+        for (int64_t r0 = 0; r0 < n_rows; r0 += HALF_ROWS) {
+            const int64_t nr = n_rows - r0 < HALF_ROWS ? n_rows - r0 : HALF_ROWS;
+            switch (nt - t0 < 4 ? nt - t0 : 4) {
+            case 1: half_f32_group(n, yt, ldy, w, w_stride, r0, nr, x, 1, bf16); break;
+            case 2: half_f32_group(n, yt, ldy, w, w_stride, r0, nr, x, 2, bf16); break;
+            case 3: half_f32_group(n, yt, ldy, w, w_stride, r0, nr, x, 3, bf16); break;
+            default: half_f32_group(n, yt, ldy, w, w_stride, r0, nr, x, 4, bf16); break;
+            }
+        }
+    }
+}
+
+void ms_gemm_f16_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w, size_t w_stride,
+                               int64_t n_rows, const void *restrict pack, int nt) {
+    gemm_half_f32(n, y, ldy, w, w_stride, n_rows, pack, nt, false);
+}
+
+void ms_gemm_bf16_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt) {
+    gemm_half_f32(n, y, ldy, w, w_stride, n_rows, pack, nt, true);
 }

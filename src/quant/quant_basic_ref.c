@@ -14,6 +14,7 @@
  * Every n is a multiple of the format's block size (callers check).
  */
 #include <math.h>
+#include <string.h>
 
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -139,6 +140,12 @@ void ms_pack_f32_x16(int64_t n, const float *restrict x, size_t x_stride, int nt
         const float *xt = (const float *)((const char *)x + (size_t)(t < nt ? t : nt - 1) * x_stride);
         for (int64_t c = 0; c < n; c++) dst[16 * c + t] = xt[c];
     }
+}
+
+void ms_pack_f32_rows(int64_t n, const void *restrict x, size_t x_stride, int nt, void *restrict dst) {
+    (void)n, (void)nt;
+    const struct ms_f32_rows r = {.x = x, .stride = x_stride};
+    memcpy(dst, &r, sizeof r);
 }
 
 /* Q8_0 rows packed for the AVX2 token-lane GEMM, widened to int16 in

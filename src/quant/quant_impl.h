@@ -92,6 +92,13 @@ void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, cons
 void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
+/* F16 / BF16 rows x up to 16 tokens read in place (pack: struct
+ * ms_f32_rows), each output ms_dot_f16_f32_avx2's / bf16's bit for bit */
+void ms_gemm_f16_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                               size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+void ms_gemm_bf16_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
+                                size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
+
 /* ---- q16_0 activations for q8_0 weights (quant_q16*.c) */
 MS_DECL_QUANT(q16_0, ref);      MS_DECL_QUANT(q16_0, avx2);      MS_DECL_QUANT(q16_0, avx512);
 MS_DECL_DOT(q8_0, q16_0, ref);  MS_DECL_DOT(q8_0, q16_0, avx2);  MS_DECL_DOT(q8_0, q16_0, avx512);
