@@ -53,11 +53,14 @@ static int64_t span_of(int64_t moe_span) {
 /* The session n_batch (tokens per layer-major pass) for a prefill chunk
  * option (0 = default by mode) in sessions of n_span: streaming, long
  * passes (each reads the routed weights once); resident, passes as long as
- * a span (a shorter pass would cut the span), else one ubatch. */
+ * a span (a shorter pass would cut the span), else one ubatch. The session
+ * takes whole ubatches of a span (dsv4_session_new), and so does the pass:
+ * a --moe-span of 1000 is spans of 512, which passes of 1000 would cut. */
 static int64_t batch_of(int64_t chunk, bool streaming, int64_t n_span) {
     if (chunk != 0) return chunk;
     if (streaming) return MS_PREFILL_STREAM_DEFAULT;
-    return n_span > DSV4_UBATCH_DEFAULT ? n_span : DSV4_UBATCH_DEFAULT;
+    const int64_t span = n_span / DSV4_UBATCH_DEFAULT * DSV4_UBATCH_DEFAULT;
+    return span > DSV4_UBATCH_DEFAULT ? span : DSV4_UBATCH_DEFAULT;
 }
 
 /* Routing observer of profile_routing sessions (dsv4_route_fn). */
@@ -232,9 +235,10 @@ static void auto_range(const struct dsv4_model *m, const struct ms_engine_params
  * what the bottom's plan has: residency (and the weights' private copy),
  * MoE spans, and when streaming the two layer buffers of whole-layer
  * prefill reads and at least half its expert cache (all of a
- * --cache-experts target). A longer context is worth some of the expert cache, not a
- * slower kind of prefill or a cache at its minimum. When even the bottom
- * does not fit, the bottom (whose error the caller then reports). */
+ * --cache-experts target). A longer context is worth some of the expert
+ * cache, not a slower kind of prefill or a cache at its minimum. When
+ * even the bottom does not fit, the bottom (whose error the caller then
+ * reports). */
 static int64_t auto_n_ctx(const struct dsv4_model *m, const struct ms_engine_params *p,
                           uint64_t limit) {
     int64_t lo, hi;

@@ -568,6 +568,12 @@ static int moe_route(struct dsv4_session *s, uint32_t il, const int32_t *tokens,
     return 0;
 }
 
+/* The most experts of layer il the expert source can hold acquired at
+ * once (0: no limit). */
+static int acquire_limit(const struct dsv4_expert_source *src, uint32_t il) {
+    return src->acquire_limit ? src->acquire_limit(src->ctx, il) : src->max_per_acquire;
+}
+
 /* Grouping by expert: the distinct experts of sel go to used[0..n_used)
  * in expert order, and each used expert u owns gathered rows
  * [expert_row0[u], expert_row0[u + 1]) (one per (token, slot) selecting it,
@@ -588,7 +594,7 @@ static int moe_group_by_expert(struct dsv4_session *s, uint32_t il, int64_t n) {
             used[n_used++] = (int32_t)e;
         }
     const struct dsv4_expert_source *src = &s->m->experts;
-    const int limit = src->acquire_limit ? src->acquire_limit(src->ctx, il) : src->max_per_acquire;
+    const int limit = acquire_limit(src, il);
     if (src->order && limit > 0 && n_used > limit) {
         src->order(src->ctx, il, used, n_used); /* a permutation: rows follow it */
         for (int u = 0; u < n_used; u++) pos[used[u]] = u;
@@ -678,8 +684,7 @@ static int moe_routed_experts(struct dsv4_session *s, uint32_t il, const int32_t
     if (m->experts.routed && m->experts.routed(m->experts.ctx, il, sc->used, n_used, n, err))
         return -1;
     if (m->experts.tail_routed && s->pass_tail && tail_routed(s, il, n, err)) return -1;
-    const int limit = m->experts.acquire_limit ? m->experts.acquire_limit(m->experts.ctx, il)
-                                               : m->experts.max_per_acquire;
+    const int limit = acquire_limit(&m->experts, il);
     const int64_t row_cap = s->sc_cap * (int64_t)m->hp.n_expert_used;
     int group = limit > 0 ? limit : n_used;
     if (m->experts.read_ahead && n_used > group && group > 1) group /= 2;
