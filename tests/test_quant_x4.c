@@ -391,6 +391,75 @@ static void test_dot_rows_q8_0(void **state) {
     if (!getenv("MS_ISA")) assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows, ms_dot_rows_q8_0_q8_0_avx512);
 }
 
+/* The AVX-512 many-rows Q8_0 dots for up to four tokens (Q8_0 and Q16_0
+ * activations) against the single dots, bit for bit: 1-4 tokens, 1-9 rows
+ * at a stride with a gap, outputs at a token stride with a gap (left
+ * untouched), every block count of the one-token test and rows past the
+ * stack buffers (the single-dot path: 513 blocks for Q8_0, 1025 for
+ * Q16_0); the AVX-512 table has both. */
+static void test_dot_rows_n_q8_0(void **state) {
+    (void)state;
+    if (!cpu_avx512()) skip();
+    ms_rng r;
+    ms_rng_seed(&r, 0x4a0e5b17ull);
+    static const int64_t counts[] = {1, 2, 3, 5, 15, 16, 17, 33, 128, 512, 513, 1025};
+    enum { NR = 9, LDS = NR + 3 };
+    int checked = 0;
+    for (int q16 = 0; q16 < 2; q16++)
+        for (size_t li = 0; li < sizeof counts / sizeof counts[0]; li++) {
+            const int64_t n = counts[li] * QK8_0;
+            const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
+            const size_t arow = q16 ? (size_t)counts[li] * sizeof(block_q16_0) + 4 : row + 2;
+            char *w = xalloc(stride * NR);
+            char *a = xalloc(arow * 4);
+            float *xf = xalloc((size_t)n * sizeof(float));
+            for (int64_t i = 0; i < NR; i++) make_row(&r, MS_TYPE_Q8_0, n, true, w + (size_t)i * stride);
+            for (int k = 0; k < 4; k++) {
+                if (q16) {
+                    ms_rng_fill_normal(&r, xf, n, 1.0f);
+                    ms_quant_q16_0_ref(xf, a + (size_t)k * arow, n);
+                } else {
+                    make_row(&r, MS_TYPE_Q8_0, n, false, a + (size_t)k * arow);
+                }
+            }
+            const void *const y[4] = {a, a + arow, a + 2 * arow, a + 3 * arow};
+            for (int nt = 1; nt <= 4; nt++)
+                for (int64_t rows = 1; rows <= NR; rows++) {
+                    float out[4 * LDS], want;
+                    for (int k = 0; k < 4 * LDS; k++) out[k] = -1.0f;
+                    if (q16)
+                        ms_dot_rows_n_q8_0_q16_0_avx512(n, out, LDS, w, stride, rows, y, nt);
+                    else
+                        ms_dot_rows_n_q8_0_q8_0_avx512(n, out, LDS, w, stride, rows, y, nt);
+                    for (int k = 0; k < 4; k++)
+                        for (int64_t i = 0; i < LDS; i++) {
+                            const float got = out[k * LDS + i];
+                            if (k >= nt || i >= rows) {
+                                assert_true(got == -1.0f);
+                                continue;
+                            }
+                            if (q16)
+                                ms_dot_q8_0_q16_0_avx512(n, &want, w + (size_t)i * stride, y[k]);
+                            else
+                                ms_dot_q8_0_q8_0_avx512(n, &want, w + (size_t)i * stride, y[k]);
+                            if (memcmp(&want, &got, sizeof want))
+                                fail_msg("q8_0 x %s dot_rows_n nb=%lld nt=%d rows=%lld: token %d row %lld %.9g vs "
+                                         "single %.9g",
+                                         q16 ? "q16_0" : "q8_0", (long long)counts[li], nt, (long long)rows, k,
+                                         (long long)i, (double)got, (double)want);
+                            assert_true(want != 0.0f);
+                            checked++;
+                        }
+                }
+            ms_free(w), ms_free(a), ms_free(xf);
+        }
+    assert_true(checked > 8000);
+    if (!getenv("MS_ISA")) {
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows_n, ms_dot_rows_n_q8_0_q8_0_avx512);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_q16_rows_n, ms_dot_rows_n_q8_0_q16_0_avx512);
+    }
+}
+
 /* Every many-rows dot of the active table (vec_dot_rows, vec_dot_q16_rows)
  * against its table's single dot, bit for bit: 1-19 rows at a stride with
  * a gap, several row lengths, random weights and activations (Q2_K's
@@ -604,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_q8_0_f32x16),
         cmocka_unit_test(test_gemm_half_f32x16),
         cmocka_unit_test(test_dot_rows_q8_0),
+        cmocka_unit_test(test_dot_rows_n_q8_0),
         cmocka_unit_test(test_dot_rows_table),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),

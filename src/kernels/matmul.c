@@ -43,6 +43,7 @@ struct mm_job {
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4; /* NULL: tokens one by one */
     ms_vec_dot_rows_fn dot_rows; /* a token against many rows, or NULL */
+    ms_vec_dot_rows_n_fn dot_rows_n; /* up to four tokens against many rows, or NULL */
     ms_gemm_tok_fn gemm;   /* token-lane GEMM over the packed groups, or NULL */
     const void *pack;      /* its packed activations: groups of `lanes` tokens */
     int lanes;             /* the GEMM's tokens per group */
@@ -77,6 +78,14 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
                 (const char *)j->w->data + (size_t)r0 * j->w->row_stride, j->w->row_stride, r1 - r0,
                 (const char *)j->pack + (size_t)(t / j->lanes) * j->pack_stride, (int)nt);
         t += nt;
+    }
+    /* the rest four tokens at a time, each row read once for all of them */
+    for (; t < j->n_tok && j->dot_rows_n; t += 4) {
+        const char *a = (const char *)j->act + (size_t)t * as;
+        const int64_t left = j->n_tok - t, nt = left < 4 ? left : 4;
+        const void *const a4[4] = {a, a + (nt > 1 ? as : 0), a + (nt > 2 ? 2 * as : 0), a + (nt > 3 ? 3 * as : 0)};
+        j->dot_rows_n(n, j->y + t * j->ldy + r0, j->ldy, (const char *)j->w->data + (size_t)r0 * j->w->row_stride,
+                      j->w->row_stride, r1 - r0, a4, (int)nt);
     }
     if (j->dot4) {
         for (; t + 4 <= j->n_tok; t += 4) {
@@ -213,6 +222,7 @@ struct act_fmt {
     ms_vec_dot_fn dot;
     ms_vec_dot_x4_fn dot4;  /* may be NULL */
     ms_vec_dot_rows_fn dot_rows; /* may be NULL */
+    ms_vec_dot_rows_n_fn dot_rows_n; /* may be NULL */
     ms_act_pack_fn pack;    /* token-lane GEMM (may be NULL) and its packing */
     ms_gemm_tok_fn gemm;
     size_t pack_block;      /* packed bytes per pack_blck elements of a group */
@@ -252,6 +262,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.dot = tt->vec_dot_q16;
         f.dot4 = tt->vec_dot_q16_x4;
         f.dot_rows = tt->vec_dot_q16_rows;
+        f.dot_rows_n = tt->vec_dot_q16_rows_n;
         if (tt->gemm_tok_q16) {
             f.pack = tt->q16_pack;
             f.gemm = tt->gemm_tok_q16;
@@ -270,6 +281,7 @@ static struct act_fmt act_fmt(const struct ms_mm_op *op) {
         f.dot = tt->vec_dot;
         f.dot4 = tt->vec_dot_x4;
         f.dot_rows = tt->vec_dot_rows;
+        f.dot_rows_n = tt->vec_dot_rows_n;
         if (tt->gemm_tok) {
             f.pack = tt->act_pack;
             f.gemm = tt->gemm_tok;
@@ -453,7 +465,8 @@ int ms_matmul_multi(struct ms_matmul_ctx *c, const struct ms_mm_op *ops, int n_o
         const struct act_fmt *f = &fmts[i];
         struct mm_job *j = &jobs[2 * i];
         *j = (struct mm_job){.w = op->w, .n_tok = op->n_tok, .y = op->y, .ldy = op->ldy,
-                             .dot = f->dot, .dot4 = f->dot4, .dot_rows = f->dot_rows};
+                             .dot = f->dot, .dot4 = f->dot4, .dot_rows = f->dot_rows,
+                             .dot_rows_n = f->dot_rows_n};
         const size_t row = f->row_bytes;
         if (row == 0) {
             j->act = op->x;

@@ -91,6 +91,15 @@ typedef void (*ms_vec_dot_x4_fn)(int64_t n, float *restrict s, const void *restr
 typedef void (*ms_vec_dot_rows_fn)(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
                                    int64_t n_rows, const void *restrict y);
 
+/* The many-rows form for up to four tokens: s[t * lds + r] = dot(row r,
+ * token t) for r < n_rows (row r at x + r * x_stride bytes) and t < nt
+ * (1..4, token t's activations at y[t]), each the single dot's value bit
+ * for bit. A row's weights are read (and decoded) once for all nt tokens:
+ * a decode step that checks a draft of a few tokens, or a prefill's last
+ * tokens, reads them at the speed of a one-token step's many-rows dot. */
+typedef void (*ms_vec_dot_rows_n_fn)(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+
 /* Token-lane GEMM for prefill (optional; see struct ms_type_traits): the
  * activations of a group of up to gemm_tok_lanes tokens (8 or 16, at most
  * MS_GEMM_TOK_MAX) are packed once per product so that SIMD lanes hold
@@ -150,6 +159,10 @@ struct ms_type_traits {
     /* Optional many-rows form of vec_dot (ms_vec_dot_rows_fn); NULL where
      * there is none: call vec_dot row by row. */
     ms_vec_dot_rows_fn vec_dot_rows;
+    /* Optional many-rows form for up to four tokens (ms_vec_dot_rows_n_fn);
+     * where set, the matmul takes tokens it does not give the token-lane
+     * GEMM four at a time through it instead of the x4 and single dots. */
+    ms_vec_dot_rows_n_fn vec_dot_rows_n;
     /* Optional token-lane GEMM (fast mode, see ms_gemm_tok_fn): NULL where
      * there is none; act_pack_block is the packed bytes per blck_size of
      * vec_dot_type elements of one group of gemm_tok_lanes tokens; a last
@@ -193,6 +206,7 @@ struct ms_type_traits {
     ms_vec_dot_fn vec_dot_q16;
     ms_vec_dot_x4_fn vec_dot_q16_x4;
     ms_vec_dot_rows_fn vec_dot_q16_rows; /* optional, as vec_dot_rows */
+    ms_vec_dot_rows_n_fn vec_dot_q16_rows_n; /* optional, as vec_dot_rows_n */
     ms_act_pack_fn q16_pack;
     ms_gemm_tok_fn gemm_tok_q16;
     size_t q16_pack_block;

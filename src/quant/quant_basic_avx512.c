@@ -381,18 +381,89 @@ MS_DECL_DOT(q8_0, q8_0, avx512) {
 
 /*
  * The same dot for one activation row against n_rows weight rows (decode's
- * single-token matmuls): what depends only on the activation is made once
- * per call, into a small stack buffer: its scales as f32 (16 blocks a
- * vector), its values in 64-byte block pairs, and 128 times each block's
- * sum of values. Each row's values then go in offset by 128, as the
- * unsigned operand of vpdpbusd, against the activations as they are:
- * sum (w + 128) a - 128 sum a is the exact int32 block sum the single dot
- * gets from |w| and the activations with w's sign, one xor a block pair
- * instead of an abs, a sign mask and a masked negate. The float steps are
- * the single dot's, so every row's result is its value bit for bit. Rows
- * longer than ROWS_MAX_BLOCKS blocks go through the single dot.
+ * single-token matmuls), or for up to four (a decode step that checks a
+ * draft, the last tokens of a prefill): what depends only on the
+ * activations is made once per call, into a small stack buffer: their
+ * scales as f32 (16 blocks a vector), their values in 64-byte block pairs,
+ * and 128 times each block's sum of values. Each row's values then go in
+ * offset by 128, as the unsigned operand of vpdpbusd, against the
+ * activations as they are: sum (w + 128) a - 128 sum a is the exact int32
+ * block sum the single dot gets from |w| and the activations with w's
+ * sign, one xor a block pair instead of an abs, a sign mask and a masked
+ * negate; with several tokens a row's values are loaded and offset once
+ * for all of them. The float steps are the single dot's, so every result
+ * is its value bit for bit. Rows longer than ROWS_MAX_BLOCKS blocks go
+ * through the single dot.
  */
 #define ROWS_MAX_BLOCKS 512
+
+/* Token k's activations a[k] laid out for the rows form. */
+struct q8_0_rows_act {
+    int8_t aq[ROWS_MAX_BLOCKS * QK8_0] __attribute__((aligned(64)));
+    float da[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    int32_t corr[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+};
+
+static void q8_0_rows_act(const block_q8_0 *a, int64_t nb, struct q8_0_rows_act *o) {
+    const int64_t nbr = (nb + 15) / 16 * 16;
+    const __m256i bias8 = _mm256_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < nbr; i++) {
+        if (i % 16 == 0) _mm512_store_ps(o->da + i, q8_0_scales16(a + i, nb - i < 16 ? nb - i : 16));
+        if (i < nb) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)a[i].qs);
+            _mm256_store_si256((__m256i *)(o->aq + QK8_0 * i), v);
+            /* sum of (a + 128) by sad against zero, in four 64-bit lanes */
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, bias8), _mm256_setzero_si256());
+            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * QK8_0;
+            o->corr[i] = 128 * sum;
+        } else {
+            _mm256_store_si256((__m256i *)(o->aq + QK8_0 * i), _mm256_setzero_si256());
+            o->corr[i] = 0;
+        }
+    }
+}
+
+/* s[k * lds + r] for rows r < n_rows and tokens k < nt (1..4, a
+ * constant), the activations laid out in t[k]. */
+MS_SIMD_INLINE void q8_0_rows_n(int64_t nb, float *s, int64_t lds, const void *x, size_t x_stride, int64_t n_rows,
+                                const struct q8_0_rows_act *t, const int nt) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
+        __m128 acc[4];
+        for (int k = 0; k < nt; k++) acc[k] = _mm_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int64_t nc = nb - c < 16 ? nb - c : 16;
+            const __m512 ws = q8_0_scales16(w + c, nc);
+            /* with several tokens, more work a byte: a lead on the stream
+             * (16 blocks, 544 bytes, 9 lines) */
+            if (nt > 1) prefetch_ahead(w + c, 9);
+            __m512i wv[8];
+            _Pragma("GCC unroll 8")
+            for (int q = 0; q < 8; q++) {
+                /* past the row's end: weights 0 (+128 after the xor)
+                 * against activations 0 */
+                const int64_t i = c + 2 * q;
+                wv[q] = _mm512_xor_si512(i + 1 < nb ? load2x32(w[i].qs, w[i + 1].qs)
+                                         : i < nb ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs))
+                                                  : _mm512_setzero_si512(),
+                                         bias);
+            }
+            for (int k = 0; k < nt; k++) {
+                __m512i part[8];
+                _Pragma("GCC unroll 8")
+                for (int q = 0; q < 8; q++)
+                    part[q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[q],
+                                                  _mm512_load_si512((const void *)(t[k].aq + QK8_0 * (c + 2 * q))));
+                const __m512i sumi =
+                    _mm512_sub_epi32(block_sums16(part), _mm512_load_si512((const void *)(t[k].corr + c)));
+                acc[k] = q8_0_step16(acc[k], sumi, ws, _mm512_load_ps(t[k].da + c));
+            }
+        }
+        for (int k = 0; k < nt; k++) s[k * lds + r] = reduce_by4(acc[k]);
+    }
+}
 
 void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
                                   int64_t n_rows, const void *restrict y) {
@@ -401,50 +472,27 @@ void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *rest
         for (int64_t r = 0; r < n_rows; r++) ms_dot_q8_0_q8_0_avx512(n, s + r, (const char *)x + (size_t)r * x_stride, y);
         return;
     }
-    const block_q8_0 *a = y;
-    const int64_t nbr = (nb + 15) / 16 * 16;
-    int8_t aq[ROWS_MAX_BLOCKS * QK8_0] __attribute__((aligned(64)));
-    float da[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
-    int32_t corr[ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
-    const __m256i bias8 = _mm256_set1_epi8((char)0x80);
-    for (int64_t i = 0; i < nbr; i++) {
-        if (i % 16 == 0) _mm512_store_ps(da + i, q8_0_scales16(a + i, nb - i < 16 ? nb - i : 16));
-        if (i < nb) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            _mm256_store_si256((__m256i *)(aq + QK8_0 * i), v);
-            /* sum of (a + 128) by sad against zero, in four 64-bit lanes */
-            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, bias8), _mm256_setzero_si256());
-            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * QK8_0;
-            corr[i] = 128 * sum;
-        } else {
-            _mm256_store_si256((__m256i *)(aq + QK8_0 * i), _mm256_setzero_si256());
-            corr[i] = 0;
-        }
+    struct q8_0_rows_act t;
+    q8_0_rows_act(y, nb, &t);
+    q8_0_rows_n(nb, s, 0, x, x_stride, n_rows, &t, 1);
+}
+
+void ms_dot_rows_n_q8_0_q8_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+    const int64_t nb = n / QK8_0;
+    if (nb > ROWS_MAX_BLOCKS || nb == 0) {
+        for (int k = 0; k < nt; k++)
+            for (int64_t r = 0; r < n_rows; r++)
+                ms_dot_q8_0_q8_0_avx512(n, s + k * lds + r, (const char *)x + (size_t)r * x_stride, y[k]);
+        return;
     }
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    for (int64_t r = 0; r < n_rows; r++) {
-        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
-        __m128 acc = _mm_setzero_ps();
-        for (int64_t c = 0; c < nb; c += 16) {
-            const int64_t nc = nb - c < 16 ? nb - c : 16;
-            const __m512 ws = q8_0_scales16(w + c, nc);
-            __m512i part[8];
-            _Pragma("GCC unroll 8")
-            for (int q = 0; q < 8; q++) {
-                /* past the row's end: weights 0 (+128 after the xor)
-                 * against activations 0 */
-                const int64_t i = c + 2 * q;
-                const __m512i wv = i + 1 < nb ? load2x32(w[i].qs, w[i + 1].qs)
-                                   : i < nb   ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs))
-                                              : _mm512_setzero_si512();
-                part[q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(wv, bias),
-                                              _mm512_load_si512((const void *)(aq + QK8_0 * i)));
-            }
-            const __m512i sumi = _mm512_sub_epi32(block_sums16(part), _mm512_load_si512((const void *)(corr + c)));
-            acc = q8_0_step16(acc, sumi, ws, _mm512_load_ps(da + c));
-        }
-        s[r] = reduce_by4(acc);
+    struct q8_0_rows_act t[4];
+    for (int k = 0; k < nt; k++) q8_0_rows_act(y[k], nb, &t[k]);
+    switch (nt) {
+    case 1: q8_0_rows_n(nb, s, lds, x, x_stride, n_rows, t, 1); break;
+    case 2: q8_0_rows_n(nb, s, lds, x, x_stride, n_rows, t, 2); break;
+    case 3: q8_0_rows_n(nb, s, lds, x, x_stride, n_rows, t, 3); break;
+    default: q8_0_rows_n(nb, s, lds, x, x_stride, n_rows, t, 4); break;
     }
 }
 

@@ -127,13 +127,62 @@ MS_DECL_DOT_X4(q8_0, q16_0, avx512) {
     dot_q8_0_q16_0_n(x, a, 4, n / QK8_0, s);
 }
 
-/* One activation row against n_rows weight rows (decode): the activation's
+/* One activation row against n_rows weight rows (decode), or up to four
+ * (a step that checks a draft, a prefill's last tokens): the activations'
  * scales are converted once per call (16 blocks a vector, into a small
  * stack buffer), the weights' by word inserts (q8_0_scales16: the same f32
- * values as the gather, measured faster), and each row takes the single
- * dot's operations, so every result is its value bit for bit. Rows longer
- * than Q16_ROWS_MAX_BLOCKS blocks go through the single dot. */
+ * values as the gather, measured faster), a row's weights are widened
+ * once for all its tokens, and each (row, token) takes the single dot's
+ * operations, so every result is its value bit for bit. Rows longer than
+ * Q16_ROWS_MAX_BLOCKS blocks go through the single dot. */
 #define Q16_ROWS_MAX_BLOCKS 1024
+
+/* s[k * lds + r] for rows r < n_rows and tokens a[k], k < nt (1..4, a
+ * constant); da[k] token k's scales as f32. */
+MS_SIMD_INLINE void q16_rows_n(int64_t nb, float *s, int64_t lds, const void *x, size_t x_stride, int64_t n_rows,
+                               const block_q16_0 *const a[4], const float (*da)[Q16_ROWS_MAX_BLOCKS], const int nt) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
+        __m128 acc[4];
+        for (int k = 0; k < nt; k++) acc[k] = _mm_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int64_t nc = nb - c < 16 ? nb - c : 16;
+            const __m512 ws = q8_0_scales16(w + c, nc);
+            if (nt == 1) { /* the weights widened as they are used */
+                __m512i part[8];
+                _Pragma("GCC unroll 8")
+                for (int q = 0; q < 8; q++) {
+                    const int64_t i = c + 2 * q;
+                    part[q] = fold2(_mm512_madd_epi16(w16_load(w, i, nb), a16_load(a[0], i, nb)),
+                                    _mm512_madd_epi16(w16_load(w, i + 1, nb), a16_load(a[0], i + 1, nb)));
+                }
+                acc[0] = q8_0_step16(acc[0], block_sums16(part), ws, _mm512_load_ps(da[0] + c));
+                continue;
+            }
+            /* several tokens' work a byte: the stream would wait on
+             * memory without a lead (16 blocks, 544 bytes, 9 lines) */
+            prefetch_ahead(w + c, 9);
+            __m512i wv[16];
+            _Pragma("GCC unroll 16")
+            for (int q = 0; q < 16; q++) wv[q] = w16_load(w, c + q, nb);
+            for (int k = 0; k < nt; k++) {
+                __m512i part[8];
+                _Pragma("GCC unroll 8")
+                for (int q = 0; q < 8; q++) {
+                    const int64_t i = c + 2 * q;
+                    part[q] = fold2(_mm512_madd_epi16(wv[2 * q], a16_load(a[k], i, nb)),
+                                    _mm512_madd_epi16(wv[2 * q + 1], a16_load(a[k], i + 1, nb)));
+                }
+                acc[k] = q8_0_step16(acc[k], block_sums16(part), ws, _mm512_load_ps(da[k] + c));
+            }
+        }
+        for (int k = 0; k < nt; k++) s[k * lds + r] = reduce_by4(acc[k]);
+    }
+}
+
+static void q16_rows_scales(const block_q16_0 *a, int64_t nb, float *da) {
+    for (int64_t c = 0; c < nb; c += 16) _mm512_store_ps(da + c, a_scales16(a + c, nb - c < 16 ? nb - c : 16));
+}
 
 void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
                                    int64_t n_rows, const void *restrict y) {
@@ -143,25 +192,32 @@ void ms_dot_rows_q8_0_q16_0_avx512(int64_t n, float *restrict s, const void *res
             ms_dot_q8_0_q16_0_avx512(n, s + r, (const char *)x + (size_t)r * x_stride, y);
         return;
     }
-    const block_q16_0 *a = y;
-    float da[Q16_ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
-    for (int64_t c = 0; c < nb; c += 16) _mm512_store_ps(da + c, a_scales16(a + c, nb - c < 16 ? nb - c : 16));
-    for (int64_t r = 0; r < n_rows; r++) {
-        const block_q8_0 *w = (const block_q8_0 *)((const char *)x + (size_t)r * x_stride);
-        __m128 acc = _mm_setzero_ps();
-        for (int64_t c = 0; c < nb; c += 16) {
-            const int64_t nc = nb - c < 16 ? nb - c : 16;
-            const __m512 ws = q8_0_scales16(w + c, nc);
-            __m512i part[8];
-            _Pragma("GCC unroll 8")
-            for (int q = 0; q < 8; q++) {
-                const int64_t i = c + 2 * q;
-                part[q] = fold2(_mm512_madd_epi16(w16_load(w, i, nb), a16_load(a, i, nb)),
-                                _mm512_madd_epi16(w16_load(w, i + 1, nb), a16_load(a, i + 1, nb)));
-            }
-            acc = q8_0_step16(acc, block_sums16(part), ws, _mm512_load_ps(da + c));
-        }
-        s[r] = reduce_by4(acc);
+    float da[1][Q16_ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    const block_q16_0 *a[4] = {y, NULL, NULL, NULL};
+    q16_rows_scales(a[0], nb, da[0]);
+    q16_rows_n(nb, s, 0, x, x_stride, n_rows, a, da, 1);
+}
+
+void ms_dot_rows_n_q8_0_q16_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+    const int64_t nb = n / QK8_0;
+    if (nb > Q16_ROWS_MAX_BLOCKS || nb == 0) {
+        for (int k = 0; k < nt; k++)
+            for (int64_t r = 0; r < n_rows; r++)
+                ms_dot_q8_0_q16_0_avx512(n, s + k * lds + r, (const char *)x + (size_t)r * x_stride, y[k]);
+        return;
+    }
+    float da[4][Q16_ROWS_MAX_BLOCKS] __attribute__((aligned(64)));
+    const block_q16_0 *a[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < nt; k++) {
+        a[k] = y[k];
+        q16_rows_scales(a[k], nb, da[k]);
+    }
+    switch (nt) {
+    case 1: q16_rows_n(nb, s, lds, x, x_stride, n_rows, a, da, 1); break;
+    case 2: q16_rows_n(nb, s, lds, x, x_stride, n_rows, a, da, 2); break;
+    case 3: q16_rows_n(nb, s, lds, x, x_stride, n_rows, a, da, 3); break;
+    default: q16_rows_n(nb, s, lds, x, x_stride, n_rows, a, da, 4); break;
     }
 }
 
