@@ -429,7 +429,13 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;
         t->q16_pack_block = sizeof(block_q16_0x16);
         t->gemm_tok_q16_lanes = 16;
-        t->gemm_tok_q16_min = 6;
+        /* a pack costs the GEMM its 16 lanes' work whatever its tokens,
+         * and the four-token many-rows dot reads each row once for four:
+         * 6 and 8 tokens from memory ran 2.7 and 3.4 ms through that dot
+         * against 4.0 through the GEMM, 9 about the same (Zen 5,
+         * bench_kernels -t 1 --types q8_0 --activations q16 --rows 4096
+         * --cols 4096 --working-set 512 --order random) */
+        t->gemm_tok_q16_min = 9;
     }
     if (isa == ISA_AVX2) {
         t->q16_pack = ms_pack_q16_0_x8;
