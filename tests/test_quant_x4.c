@@ -391,21 +391,35 @@ static void test_dot_rows_q8_0(void **state) {
     if (!getenv("MS_ISA")) assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows, ms_dot_rows_q8_0_q8_0_avx512);
 }
 
-/* The AVX-512 many-rows Q8_0 dots for up to four tokens (Q8_0 and Q16_0
- * activations) against the single dots, bit for bit: 1-4 tokens, 1-9 rows
- * at a stride with a gap, outputs at a token stride with a gap (left
- * untouched), every block count of the one-token test and rows past the
- * stack buffers (the single-dot path: 513 blocks for Q8_0, 1025 for
- * Q16_0); the AVX-512 table has both. */
+/* The many-rows Q8_0 dots for up to four tokens (Q8_0 and Q16_0
+ * activations; AVX-512 and AVX2 sets, each where the CPU has it) against
+ * their set's single dots, bit for bit: 1-4 tokens, 1-9 rows at a stride
+ * with a gap, outputs at a token stride with a gap (left untouched), every
+ * block count of the one-token test and rows past the AVX-512 stack
+ * buffers (its single-dot path: 513 blocks for Q8_0, 1025 for Q16_0); the
+ * active table has them. */
+typedef void (*dot1_fn)(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 static void test_dot_rows_n_q8_0(void **state) {
     (void)state;
-    if (!cpu_avx512()) skip();
+    if (!cpu_avx2()) skip();
     ms_rng r;
     ms_rng_seed(&r, 0x4a0e5b17ull);
     static const int64_t counts[] = {1, 2, 3, 5, 15, 16, 17, 33, 128, 512, 513, 1025};
     enum { NR = 9, LDS = NR + 3 };
+    const struct {
+        bool avx512, q16;
+        ms_vec_dot_rows_n_fn rows_n;
+        dot1_fn dot;
+    } kernels[] = {
+        {true, false, ms_dot_rows_n_q8_0_q8_0_avx512, ms_dot_q8_0_q8_0_avx512},
+        {true, true, ms_dot_rows_n_q8_0_q16_0_avx512, ms_dot_q8_0_q16_0_avx512},
+        {false, false, ms_dot_rows_n_q8_0_q8_0_avx2, ms_dot_q8_0_q8_0_avx2},
+        {false, true, ms_dot_rows_n_q8_0_q16_0_avx2, ms_dot_q8_0_q16_0_avx2},
+    };
     int checked = 0;
-    for (int q16 = 0; q16 < 2; q16++)
+    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
+        if (kernels[ki].avx512 && !cpu_avx512()) continue;
+        const bool q16 = kernels[ki].q16;
         for (size_t li = 0; li < sizeof counts / sizeof counts[0]; li++) {
             const int64_t n = counts[li] * QK8_0;
             const size_t row = ms_row_size(MS_TYPE_Q8_0, n), stride = row + 6;
@@ -427,10 +441,7 @@ static void test_dot_rows_n_q8_0(void **state) {
                 for (int64_t rows = 1; rows <= NR; rows++) {
                     float out[4 * LDS], want;
                     for (int k = 0; k < 4 * LDS; k++) out[k] = -1.0f;
-                    if (q16)
-                        ms_dot_rows_n_q8_0_q16_0_avx512(n, out, LDS, w, stride, rows, y, nt);
-                    else
-                        ms_dot_rows_n_q8_0_q8_0_avx512(n, out, LDS, w, stride, rows, y, nt);
+                    kernels[ki].rows_n(n, out, LDS, w, stride, rows, y, nt);
                     for (int k = 0; k < 4; k++)
                         for (int64_t i = 0; i < LDS; i++) {
                             const float got = out[k * LDS + i];
@@ -438,25 +449,28 @@ static void test_dot_rows_n_q8_0(void **state) {
                                 assert_true(got == -1.0f);
                                 continue;
                             }
-                            if (q16)
-                                ms_dot_q8_0_q16_0_avx512(n, &want, w + (size_t)i * stride, y[k]);
-                            else
-                                ms_dot_q8_0_q8_0_avx512(n, &want, w + (size_t)i * stride, y[k]);
+                            kernels[ki].dot(n, &want, w + (size_t)i * stride, y[k]);
                             if (memcmp(&want, &got, sizeof want))
-                                fail_msg("q8_0 x %s dot_rows_n nb=%lld nt=%d rows=%lld: token %d row %lld %.9g vs "
-                                         "single %.9g",
-                                         q16 ? "q16_0" : "q8_0", (long long)counts[li], nt, (long long)rows, k,
-                                         (long long)i, (double)got, (double)want);
+                                fail_msg("%s q8_0 x %s dot_rows_n nb=%lld nt=%d rows=%lld: token %d row %lld %.9g "
+                                         "vs single %.9g",
+                                         kernels[ki].avx512 ? "avx512" : "avx2", q16 ? "q16_0" : "q8_0",
+                                         (long long)counts[li], nt, (long long)rows, k, (long long)i, (double)got,
+                                         (double)want);
                             assert_true(want != 0.0f);
                             checked++;
                         }
                 }
             ms_free(w), ms_free(a), ms_free(xf);
         }
+    }
     assert_true(checked > 8000);
-    if (!getenv("MS_ISA")) {
+    const char *isa = getenv("MS_ISA");
+    if (!isa && cpu_avx512()) {
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows_n, ms_dot_rows_n_q8_0_q8_0_avx512);
         assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_q16_rows_n, ms_dot_rows_n_q8_0_q16_0_avx512);
+    } else if ((isa && !strcmp(isa, "avx2")) || (!isa && !cpu_avx512())) {
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_rows_n, ms_dot_rows_n_q8_0_q8_0_avx2);
+        assert_ptr_equal(ms_type_traits(MS_TYPE_Q8_0)->vec_dot_q16_rows_n, ms_dot_rows_n_q8_0_q16_0_avx2);
     }
 }
 

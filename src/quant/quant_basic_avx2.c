@@ -240,6 +240,7 @@ MS_DECL_DOT(q8_0, q8_0, avx2) {
     dot_q8_0_q8_0_n(x, a, 1, n / QK8_0, s);
 }
 MS_DEFINE_DOT_ROWS(q8_0, q8_0, avx2)
+MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_q8_0_q8_0_avx2, block_q8_0, block_q8_0, QK8_0, dot_q8_0_q8_0_n)
 
 MS_DECL_DOT(q8_0, f32, avx2) {
     const block_q8_0 *a = x;

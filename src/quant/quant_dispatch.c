@@ -240,7 +240,7 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
  * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
 static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
-    tab[MS_TYPE_Q8_0].vec_dot_rows_n = isa == ISA_AVX512 ? ms_dot_rows_n_q8_0_q8_0_avx512 : NULL;
+    tab[MS_TYPE_Q8_0].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
     tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
@@ -423,7 +423,7 @@ static void attach_q16(struct ms_type_traits *tab, enum isa isa, bool split) {
     t->vec_dot_q16 = PICK_ISA(split_isa(isa, split), ms_dot_q8_0_q16_0);
     t->vec_dot_q16_x4 = PICK_SIMD(split_isa(isa, split), ms_dot_q8_0_q16_0_x4);
     t->vec_dot_q16_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q16_0);
-    t->vec_dot_q16_rows_n = isa == ISA_AVX512 ? ms_dot_rows_n_q8_0_q16_0_avx512 : NULL;
+    t->vec_dot_q16_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q8_0_q16_0);
     if (isa == ISA_AVX512) {
         t->q16_pack = ms_pack_q16_0_x16_avx512;
         t->gemm_tok_q16 = ms_gemm_q8_0_q16_0x16_avx512;

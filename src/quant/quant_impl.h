@@ -89,11 +89,16 @@ void ms_pack_q8_0_x8(int64_t n, const void *restrict a, size_t a_stride, int nt,
 void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                  size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
 
-/* the many-rows Q8_0 dots for up to four tokens (ms_vec_dot_rows_n_fn) */
+/* the many-rows Q8_0 dots for up to four tokens (ms_vec_dot_rows_n_fn), AVX-512
+ * and AVX2 */
 void ms_dot_rows_n_q8_0_q8_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 void ms_dot_rows_n_q8_0_q16_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
                                      size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q8_0_q8_0_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                  size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q8_0_q16_0_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                   size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 
 void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);

@@ -112,6 +112,7 @@ MS_DECL_DOT(q8_0, q16_0, avx2) {
     dot_q8_0_q16_0_n(x, a, 1, n / QK8_0, s);
 }
 MS_DEFINE_DOT_ROWS(q8_0, q16_0, avx2)
+MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_q8_0_q16_0_avx2, block_q8_0, block_q16_0, QK8_0, dot_q8_0_q16_0_n)
 
 MS_DECL_DOT_X4(q8_0, q16_0, avx2) {
     const block_q16_0 *a[4] = {y[0], y[1], y[2], y[3]};

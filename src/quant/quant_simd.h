@@ -34,18 +34,17 @@
         { const int k = 3; __VA_ARGS__ }                   \
     } while (0)
 
-/* MS_XN(k, nt, body): body for k = 0 only (nt == 1) or for k = 0..3 (nt ==
- * 4, as MS_X4). With nt a constant of a forced-inline kernel body, one body
- * serves the single-token and the four-token entry, which then perform the
- * same float operations by construction. */
+/* MS_XN(k, nt, body): body for k = 0 .. nt - 1 (nt 1 to 4) as constants,
+ * as MS_X4 does for four. With nt a constant of a forced-inline kernel
+ * body, one body serves the single-token, four-token and many-rows
+ * entries for 1-4 tokens, which then perform the same float operations by
+ * construction. */
 #define MS_XN(k, nt, ...)                                  \
     do {                                                   \
-        if ((nt) == 1) {                                   \
-            const int k = 0;                               \
-            __VA_ARGS__                                    \
-        } else {                                           \
-            MS_X4(k, __VA_ARGS__);                         \
-        }                                                  \
+        { const int k = 0; __VA_ARGS__ }                   \
+        if ((nt) > 1) { const int k = 1; __VA_ARGS__ }     \
+        if ((nt) > 2) { const int k = 2; __VA_ARGS__ }     \
+        if ((nt) > 3) { const int k = 3; __VA_ARGS__ }     \
     } while (0)
 
 /* The many-rows form (ms_vec_dot_rows_fn) of a single-token dot defined
@@ -56,6 +55,29 @@
     __attribute__((flatten)) MS_DECL_DOT_ROWS(w, a, isa) {                                  \
         for (int64_t r = 0; r < n_rows; r++)                                                \
             ms_dot_##w##_##a##_##isa(n, s + r, (const char *)x + (size_t)r * x_stride, y); \
+    }
+
+/* The many-rows form for up to four tokens (ms_vec_dot_rows_n_fn) named fn,
+ * from a kernel body BODY(w, a, nt, nb, s) of weight blocks WBLK and
+ * activation blocks ABLK (BLCK elements each) that takes nt (1 to 4, a
+ * constant) tokens a[k] through MS_XN: row by row, each row decoded once
+ * for all nt tokens, every result the single dot's by construction. */
+#define MS_DEFINE_DOT_ROWS_N(fn, WBLK, ABLK, BLCK, BODY)                                               \
+    __attribute__((flatten)) void fn(int64_t n, float *restrict s, int64_t lds, const void *restrict x, \
+                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt) {    \
+        const ABLK *const a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 2 ? 2 : 0], y[nt > 3 ? 3 : 0]};       \
+        const int64_t nb = n / (BLCK);                                                                  \
+        for (int64_t r = 0; r < n_rows; r++) {                                                          \
+            const WBLK *w = (const WBLK *)((const char *)x + (size_t)r * x_stride);                     \
+            float o[4];                                                                                 \
+            switch (nt) {                                                                               \
+            case 1: BODY(w, a, 1, nb, o); break;                                                        \
+            case 2: BODY(w, a, 2, nb, o); break;                                                        \
+            case 3: BODY(w, a, 3, nb, o); break;                                                        \
+            default: BODY(w, a, 4, nb, o); break;                                                       \
+            }                                                                                           \
+            for (int k = 0; k < nt; k++) s[k * lds + r] = o[k];                                         \
+        }                                                                                               \
     }
 
 /* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
