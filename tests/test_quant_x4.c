@@ -536,6 +536,79 @@ static void test_dot_rows_table(void **state) {
     }
 }
 
+/* Every many-rows dot for up to four tokens of the active table
+ * (vec_dot_rows_n, vec_dot_q16_rows_n) against its table's single dot,
+ * bit for bit: 1-4 tokens, 1-9 rows at a stride with a gap, outputs at a
+ * token stride with a gap (left untouched), row lengths with every tail
+ * of the Q2_K form's four-block turns (1-5 and 16 blocks), an odd block
+ * count for IQ2_XXS's pairs (its single-dot path) and lengths past the
+ * stack buffers (8704). On an AVX-512 machine Q8_0 and Q2_K must have one,
+ * IQ2_XXS too where the part has VBMI. */
+static void test_dot_rows_n_table(void **state) {
+    (void)state;
+    ms_rng r;
+    ms_rng_seed(&r, 0x5b1d0e77ull);
+    const enum ms_type types[] = {MS_TYPE_Q8_0,  MS_TYPE_Q4_K, MS_TYPE_Q2_K, MS_TYPE_IQ2_XXS,
+                                  MS_TYPE_MXFP4, MS_TYPE_Q5_K, MS_TYPE_Q3_K, MS_TYPE_Q6_K,
+                                  MS_TYPE_IQ4_XS};
+    static const int64_t lengths[] = {256, 512, 768, 1024, 1280, 4096, 8192, 8704};
+    enum { NR = 9, LDS = NR + 3 };
+    int have = 0, checked = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const struct ms_type_traits *tt = ms_type_traits(types[ti]);
+        for (int q16 = 0; q16 < 2; q16++) {
+            const ms_vec_dot_rows_n_fn rows_n = q16 ? tt->vec_dot_q16_rows_n : tt->vec_dot_rows_n;
+            const ms_vec_dot_fn one = q16 ? tt->vec_dot_q16 : tt->vec_dot;
+            if (!rows_n) continue;
+            have |= 1 << types[ti];
+            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+                const int64_t n = lengths[li];
+                const size_t row = ms_row_size(types[ti], n), stride = row + 10, arow = (size_t)n * 4 + 8;
+                char *w = xalloc(stride * NR);
+                for (int64_t i = 0; i < NR; i++) make_row(&r, types[ti], n, true, w + (size_t)i * stride);
+                float *x = xalloc((size_t)n * sizeof(float));
+                char *a = xalloc(arow * 4);
+                for (int k = 0; k < 4; k++) {
+                    ms_rng_fill_normal(&r, x, n, 1.0f);
+                    for (int64_t i = 0; i < n; i += 29) x[i] *= 6.0f; /* tails */
+                    if (q16) tt->q16_from_float(x, a + (size_t)k * arow, n);
+                    else ms_type_traits(tt->vec_dot_type)->from_float(x, a + (size_t)k * arow, n);
+                }
+                const void *const y[4] = {a, a + arow, a + 2 * arow, a + 3 * arow};
+                for (int nt = 1; nt <= 4; nt++)
+                    for (int64_t rows = 1; rows <= NR; rows++) {
+                        float out[4 * LDS], want;
+                        for (int k = 0; k < 4 * LDS; k++) out[k] = -1.0f;
+                        rows_n(n, out, LDS, w, stride, rows, y, nt);
+                        for (int k = 0; k < 4; k++)
+                            for (int64_t i = 0; i < LDS; i++) {
+                                const float got = out[k * LDS + i];
+                                if (k >= nt || i >= rows) {
+                                    assert_true(got == -1.0f);
+                                    continue;
+                                }
+                                one(n, &want, w + (size_t)i * stride, y[k]);
+                                if (memcmp(&want, &got, sizeof want))
+                                    fail_msg("%s%s dot_rows_n n=%lld nt=%d rows=%lld: token %d row %lld %.9g vs "
+                                             "single %.9g",
+                                             tt->name, q16 ? " x q16_0" : "", (long long)n, nt, (long long)rows, k,
+                                             (long long)i, (double)got, (double)want);
+                                assert_true(want != 0.0f);
+                                checked++;
+                            }
+                    }
+                ms_free(w), ms_free(x), ms_free(a);
+            }
+        }
+    }
+    if (cpu_avx512() && !getenv("MS_ISA")) {
+        int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q2_K);
+        if (ms_quant_avx512_vbmi()) want |= 1 << MS_TYPE_IQ2_XXS;
+        assert_int_equal(have & want, want);
+        assert_true(checked >= 10000);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
@@ -688,6 +761,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_half_f32x16),
         cmocka_unit_test(test_dot_rows_q8_0),
         cmocka_unit_test(test_dot_rows_n_q8_0),
+        cmocka_unit_test(test_dot_rows_n_table),
         cmocka_unit_test(test_dot_rows_table),
         cmocka_unit_test(test_x4_table),
         cmocka_unit_test(test_matmul_batch_invariant),

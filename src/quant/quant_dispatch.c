@@ -243,6 +243,7 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
+    tab[MS_TYPE_Q2_K].vec_dot_rows_n = isa == ISA_AVX512 ? ms_dot_rows_n_q2_K_q8_K_avx512 : NULL;
     tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
     tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
@@ -354,7 +355,23 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * call: Q8_0 1.21 at 18 (16 + 2), IQ2_XXS 1.05 (Flash 1.11),
          * IQ4_XS 1.14, Q5_K 1.09 at 18; Q4_K 1.05 at 18 (Flash 1.00, 1.24
          * at 22): from 19; Q6_K 1.05 at 21, Q3_K 1.09 at 21; Q2_K 0.99 at
-         * 21 and 1.14 at 22 (Flash 1.10). */
+         * 21 and 1.14 at 22 (Flash 1.10). Then Q8_0, IQ2_XXS (VBMI) and
+         * Q2_K got many-rows dots for up to four tokens, which read a row
+         * once for all of them: their minimums went up to where those lose
+         * (the same commands, ms, two interleaved runs; Flash's shape
+         * unless said; IQ2_XXS's in attach_vbmi): Q8_0 6 -> 9 (6 / 7 / 8 tokens 1.91 / 1.90 / 1.92
+         * through the GEMM, 1.50 / 1.68 / 1.84 through the dots, 9: 1.92
+         * / 2.15), IQ2_XXS 6 -> 10 (6 / 8 tokens 0.77 / 0.77 against 0.47
+         * / 0.55, 10: 0.76-0.79 / 0.73-0.75, the bench model's shape 0.049
+         * / 0.050-0.054, 11: 0.78 / 0.79-0.81), Q2_K 9 -> 10 (9: 0.88 /
+         * 0.78-0.81, 10: 0.88-0.90 either way). A paired call costs what
+         * its two groups cost alone on Flash's shape, where the GEMM is
+         * bound by its work (Q8_0 at 18: 4.07-4.17 against 2.38-2.40 for
+         * the full group and the dots, IQ2_XXS 1.45-1.48 against
+         * 1.00-1.05); it still wins on the bench model's cold experts from
+         * about 6 (Q8_0 at 22: 0.072-0.085 against 0.087-0.103): Q8_0
+         * paired 2 -> 5, IQ2_XXS 2 -> 10 (26: 1.60 against 1.61, the
+         * bench model's 0.092-0.095 against 0.103-0.108), Q2_K stays 6. */
         static const struct {
             enum ms_type type;
             ms_act_pack_fn pack;
@@ -362,11 +379,11 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
             size_t pack_block;
             int min, paired;
         } x16[] = {
-            {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 6, 2},
+            {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 9, 5},
             {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 3},
             {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
-            {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 6},
+            {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 6},
             {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
             {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
@@ -479,7 +496,13 @@ static void attach_vbmi(struct ms_type_traits *tab, bool split) {
      * its work); a full-width part keeps the sequence of rows */
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows =
         split ? ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi : ms_dot_rows_iq2_xxs_q8_K_avx512vbmi;
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows_n = ms_dot_rows_n_iq2_xxs_q8_K_avx512vbmi;
     tab[MS_TYPE_IQ2_XXS].gemm_tok = ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi;
+    /* with the many-rows dots for a few tokens, the GEMM from 10 tokens,
+     * alone or paired (attach_gemm_tok's table: the VBMI-less set keeps 6
+     * and 2) */
+    tab[MS_TYPE_IQ2_XXS].gemm_tok_min = 10;
+    tab[MS_TYPE_IQ2_XXS].gemm_tok_min_paired = 10;
 }
 
 static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {

@@ -348,34 +348,65 @@ MS_SIMD_INLINE void iq2_act_transpose(const block_q8_K *a, int64_t np, struct iq
     }
 }
 
+/* An expanded pair's level and sign registers, shifted as the weights of
+ * its eight elements take them (iq2_em_weight). */
+struct iq2_em_src {
+    __m512i l0, l1, l0s, l1s, s, sl, sr;
+};
+
+MS_SIMD_INLINE struct iq2_em_src iq2_em_src(const struct iq2_pair *e) {
+    return (struct iq2_em_src){.l0 = e->lev[0],
+                               .l1 = e->lev[1],
+                               .l0s = _mm512_srli_epi16(e->lev[0], 2),
+                               .l1s = _mm512_srli_epi16(e->lev[1], 2),
+                               .s = e->sgn,
+                               .sl = _mm512_slli_epi16(e->sgn, 2),
+                               .sr = _mm512_srli_epi16(e->sgn, 4)};
+}
+
+/* Element k's (0..7, a constant) weights of a pair as the products read
+ * them: byte p is element k of the pair's point p (k_pair_bytes order) in
+ * offset binary, 64 + sign * magnitude, vpdpbusd's unsigned operand. One
+ * vpternlogd takes the sign bit (mask bit sb) from S and the rest from L,
+ * (M & S) | (~M & L), and one vpermb maps the byte through k_w_lut. They
+ * depend on the row alone: a call with several tokens makes them once for
+ * all (iq2_rows_n). */
+MS_SIMD_INLINE __m512i iq2_em_weight(const struct iq2_em_src *e, const int k) {
+#define IQ2_EM(L, S, sb, tab)                                                                       \
+    _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(L, S, _mm512_set1_epi8(1 << (sb)), 0xd8), \
+                            _mm512_load_si512((const void *)k_w_lut[tab]))
+    switch (k) {
+    case 0: return IQ2_EM(e->l0, e->sl, 2, 0);
+    case 1: return IQ2_EM(e->l0, e->s, 1, 1);
+    case 2: return IQ2_EM(e->l0, e->s, 2, 2);
+    case 3: return IQ2_EM(e->l0s, e->s, 3, 3);
+    case 4: return IQ2_EM(e->l1, e->s, 4, 4);
+    case 5: return IQ2_EM(e->l1, e->s, 5, 5);
+    case 6: return IQ2_EM(e->l1, e->sr, 2, 2);
+    default: return IQ2_EM(e->l1s, e->sr, 3, 3);
+    }
+#undef IQ2_EM
+}
+
+/* Sub-block sums acc (int32, with the offset) to the scaled sums: the
+ * offset is taken off (64 times each sub-block's activation sum) and the
+ * scales ls (int32) applied. */
+MS_SIMD_INLINE __m512i iq2_em_finish(__m512i acc, const struct iq2_act_pair *t, __m512i ls) {
+    return _mm512_mullo_epi32(_mm512_sub_epi32(acc, t->corr), ls);
+}
+
 /* The scaled sub-block sums of one expanded pair (k_pair_bytes point
  * order, int32 scales) against its element-major activations t: dword l
  * is sub-block l % 8 of block l / 8, so the pair's first block's bsum (the
  * reference's) is the sum of dwords 0-7 and its second's of 8-15. */
 MS_SIMD_INLINE __m512i iq2_pair_dot_em(const struct iq2_pair *e, const struct iq2_act_pair *t) {
-    const __m512i l0 = e->lev[0], l1 = e->lev[1];
-    const __m512i l0s = _mm512_srli_epi16(l0, 2), l1s = _mm512_srli_epi16(l1, 2);
-    const __m512i s = e->sgn, sl = _mm512_slli_epi16(s, 2), sr = _mm512_srli_epi16(s, 4);
+    const struct iq2_em_src src = iq2_em_src(e);
     /* two accumulators: vpdpbusd's latency (4-5 cycles) times eight in one
      * chain would be longer than the pair's other work */
     __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    /* the sign bit (mask bit sb) from S, the rest from L: (M & S) | (~M & L) */
-#define IQ2_EM(k, L, S, sb, tab)                                                                        \
-    acc[(k) & 1] = _mm512_dpbusd_epi32(                                                                 \
-        acc[(k) & 1],                                                                                   \
-        _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(L, S, _mm512_set1_epi8(1 << (sb)), 0xd8),     \
-                                _mm512_load_si512((const void *)k_w_lut[tab])),                         \
-        t->e[k])
-    IQ2_EM(0, l0, sl, 2, 0);
-    IQ2_EM(1, l0, s, 1, 1);
-    IQ2_EM(2, l0, s, 2, 2);
-    IQ2_EM(3, l0s, s, 3, 3);
-    IQ2_EM(4, l1, s, 4, 4);
-    IQ2_EM(5, l1, s, 5, 5);
-    IQ2_EM(6, l1, sr, 2, 2);
-    IQ2_EM(7, l1s, sr, 3, 3);
-#undef IQ2_EM
-    return _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_add_epi32(acc[0], acc[1]), t->corr), e->ls);
+    _Pragma("GCC unroll 8")
+    for (int k = 0; k < 8; k++) acc[k & 1] = _mm512_dpbusd_epi32(acc[k & 1], iq2_em_weight(&src, k), t->e[k]);
+    return iq2_em_finish(_mm512_add_epi32(acc[0], acc[1]), t, e->ls);
 }
 
 /* The four block sums of two pairs' iq2_pair_dot_em results, converted
@@ -415,6 +446,46 @@ MS_SIMD_INLINE void iq2_rows_float(const char *x, size_t x_stride, const block_q
     if (last) {
         s[r] = 0.125f * *sumf;
         *sumf = 0.0f;
+    }
+}
+
+/* Many rows against nt tokens (2..4, a constant), t[k] token k's
+ * element-major activations: row by row, each pair expanded and its
+ * weights made once (iq2_em_weight) for the nt tokens' products, the
+ * block sums of two tokens reduced at once (iq2_block_sums4) and each
+ * token's float steps the single dot's, in its order. Results to s[k *
+ * lds + r]. */
+MS_SIMD_INLINE void iq2_rows_n(const struct iq2_consts *c, int64_t np, float *s, int64_t lds, const char *x,
+                               size_t x_stride, int64_t n_rows, const struct iq2_act_pair *const t[4],
+                               const block_q8_K *const a[4], const int nt) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_iq2_xxs *w = (const block_iq2_xxs *)(x + (size_t)r * x_stride);
+        float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t p = 0; p < np; p++) {
+            struct iq2_pair e;
+            iq2_rows_expand(c, x, x_stride, r, p, &e);
+            const struct iq2_em_src src = iq2_em_src(&e);
+            __m512i acc[4][2];
+            MS_XN(k, nt, acc[k][0] = acc[k][1] = _mm512_setzero_si512(););
+            _Pragma("GCC unroll 8")
+            for (int el = 0; el < 8; el++) {
+                const __m512i wv = iq2_em_weight(&src, el);
+                MS_XN(k, nt, acc[k][el & 1] = _mm512_dpbusd_epi32(acc[k][el & 1], wv, t[k][p].e[el]););
+            }
+            __m512i v[4];
+            MS_XN(k, nt, v[k] = iq2_em_finish(_mm512_add_epi32(acc[k][0], acc[k][1]), &t[k][p], e.ls););
+            /* token 2 h + j's block b in 128-bit lane 2 j + b of f[h] */
+            __m512 f[2];
+            f[0] = iq2_block_sums4(v[0], nt > 1 ? v[1] : v[0]);
+            f[1] = nt > 2 ? iq2_block_sums4(v[2], nt > 3 ? v[3] : v[2]) : f[0];
+            const float d0 = fp16_scale(w[2 * p].d), d1 = fp16_scale(w[2 * p + 1].d);
+            float o[2][16];
+            _mm512_storeu_ps(o[0], f[0]);
+            _mm512_storeu_ps(o[1], f[1]);
+            MS_XN(k, nt, const float *ok = o[k / 2] + 8 * (k % 2);
+                  sumf[k] += a[k][2 * p].d * d0 * ok[0]; sumf[k] += a[k][2 * p + 1].d * d1 * ok[4];);
+        }
+        MS_XN(k, nt, s[k * lds + r] = 0.125f * sumf[k];);
     }
 }
 
@@ -526,6 +597,32 @@ MS_SIMD_INLINE void iq2_dot_rows(int64_t n, float *restrict s, const void *restr
  * more than they save (as they did Q4_K's dot on Zen 4: the AVX2 Q2_K
  * many-rows dot's comment, quant_kq_avx2.c); unmeasured there. */
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) { iq2_dot_rows(n, s, x, x_stride, n_rows, y, false); }
+
+/* Up to four tokens against many rows (ms_vec_dot_rows_n_fn): the
+ * many-rows sequence for one token, iq2_rows_n for more. */
+void ms_dot_rows_n_iq2_xxs_q8_K_avx512vbmi(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                           size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+    const int64_t nb = n / QK_K, np = nb / 2;
+    if (nt == 1 || nb == 0 || nb % 2 || np > IQ2_ROWS_MAX_PAIRS) {
+        for (int k = 0; k < nt; k++) iq2_dot_rows(n, s + k * lds, x, x_stride, n_rows, y[k], false);
+        return;
+    }
+    struct iq2_act_pair t[4][IQ2_ROWS_MAX_PAIRS];
+    const struct iq2_act_pair *tk[4];
+    const block_q8_K *a[4];
+    for (int k = 0; k < nt; k++) {
+        a[k] = y[k];
+        iq2_act_transpose(a[k], np, t[k]);
+        tk[k] = t[k];
+    }
+    struct iq2_consts c;
+    iq2_consts_load(&c);
+    switch (nt) {
+    case 2: iq2_rows_n(&c, np, s, lds, x, x_stride, n_rows, tk, a, 2); break;
+    case 3: iq2_rows_n(&c, np, s, lds, x, x_stride, n_rows, tk, a, 3); break;
+    default: iq2_rows_n(&c, np, s, lds, x, x_stride, n_rows, tk, a, 4); break;
+    }
+}
 
 /* Eight rows at a time first: parts that split 512-bit operations (Zen 4),
  * where the kernel is bound by its work (11.5 -> 12.6 GB/s, iq2_rows8). */

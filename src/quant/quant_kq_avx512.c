@@ -427,28 +427,67 @@ MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot512_n(n, s, x, y, 4); }
 static const uint8_t k_q2k_plane_sc[4][64] __attribute__((aligned(64))) = {Q2K_SC_PLANE(0), Q2K_SC_PLANE(1),
                                                                            Q2K_SC_PLANE(2), Q2K_SC_PLANE(3)};
 
-/* One block of a row against its plane-major activations act[0..3] (act[j]
- * bytes 32 h + l = a->qs[128 h + 32 j + l]): *vi the scaled code products
- * and *vm the min products, 8 int32 lanes each, whose sums are the single
- * dot's sumi and summ. */
-MS_SIMD_INLINE void q2k_rows_block(const block_q2_K *b, const __m512i act[4], const block_q8_K *a, __m256i *vi,
-                                   __m256i *vm) {
+/* What a block of a row gives every token's products: its four code
+ * planes (plane j: bytes 32 h + l hold the code of value 128 h + 32 j +
+ * l), their scale words and the block's eight mins pairs as int16. */
+struct q2k_rows_w {
+    __m512i w[4], scw[4];
+    __m256i mins;
+};
+
+MS_SIMD_INLINE void q2k_rows_weights(const block_q2_K *b, struct q2k_rows_w *p) {
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m512i q = _mm512_loadu_si512((const void *)b->qs);
     const __m128i scb = _mm_loadu_si128((const __m128i *)b->scales);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_and_si128(scb, m4));
+    MS_UNROLL4
+    for (int j = 0; j < 4; j++) {
+        p->w[j] = _mm512_and_si512(j ? _mm512_srli_epi16(q, 2 * j) : q, m3);
+        p->scw[j] = _mm512_shuffle_epi8(sc, _mm512_load_si512((const void *)k_q2k_plane_sc[j]));
+    }
+    p->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
+}
+
+/* A block's weights p against one token's plane-major activations
+ * act[0..3] (act[j] bytes 32 h + l = a->qs[128 h + 32 j + l]): *vi the
+ * scaled code products and *vm the min products, 8 int32 lanes each,
+ * whose sums are the single dot's sumi and summ. */
+MS_SIMD_INLINE void q2k_rows_products(const struct q2k_rows_w *p, const __m512i act[4], const block_q8_K *a,
+                                      __m256i *vi, __m256i *vm) {
     /* two accumulators: four vpdpwssd in one chain outlast the block */
     __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     MS_UNROLL4
-    for (int j = 0; j < 4; j++) {
-        const __m512i w = _mm512_and_si512(j ? _mm512_srli_epi16(q, 2 * j) : q, m3);
-        const __m512i scw = _mm512_shuffle_epi8(sc, _mm512_load_si512((const void *)k_q2k_plane_sc[j]));
-        acc[j & 1] = _mm512_dpwssd_epi32(acc[j & 1], _mm512_maddubs_epi16(w, act[j]), scw);
-    }
+    for (int j = 0; j < 4; j++) acc[j & 1] = _mm512_dpwssd_epi32(acc[j & 1], _mm512_maddubs_epi16(p->w[j], act[j]), p->scw[j]);
     *vi = fold256_i32(_mm512_add_epi32(acc[0], acc[1]));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
-    *vm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mins);
+    *vm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
+}
+
+/* One block of a row against one token (q2k_rows_weights, then
+ * q2k_rows_products). */
+MS_SIMD_INLINE void q2k_rows_block(const block_q2_K *b, const __m512i act[4], const block_q8_K *a, __m256i *vi,
+                                   __m256i *vm) {
+    struct q2k_rows_w p;
+    q2k_rows_weights(b, &p);
+    q2k_rows_products(&p, act, a, vi, vm);
+}
+
+/* d and dmin of four blocks (dd[k]: block k's two adjacent fp16 as one
+ * 32-bit word; the deinterleave after vcvtph2ps splits them) as floats, the four d in lanes 0-3 and the four dmin in 4-7. */
+MS_SIMD_INLINE __m256 q2k_d_dmin4(const int32_t dd[4]) {
+    const __m256i dd_split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    return _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32(dd[0], dd[1], dd[2], dd[3])), dd_split);
+}
+
+/* The float steps of four blocks of a row for one token, ms_kq_block_sum_f32's
+ * operations in four lanes: v[0..3] the blocks' sumi vectors, v[4..7] their
+ * summ, dm their d and dmin (q2k_d_dmin4), adv the token's activation
+ * scales. Lane k of the result is block k's term. */
+MS_SIMD_INLINE __m128 q2k_terms4(const __m256i v[8], __m256 dm, __m128 adv) {
+    const __m256 t = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(v)); /* sumi in lanes 0-3, summ in 4-7 */
+    const __m128 sd = _mm_mul_ps(adv, _mm256_castps256_ps128(dm));
+    const __m128 smin = _mm_mul_ps(adv, _mm256_extractf128_ps(dm, 1));
+    return _mm_sub_ps(_mm_mul_ps(sd, _mm256_castps256_ps128(t)), _mm_mul_ps(smin, _mm256_extractf128_ps(t, 1)));
 }
 
 /* One turn of the many-rows sequence: its next m blocks (m = 1..4, a
@@ -459,9 +498,6 @@ MS_SIMD_INLINE void q2k_rows_block(const block_q2_K *b, const __m512i act[4], co
 MS_SIMD_INLINE void q2k_rows_turn(const char *x, size_t x_stride, int64_t nb, const __m512i (*act)[4],
                                   const block_q8_K *a, const float *ad, float *s, int64_t *r, int64_t *i,
                                   float *sumf, const int m) {
-    /* d and dmin, adjacent fp16 in a block, as one 32-bit word: the
-     * deinterleave after vcvtph2ps puts the four d in lanes 0-3 */
-    const __m256i dd_split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     __m256i v[8];
     int32_t dd[4] = {0, 0, 0, 0};
     int64_t br[4];
@@ -478,15 +514,8 @@ MS_SIMD_INLINE void q2k_rows_turn(const char *x, size_t x_stride, int64_t nb, co
         br[k] = *r;
         if (++*i == nb) *i = 0, ++*r;
     }
-    const __m256 t = _mm256_cvtepi32_ps(ms_kq_hsum8x8_i32(v)); /* sumi in lanes 0-3, summ in 4-7 */
-    const __m128i dd4 = _mm_setr_epi32(dd[0], dd[1], dd[2], dd[3]);
-    const __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dd4), dd_split);
-    const __m128 adv = _mm_loadu_ps(ad + i0);
-    const __m128 sd = _mm_mul_ps(adv, _mm256_castps256_ps128(dm));
-    const __m128 smin = _mm_mul_ps(adv, _mm256_extractf128_ps(dm, 1));
     float f[4];
-    const __m128 sumi = _mm256_castps256_ps128(t), summ = _mm256_extractf128_ps(t, 1);
-    _mm_storeu_ps(f, _mm_sub_ps(_mm_mul_ps(sd, sumi), _mm_mul_ps(smin, summ)));
+    _mm_storeu_ps(f, q2k_terms4(v, q2k_d_dmin4(dd), _mm_loadu_ps(ad + i0)));
     for (int k = 0, p = (int)i0; k < m; k++, p++) {
         *sumf += f[k];
         if (p == nb - 1) { /* the row's last block */
@@ -517,6 +546,71 @@ MS_SIMD_INLINE void q2k_rows8(const char *x, size_t x_stride, int64_t nb, const 
         sumf = ms_kq_rows8_add(sumf, vi, vm, &w[i].d, row_off, a[i].d);
     }
     _mm256_storeu_ps(s, sumf);
+}
+
+/* Many rows against nt tokens (2..4, a constant): row by row, four blocks
+ * a turn, each block's planes and scales made once for the nt tokens'
+ * products (q2k_rows_weights), each token's four block terms reduced at
+ * once and added in order from 0.0f (the single dot's float steps). act[k]
+ * and ad[k] are token k's plane-major activations and scales (ad padded
+ * with three zeros past nb). Results to s[k * lds + r]. */
+MS_SIMD_INLINE void q2k_rows_n(int64_t nb, float *s, int64_t lds, const char *x, size_t x_stride, int64_t n_rows,
+                               const __m512i (*const act[4])[4], const block_q8_K *const a[4],
+                               const float *const ad[4], const int nt) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const block_q2_K *w = (const block_q2_K *)(x + (size_t)r * x_stride);
+        float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t i = 0; i < nb; i += 4) {
+            const int m = nb - i < 4 ? (int)(nb - i) : 4;
+            __m256i v[4][8];
+            int32_t dd[4] = {0, 0, 0, 0};
+            for (int kb = 0; kb < 4; kb++) {
+                if (kb >= m) {
+                    MS_XN(k, nt, v[k][kb] = v[k][4 + kb] = _mm256_setzero_si256(););
+                    continue;
+                }
+                const block_q2_K *b = w + i + kb;
+                prefetch_ahead(b, 2); /* 84 bytes a block */
+                struct q2k_rows_w p;
+                q2k_rows_weights(b, &p);
+                MS_XN(k, nt, q2k_rows_products(&p, act[k][i + kb], &a[k][i + kb], &v[k][kb], &v[k][4 + kb]););
+                memcpy(&dd[kb], &b->d, sizeof dd[kb]);
+            }
+            const __m256 dm = q2k_d_dmin4(dd);
+            MS_XN(k, nt, float f[4]; _mm_storeu_ps(f, q2k_terms4(v[k], dm, _mm_loadu_ps(ad[k] + i)));
+                  for (int kb = 0; kb < m; kb++) sumf[k] += f[kb];);
+        }
+        MS_XN(k, nt, s[k * lds + r] = sumf[k];);
+    }
+}
+
+/* Up to four tokens against many rows (ms_vec_dot_rows_n_fn): the
+ * many-rows form for one token, q2k_rows_n for more. */
+void ms_dot_rows_n_q2_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+    const int64_t nb = n / QK_K;
+    if (nt == 1 || nb == 0 || nb > Q2K_ROWS_MAX_BLOCKS) {
+        for (int k = 0; k < nt; k++) ms_dot_rows_q2_K_q8_K_avx512(n, s + k * lds, x, x_stride, n_rows, y[k]);
+        return;
+    }
+    __m512i act[4][Q2K_ROWS_MAX_BLOCKS][4];
+    float ad[4][Q2K_ROWS_MAX_BLOCKS + 4];
+    const __m512i (*actk[4])[4];
+    const float *adk[4];
+    const block_q8_K *a[4];
+    for (int k = 0; k < nt; k++) {
+        a[k] = y[k];
+        for (int64_t i = 0; i < nb; i++)
+            for (int j = 0; j < 4; j++) act[k][i][j] = load2x32(a[k][i].qs + 32 * j, a[k][i].qs + 128 + 32 * j);
+        for (int64_t j = 0; j < nb + 4; j++) ad[k][j] = j < nb ? a[k][j].d : 0.0f;
+        actk[k] = (const __m512i (*)[4])act[k];
+        adk[k] = ad[k];
+    }
+    switch (nt) {
+    case 2: q2k_rows_n(nb, s, lds, x, x_stride, n_rows, actk, a, adk, 2); break;
+    case 3: q2k_rows_n(nb, s, lds, x, x_stride, n_rows, actk, a, adk, 3); break;
+    default: q2k_rows_n(nb, s, lds, x, x_stride, n_rows, actk, a, adk, 4); break;
+    }
 }
 
 MS_DECL_DOT_ROWS(q2_K, q8_K, avx512) {
