@@ -540,10 +540,10 @@ static void test_dot_rows_table(void **state) {
  * (vec_dot_rows_n, vec_dot_q16_rows_n) against its table's single dot,
  * bit for bit: 1-4 tokens, 1-9 rows at a stride with a gap, outputs at a
  * token stride with a gap (left untouched), row lengths with every tail
- * of the Q2_K form's four-block turns (1-5 and 16 blocks), an odd block
- * count for IQ2_XXS's pairs (its single-dot path) and lengths past the
- * stack buffers (8704). On an AVX-512 machine Q8_0 and Q2_K must have one,
- * IQ2_XXS too where the part has VBMI. */
+ * of the AVX-512 Q2_K form's four-block turns (1-5 and 16 blocks), an
+ * odd block count for the VBMI IQ2_XXS form's pairs (its single-dot path)
+ * and lengths past the stack buffers (8704). On a SIMD machine Q8_0, Q2_K
+ * and IQ2_XXS must have one. */
 static void test_dot_rows_n_table(void **state) {
     (void)state;
     ms_rng r;
@@ -601,12 +601,16 @@ static void test_dot_rows_n_table(void **state) {
             }
         }
     }
-    if (cpu_avx512() && !getenv("MS_ISA")) {
-        int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q2_K);
-        if (ms_quant_avx512_vbmi()) want |= 1 << MS_TYPE_IQ2_XXS;
+    const char *isa = getenv("MS_ISA");
+    if (cpu_avx2() && (!isa || !strcmp(isa, "avx2"))) {
+        const int want = (1 << MS_TYPE_Q8_0) | (1 << MS_TYPE_Q2_K) | (1 << MS_TYPE_IQ2_XXS);
         assert_int_equal(have & want, want);
         assert_true(checked >= 10000);
     }
+    if (!strcmp(ms_quant_isa(), "avx512"))
+        assert_ptr_equal(ms_type_traits(MS_TYPE_IQ2_XXS)->vec_dot_rows_n, ms_quant_avx512_vbmi()
+                                                                             ? ms_dot_rows_n_iq2_xxs_q8_K_avx512vbmi
+                                                                             : ms_dot_rows_n_iq2_xxs_q8_K_avx512);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -237,16 +237,22 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
  * quant_iq2_avx512.c, quant_iq2_avx512vbmi.c), the others are their single
  * dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
  * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
- * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). */
+ * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). The many-rows
+ * dots for up to four tokens (ms_vec_dot_rows_n_fn): Q8_0 (both
+ * activation formats), Q2_K and IQ2_XXS in both sets, IQ2_XXS with a VBMI
+ * form besides (attach_vbmi). The AVX-512 Q8_0 and Q2_K forms and the VBMI
+ * one expand a row once for the tokens; the others run the four-token
+ * dot's body row by row for the tokens given. */
 static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q8_0].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q8_0_q8_0);
     tab[MS_TYPE_Q4_K].vec_dot_rows = q4_K_isa(isa) == ISA_AVX2 ? ms_dot_rows_q4_K_q8_K_avx2 : NULL;
     tab[MS_TYPE_Q2_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q2_K_q8_K);
-    tab[MS_TYPE_Q2_K].vec_dot_rows_n = isa == ISA_AVX512 ? ms_dot_rows_n_q2_K_q8_K_avx512 : NULL;
+    tab[MS_TYPE_Q2_K].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q2_K_q8_K);
     tab[MS_TYPE_Q5_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q5_K_q8_K);
     tab[MS_TYPE_Q3_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q3_K_q8_K);
     tab[MS_TYPE_IQ2_XXS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq2_xxs_q8_K);
+    tab[MS_TYPE_IQ2_XXS].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_iq2_xxs_q8_K);
     /* Q6_K: the set's own form, split parts included (see attach_x4) */
     tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
     tab[MS_TYPE_IQ4_XS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq4_xs_q8_K);
@@ -402,7 +408,15 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * repeat; IQ2_XXS: int16 w * ls against widened Q8_K activations */
         set_gemm_tok(&tab[MS_TYPE_Q8_0], ms_pack_q8_0_x8, ms_gemm_q8_0_q16_0x8_avx2, sizeof(block_q16_0x8), 8, 5);
         set_gemm_tok(&tab[MS_TYPE_Q4_K], ms_pack_q8_K_x8, ms_gemm_q4_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
-        set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 5);
+        /* Q2_K and IQ2_XXS from 7 tokens: below, their many-rows dots for
+         * up to four tokens win (MS_ISA=avx2 on a Zen 5 core, bench_kernels
+         * -t 1 --rows 2048 --cols 4096 --batches 5,6,7 --working-set 512
+         * --order random, ms, two interleaved runs, GEMM against dots: Q2_K
+         * 0.96 / 0.73-0.75 at 5, 0.91-0.98 / 0.85-0.91 at 6, 0.91-0.98 /
+         * 1.05 at 7; IQ2_XXS 1.53-1.57 / 1.36-1.38, 1.55-1.60 / 1.51-1.52,
+         * 1.59-1.61 / 1.67-1.68; Q8_0 stays at 5: 1.18-1.23 / 1.15-1.17,
+         * then 1.20-1.27 / 1.34-1.35 at 6) */
+        set_gemm_tok(&tab[MS_TYPE_Q2_K], ms_pack_q8_K_x8, ms_gemm_q2_K_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 7);
         /* Q5_K and Q3_K from 7 tokens: 8 x the x4 dot's GFLOPS over the
          * GEMM's at 16 tokens (the AVX2 kernels on a Zen 5 core, MS_ISA=avx2
          * bench_kernels -t 1 --rows 1024 --cols 4096 --batches 4,16: Q5_K
@@ -421,7 +435,7 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * dot (MS_ISA=avx2, the same smoke runs: mean GFLOPS 64-78 at 4
          * tokens against 75-80 at 16, best 100-104 against 87-93) */
         set_gemm_tok(&tab[MS_TYPE_IQ4_XS], ms_pack_q8_K_x8, ms_gemm_iq4_xs_q8_Kx8_avx2, sizeof(block_q8_Kx8), 8, 8);
-        set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 5);
+        set_gemm_tok(&tab[MS_TYPE_IQ2_XXS], ms_pack_q8_K_x8w, ms_gemm_iq2_xxs_q8_Kx8w_avx2, sizeof(block_q8_Kx8w), 8, 7);
     }
 }
 

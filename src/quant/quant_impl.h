@@ -134,9 +134,15 @@ MS_DECL_DOT_X4(q2_K, q8_K, avx2);  MS_DECL_DOT_X4(q2_K, q8_K, avx512);
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
 MS_DECL_DOT_ROWS(q4_K, q8_K, avx2);
 MS_DECL_DOT_ROWS(q2_K, q8_K, avx2); MS_DECL_DOT_ROWS(q2_K, q8_K, avx512);
+void ms_dot_rows_n_q2_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                  size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 void ms_dot_rows_n_q2_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx2); MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512);
+void ms_dot_rows_n_iq2_xxs_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_iq2_xxs_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
+                                       size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 /* IQ2_XXS on AVX-512 parts with VBMI (quant_iq2_avx512vbmi.c) */
 MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi);

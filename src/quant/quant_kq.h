@@ -166,7 +166,7 @@ static inline __attribute__((always_inline)) void ms_kq_block_add(__m128 *sum1, 
         const float d = _mm_cvtss_f32(dmv), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dmv));
         int32_t r[8];
         _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-        for (int k = 0; k < 4; k++) sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]);
+        for (int k = 0; k < nt; k++) sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]);
     }
 }
 

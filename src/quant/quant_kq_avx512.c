@@ -391,6 +391,11 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot512_n(n, s, x, y, 4); }
+/* and for up to four tokens against many rows (parts without VBMI): the
+ * four-token body row by row, for the tokens given only */
+#define IQ2XXS_ROWS_N_BODY(w, a, nt, nb, o) \
+    iq2xxs_dot512_n((nb) * QK_K, o, w, (const void *const[4]){a[0], a[1], a[2], a[3]}, nt)
+MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_iq2_xxs_q8_K_avx512, block_iq2_xxs, block_q8_K, QK_K, IQ2XXS_ROWS_N_BODY)
 
 /* ---- Q2_K many rows against one token (decode's routed down projection)
  *
@@ -458,7 +463,8 @@ MS_SIMD_INLINE void q2k_rows_products(const struct q2k_rows_w *p, const __m512i 
     /* two accumulators: four vpdpwssd in one chain outlast the block */
     __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     MS_UNROLL4
-    for (int j = 0; j < 4; j++) acc[j & 1] = _mm512_dpwssd_epi32(acc[j & 1], _mm512_maddubs_epi16(p->w[j], act[j]), p->scw[j]);
+    for (int j = 0; j < 4; j++)
+        acc[j & 1] = _mm512_dpwssd_epi32(acc[j & 1], _mm512_maddubs_epi16(p->w[j], act[j]), p->scw[j]);
     *vi = fold256_i32(_mm512_add_epi32(acc[0], acc[1]));
     *vm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), p->mins);
 }
@@ -473,7 +479,8 @@ MS_SIMD_INLINE void q2k_rows_block(const block_q2_K *b, const __m512i act[4], co
 }
 
 /* d and dmin of four blocks (dd[k]: block k's two adjacent fp16 as one
- * 32-bit word; the deinterleave after vcvtph2ps splits them) as floats, the four d in lanes 0-3 and the four dmin in 4-7. */
+ * 32-bit word; the deinterleave after vcvtph2ps splits them) as floats,
+ * the four d in lanes 0-3 and the four dmin in 4-7. */
 MS_SIMD_INLINE __m256 q2k_d_dmin4(const int32_t dd[4]) {
     const __m256i dd_split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     return _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32(dd[0], dd[1], dd[2], dd[3])), dd_split);
