@@ -80,9 +80,10 @@ static void mm_tile(const struct mm_job *j, int64_t r0, int64_t r1) {
         t += nt;
     }
     /* the rest four tokens at a time, each row read once for all of them
-     * (a last lone token takes the one-token many-rows form where there is
-     * one: some types have one tuned for their parts, see attach_vbmi) */
-    for (; j->dot_rows_n && j->n_tok - t >= (j->dot_rows ? 2 : 1); t += 4) {
+     * (a last lone token takes the one-token forms below: some types have
+     * a many-rows one tuned for their parts, see attach_vbmi, and the
+     * single dot of others decodes a block its own way for one token) */
+    for (; j->dot_rows_n && j->n_tok - t >= 2; t += 4) {
         const char *a = (const char *)j->act + (size_t)t * as;
         const int64_t left = j->n_tok - t, nt = left < 4 ? left : 4;
         const void *const a4[4] = {a, a + (nt > 1 ? as : 0), a + (nt > 2 ? 2 * as : 0), a + (nt > 3 ? 3 * as : 0)};

@@ -238,11 +238,12 @@ static enum isa split_isa(enum isa isa, bool split) { return isa == ISA_AVX512 &
  * dot inlined in a loop over rows (MS_DEFINE_DOT_ROWS). One
  * token of the Q8_0 bench model decoded at 115 -> 130 tok/s on a Zen 5
  * core (bench/RESULTS.md, "Zen 5 ... many-rows dots"). The many-rows
- * dots for up to four tokens (ms_vec_dot_rows_n_fn): Q8_0 (both
- * activation formats), Q2_K and IQ2_XXS in both sets, IQ2_XXS with a VBMI
- * form besides (attach_vbmi). The AVX-512 Q8_0 and Q2_K forms and the VBMI
- * one expand a row once for the tokens; the others run the four-token
- * dot's body row by row for the tokens given. */
+ * dots for up to four tokens (ms_vec_dot_rows_n_fn): every quantized
+ * format but MXFP4 in both sets, IQ2_XXS with a VBMI form besides
+ * (attach_vbmi). The AVX-512 Q8_0 and Q2_K forms and the VBMI one expand
+ * a row once for the tokens; the others run the four-token dot's body row
+ * by row for the tokens given (which the matmul used to run for four
+ * lanes whatever the tokens). */
 static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     tab[MS_TYPE_Q8_0].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q8_0_q8_0);
     tab[MS_TYPE_Q8_0].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q8_0_q8_0);
@@ -256,6 +257,12 @@ static void attach_rows(struct ms_type_traits *tab, enum isa isa) {
     /* Q6_K: the set's own form, split parts included (see attach_x4) */
     tab[MS_TYPE_Q6_K].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_q6_K_q8_K);
     tab[MS_TYPE_IQ4_XS].vec_dot_rows = PICK_SIMD(isa, ms_dot_rows_iq4_xs_q8_K);
+    /* the others' for up to four tokens: the four-token dot's set */
+    tab[MS_TYPE_Q4_K].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q4_K_q8_K);
+    tab[MS_TYPE_Q5_K].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q5_K_q8_K);
+    tab[MS_TYPE_Q3_K].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q3_K_q8_K);
+    tab[MS_TYPE_Q6_K].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_q6_K_q8_K);
+    tab[MS_TYPE_IQ4_XS].vec_dot_rows_n = PICK_SIMD(isa, ms_dot_rows_n_iq4_xs_q8_K);
 }
 
 /* The four-token dots (ms_vec_dot_x4_fn) exist for the SIMD sets only; the

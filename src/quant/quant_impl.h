@@ -143,6 +143,28 @@ void ms_dot_rows_n_iq2_xxs_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, 
                                      size_t x_stride, int64_t n_rows, const void *const *y, int nt);
 void ms_dot_rows_n_iq2_xxs_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
                                        size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+/* the many-rows dots for up to four tokens of the other k-quants and
+ * IQ4_XS (ms_vec_dot_rows_n_fn): their four-token bodies row by row */
+void ms_dot_rows_n_iq4_xs_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_iq4_xs_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q3_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q3_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q4_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q4_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q5_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q5_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q6_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
+void ms_dot_rows_n_q6_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
+    int64_t n_rows, const void *const *y, int nt);
 /* IQ2_XXS on AVX-512 parts with VBMI (quant_iq2_avx512vbmi.c) */
 MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi);

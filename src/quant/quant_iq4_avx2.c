@@ -60,8 +60,8 @@ MS_SIMD_INLINE void iq4xs_dot_n(int64_t n, float *s, const void *x, const void *
     __m128 sum1 = _mm_setzero_ps(), sum4 = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_ahead(&w[i], 3); /* 136 bytes a block */
-        __m256i v[4];
-        MS_XN(k, nt, v[k] = _mm256_setzero_si256(););
+        __m256i v[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()}; /* all four: the reduction takes four */
         _Pragma("GCC unroll 8")
         for (int sb = 0; sb < QK_K / 32; sb++) {
             const __m256i q = iq4xs_values(&w[i], sb), aq = _mm256_sign_epi8(q, q);
@@ -83,6 +83,7 @@ MS_DECL_DOT(iq4_xs, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(iq4_xs, q8_K, avx2) { iq4xs_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_iq4_xs_q8_K_avx2, iq4xs_dot_n)
 
 /* Many rows: the single dot inlined in the loop over rows (rows of 4096
  * are 2176 bytes; one linear stream a row, as Q6_K). */

@@ -83,6 +83,7 @@ MS_SIMD_INLINE void iq4xs_dot512_n(int64_t n, float *s, const void *x, const voi
         }
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]), _mm256_slli_epi32(mn[k], 7)););
+        for (int k = nt; k < 4; k++) v[k] = _mm256_setzero_si256(); /* the reduction takes four */
         ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
@@ -95,6 +96,7 @@ MS_DECL_DOT(iq4_xs, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(iq4_xs, q8_K, avx512) { iq4xs_dot512_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_iq4_xs_q8_K_avx512, iq4xs_dot512_n)
 
 /* Many rows: the single dot inlined in the loop over rows. */
 MS_DEFINE_DOT_ROWS(iq4_xs, q8_K, avx512)

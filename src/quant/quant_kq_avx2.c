@@ -176,6 +176,7 @@ MS_SIMD_INLINE void q4k_dot_n(int64_t n, float *s, const void *x, const void *co
         __m256i v[8]; /* v[k]: sumi lanes of token k, v[4 + k]: its summ lanes */
         MS_XN(k, nt, v[k] = _mm256_setzero_si256();
               v[4 + k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), mins););
+        for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* the reduction takes four */
         _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * g));
@@ -200,6 +201,7 @@ MS_DECL_DOT(q4_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q4_K, q8_K, avx2) { q4k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q4_K_q8_K_avx2, q4k_dot_n)
 MS_DEFINE_DOT_ROWS(q4_K, q8_K, avx2)
 
 /* Q2_K: element 128h + 32j + l has code (qs[32h + l] >> 2j) & 3 and scale
@@ -230,7 +232,7 @@ MS_SIMD_INLINE void q2k_block_v(const block_q2_K *b, const block_q8_K *const *a,
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scb, 4), m4));
     MS_XN(k, nt, v[k] = _mm256_setzero_si256();
           v[4 + k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), mins););
-    for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* for the reduction of four */
+    for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* the reduction takes four */
     _Pragma("GCC unroll 2")
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
@@ -269,9 +271,7 @@ MS_DECL_DOT(q2_K, q8_K, avx2) {
 MS_DECL_DOT_X4(q2_K, q8_K, avx2) { q2k_dot_n(n, s, x, y, 4); }
 /* and for up to four tokens against many rows: the four-token body row by
  * row, for the tokens given only */
-#define Q2K_ROWS_N_BODY(w, a, nt, nb, o) \
-    q2k_dot_n((nb) * QK_K, o, w, (const void *const[4]){a[0], a[1], a[2], a[3]}, nt)
-MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_q2_K_q8_K_avx2, block_q2_K, block_q8_K, QK_K, Q2K_ROWS_N_BODY)
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q2_K_q8_K_avx2, q2k_dot_n)
 
 /* Many rows against one token, short rows (MS_ROWS_LANES_MAX_BYTES) eight
  * at a time, one a lane: block i of rows r .. r + 7, then block i + 1,
@@ -461,9 +461,7 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx2) {
 
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2) { iq2xxs_dot_n_avx2(n, s, x, y, 4); }
 MS_DEFINE_DOT_ROWS(iq2_xxs, q8_K, avx2)
-#define IQ2XXS_ROWS_N_BODY(w, a, nt, nb, o) \
-    iq2xxs_dot_n_avx2((nb) * QK_K, o, w, (const void *const[4]){a[0], a[1], a[2], a[3]}, nt)
-MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_iq2_xxs_q8_K_avx2, block_iq2_xxs, block_q8_K, QK_K, IQ2XXS_ROWS_N_BODY)
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_iq2_xxs_q8_K_avx2, iq2xxs_dot_n_avx2)
 
 /* ---- token-lane GEMM (prefill): IQ2_XXS rows x 8 widened Q8_K tokens
  *

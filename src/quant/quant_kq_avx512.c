@@ -162,15 +162,17 @@ MS_SIMD_INLINE float kq_block_one(const struct kq_prep *p, const block_q8_K *a) 
     return ms_kq_block_sum_f32(a->d, p->d, p->dmin, sumi, summ);
 }
 
-/* One block for four tokens: sumf[k] += the block's share for token k. */
-MS_SIMD_INLINE void kq_block_x4(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4]) {
+/* One block for nt tokens (1..4, a constant): sumf[k] += the block's
+ * share for token k. */
+MS_SIMD_INLINE void kq_block_n(const struct kq_prep *p, const block_q8_K *const a[4], float sumf[4], const int nt) {
     __m256i v[8];
-    MS_X4(k, const __m512i acc = kq_sumi(p, a[k]->qs);
+    MS_XN(k, nt, const __m512i acc = kq_sumi(p, a[k]->qs);
           v[k] = fold256_i32(acc);
           v[4 + k] = kq_summ(p, a[k]););
+    for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* the reduction takes four */
     int32_t r[8];
     _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-    MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k]->d, p->d, p->dmin, r[k], r[4 + k]););
+    MS_XN(k, nt, sumf[k] += ms_kq_block_sum_f32(a[k]->d, p->d, p->dmin, r[k], r[4 + k]););
 }
 
 /* Q4_K: byte group c (qs[32c..32c+31]) holds sub-block 2c in its low and
@@ -225,18 +227,24 @@ MS_DECL_DOT(q4_K, q8_K, avx512) {
     *s = sumf;
 }
 
-MS_DECL_DOT_X4(q4_K, q8_K, avx512) {
+/* The four-token dot's body for nt tokens (1..4, a constant; y[k] for k
+ * < nt): each block decoded once for all of them. */
+MS_SIMD_INLINE void q4k_dot512_n(int64_t n, float *s, const void *x, const void *const *y, const int nt) {
     const block_q4_K *w = x;
-    const block_q8_K *a[4] = {y[0], y[1], y[2], y[3]};
+    const block_q8_K *a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 2 ? 2 : 0], y[nt > 3 ? 3 : 0]};
     float sumf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < n / QK_K; i++) {
         struct kq_prep p;
         q4k_prep(&w[i], &p);
         const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
-        kq_block_x4(&p, ai, sumf);
+        kq_block_n(&p, ai, sumf, nt);
     }
-    MS_X4(k, s[k] = sumf[k];);
+    MS_XN(k, nt, s[k] = sumf[k];);
 }
+
+MS_DECL_DOT_X4(q4_K, q8_K, avx512) { q4k_dot512_n(n, s, x, y, 4); }
+/* and for up to four tokens against many rows */
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q4_K_q8_K_avx512, q4k_dot512_n)
 
 /* Q2_K: element 128h + 32j + l has code (qs[32h + l] >> 2j) & 3 and scale
  * (128h + 32j + l) / 16, so activation bytes 64c..64c+63 take half h = c / 2
@@ -287,7 +295,7 @@ MS_DECL_DOT_X4(q2_K, q8_K, avx512) {
         struct kq_prep p;
         q2k_prep(&w[i], &p);
         const block_q8_K *const ai[4] = {&a[0][i], &a[1][i], &a[2][i], &a[3][i]};
-        kq_block_x4(&p, ai, sumf);
+        kq_block_n(&p, ai, sumf, 4);
     }
     MS_X4(k, s[k] = sumf[k];);
 }
@@ -393,9 +401,7 @@ MS_DECL_DOT(iq2_xxs, q8_K, avx512) {
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512) { iq2xxs_dot512_n(n, s, x, y, 4); }
 /* and for up to four tokens against many rows (parts without VBMI): the
  * four-token body row by row, for the tokens given only */
-#define IQ2XXS_ROWS_N_BODY(w, a, nt, nb, o) \
-    iq2xxs_dot512_n((nb) * QK_K, o, w, (const void *const[4]){a[0], a[1], a[2], a[3]}, nt)
-MS_DEFINE_DOT_ROWS_N(ms_dot_rows_n_iq2_xxs_q8_K_avx512, block_iq2_xxs, block_q8_K, QK_K, IQ2XXS_ROWS_N_BODY)
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_iq2_xxs_q8_K_avx512, iq2xxs_dot512_n)
 
 /* ---- Q2_K many rows against one token (decode's routed down projection)
  *

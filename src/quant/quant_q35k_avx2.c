@@ -119,6 +119,7 @@ MS_SIMD_INLINE void q5k_dot_n(int64_t n, float *s, const void *x, const void *co
         __m256i v[8]; /* v[k]: sumi lanes of token k, v[4 + k]: its summ lanes */
         MS_XN(k, nt, v[k] = _mm256_setzero_si256();
               v[4 + k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), mins););
+        for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* the reduction takes four */
         _Pragma("GCC unroll 4")
         for (int g = 0; g < 4; g++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * g));
@@ -144,6 +145,7 @@ MS_DECL_DOT(q5_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q5_K, q8_K, avx2) { q5k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q5_K_q8_K_avx2, q5k_dot_n)
 MS_DEFINE_DOT_ROWS(q5_K, q8_K, avx2)
 
 /* Q3_K: code vector c = 4 h + j (elements 32 c .. 32 c + 31, activation
@@ -168,6 +170,7 @@ MS_SIMD_INLINE void q3k_dot_n(int64_t n, float *s, const void *x, const void *co
         MS_XN(k, nt, v[k] = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums),
                                                                  sc16), 2);
               v[k] = _mm256_sub_epi32(_mm256_setzero_si256(), v[k]););
+        for (int k = nt; k < 4; k++) v[k] = _mm256_setzero_si256(); /* the reduction takes four */
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
@@ -193,6 +196,7 @@ MS_DECL_DOT(q3_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q3_K, q8_K, avx2) { q3k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q3_K_q8_K_avx2, q3k_dot_n)
 MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx2)
 
 /* ---- token-lane GEMM (prefill): rows x 8 packed Q8_K tokens

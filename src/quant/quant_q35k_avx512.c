@@ -115,11 +115,12 @@ MS_SIMD_INLINE void q5k_dot512_n(int64_t n, float *s, const void *x, const void 
             sumf[0] += ms_kq_block_sum_f32(a[0][i].d, d, dmin, sumi, summ);
         } else {
             __m256i v[8];
-            MS_X4(k, v[k] = fold256_i32(acc[k]);
+            MS_XN(k, nt, v[k] = fold256_i32(acc[k]);
                   v[4 + k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), mins););
+            for (int k = nt; k < 4; k++) v[k] = v[4 + k] = _mm256_setzero_si256(); /* the reduction takes four */
             int32_t r[8];
             _mm256_storeu_si256((__m256i *)r, ms_kq_hsum8x8_i32(v));
-            MS_X4(k, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
+            MS_XN(k, nt, sumf[k] += ms_kq_block_sum_f32(a[k][i].d, d, dmin, r[k], r[4 + k]););
         }
     }
     MS_XN(k, nt, s[k] = sumf[k];);
@@ -131,6 +132,7 @@ MS_DECL_DOT(q5_K, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(q5_K, q8_K, avx512) { q5k_dot512_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q5_K_q8_K_avx512, q5k_dot512_n)
 MS_DEFINE_DOT_ROWS(q5_K, q8_K, avx512)
 
 /* Q3_K: vector u = 0..3 covers activation bytes 64 u .. 64 u + 63, code
@@ -169,6 +171,7 @@ MS_SIMD_INLINE void q3k_dot512_n(int64_t n, float *s, const void *x, const void 
         __m256i v[4];
         MS_XN(k, nt, v[k] = _mm256_sub_epi32(fold256_i32(acc[k]),
                                              _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k][i].bsums), sc16), 2)););
+        for (int k = nt; k < 4; k++) v[k] = _mm256_setzero_si256(); /* the reduction takes four */
         ms_kq_isum_block_add(&sum1, &sum4, v, a, i, w[i].d, nt);
     }
     if (nt == 1) s[0] = _mm_cvtss_f32(sum1);
@@ -181,6 +184,7 @@ MS_DECL_DOT(q3_K, q8_K, avx512) {
 }
 
 MS_DECL_DOT_X4(q3_K, q8_K, avx512) { q3k_dot512_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q3_K_q8_K_avx512, q3k_dot512_n)
 MS_DEFINE_DOT_ROWS(q3_K, q8_K, avx512)
 
 /* ---- dots with f32 activations (quant_simd.h's MS_DEFINE_DOT_F32_AVX512) */

@@ -102,6 +102,7 @@ MS_SIMD_INLINE void q6k_dot_n(int64_t n, float *s, const void *x, const void *co
                                       _mm256_slli_epi32(_mm256_madd_epi16(
                                                             _mm256_loadu_si256((const __m256i *)a[k][i].bsums), sc16),
                                                         5)););
+        for (int k = nt; k < 4; k++) v[k] = _mm256_setzero_si256(); /* the reduction takes four */
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
             __m256i q[4];
@@ -128,6 +129,7 @@ MS_DECL_DOT(q6_K, q8_K, avx2) {
 }
 
 MS_DECL_DOT_X4(q6_K, q8_K, avx2) { q6k_dot_n(n, s, x, y, 4); }
+MS_DEFINE_DOT_ROWS_N_FROM(ms_dot_rows_n_q6_K_q8_K_avx2, q6k_dot_n)
 
 /* Many rows: the single dot inlined in the loop over rows. Q6_K rows of
  * 4096 are 3360 bytes, so eight of them span more than the

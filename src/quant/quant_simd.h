@@ -80,6 +80,26 @@
         }                                                                                               \
     }
 
+/* The same from a kernel body DOT_N(n, s, x, y, nt) that takes up to four
+ * tokens through MS_XN with y four activation pointers (the four-token
+ * dots' bodies: q4k_dot_n and the like). */
+#define MS_DEFINE_DOT_ROWS_N_FROM(fn, DOT_N)                                                            \
+    __attribute__((flatten)) void fn(int64_t n, float *restrict s, int64_t lds, const void *restrict x, \
+                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt) {    \
+        const void *const a[4] = {y[0], y[nt > 1 ? 1 : 0], y[nt > 2 ? 2 : 0], y[nt > 3 ? 3 : 0]};       \
+        for (int64_t r = 0; r < n_rows; r++) {                                                          \
+            const void *w = (const char *)x + (size_t)r * x_stride;                                     \
+            float o[4];                                                                                 \
+            switch (nt) {                                                                               \
+            case 1: DOT_N(n, o, w, a, 1); break;                                                        \
+            case 2: DOT_N(n, o, w, a, 2); break;                                                        \
+            case 3: DOT_N(n, o, w, a, 3); break;                                                        \
+            default: DOT_N(n, o, w, a, 4); break;                                                       \
+            }                                                                                           \
+            for (int k = 0; k < nt; k++) s[k * lds + r] = o[k];                                         \
+        }                                                                                               \
+    }
+
 /* fp16 block scale -> f32 with F16C: exact, and NaN handling as the
  * reference (ms_fp16_to_f32_inline), at a fraction of its cost. */
 static inline float fp16_scale(uint16_t h) { return _cvtsh_ss(h); }
