@@ -384,7 +384,13 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * 1.00-1.05); it still wins on the bench model's cold experts from
          * about 6 (Q8_0 at 22: 0.072-0.085 against 0.087-0.103): Q8_0
          * paired 2 -> 5, IQ2_XXS 2 -> 10 (26: 1.60 against 1.61, the
-         * bench model's 0.092-0.095 against 0.103-0.108), Q2_K stays 6. */
+         * bench model's 0.092-0.095 against 0.103-0.108), Q2_K stays 6.
+         * With every k-quant's few-token dots (the four-token bodies for
+         * the tokens given): Q6_K 10 -> 12 (10 / 11 tokens 1.25 / 1.22
+         * through the GEMM against 0.93 / 1.04, 13: 1.23 / 1.20; the bench
+         * model's shape about even at 10-12), paired 5 -> 10 (21: 1.88 /
+         * 1.75, the bench model's 0.137 / 0.101-0.108; 26: 1.96 / 2.16);
+         * Q4_K stays at 8 (9: 1.00-1.35 / 1.50-1.55). */
         static const struct {
             enum ms_type type;
             ms_act_pack_fn pack;
@@ -397,7 +403,7 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
             {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
             {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 6},
-            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
+            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 12, 10},
             {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
             {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
         };
