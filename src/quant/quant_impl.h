@@ -25,6 +25,10 @@
 #define MS_DECL_DOT_ROWS(w, a, isa)                                                                      \
     void ms_dot_rows_##w##_##a##_##isa(int64_t n, float *restrict s, const void *restrict x, size_t x_stride, \
                                        int64_t n_rows, const void *restrict y)
+/* The many-rows form for up to four tokens (ms_vec_dot_rows_n_fn). */
+#define MS_DECL_DOT_ROWS_N(w, a, isa)                                                                      \
+    void ms_dot_rows_n_##w##_##a##_##isa(int64_t n, float *restrict s, int64_t lds, const void *restrict x, \
+                                         size_t x_stride, int64_t n_rows, const void *const *y, int nt)
 #define MS_DECL_DOT_X4(w, a, isa) \
     void ms_dot_##w##_##a##_x4_##isa(int64_t n, float *restrict s, const void *restrict x, const void *const y[4])
 
@@ -91,14 +95,10 @@ void ms_gemm_q8_0_q8_0x16_avx512(int64_t n, float *restrict y, int64_t ldy, cons
 
 /* the many-rows Q8_0 dots for up to four tokens (ms_vec_dot_rows_n_fn), AVX-512
  * and AVX2 */
-void ms_dot_rows_n_q8_0_q8_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q8_0_q16_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q8_0_q8_0_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                  size_t x_stride, int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q8_0_q16_0_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                   size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+MS_DECL_DOT_ROWS_N(q8_0, q8_0, avx512);
+MS_DECL_DOT_ROWS_N(q8_0, q16_0, avx512);
+MS_DECL_DOT_ROWS_N(q8_0, q8_0, avx2);
+MS_DECL_DOT_ROWS_N(q8_0, q16_0, avx2);
 
 void ms_gemm_q8_0_f32x16_avx512(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,
                                 size_t w_stride, int64_t n_rows, const void *restrict pack, int nt);
@@ -134,42 +134,20 @@ MS_DECL_DOT_X4(q2_K, q8_K, avx2);  MS_DECL_DOT_X4(q2_K, q8_K, avx512);
 MS_DECL_DOT_X4(iq2_xxs, q8_K, avx2); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512);
 MS_DECL_DOT_ROWS(q4_K, q8_K, avx2);
 MS_DECL_DOT_ROWS(q2_K, q8_K, avx2); MS_DECL_DOT_ROWS(q2_K, q8_K, avx512);
-void ms_dot_rows_n_q2_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                  size_t x_stride, int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q2_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+MS_DECL_DOT_ROWS_N(q2_K, q8_K, avx2); MS_DECL_DOT_ROWS_N(q2_K, q8_K, avx512);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx2); MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512);
-void ms_dot_rows_n_iq2_xxs_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                     size_t x_stride, int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_iq2_xxs_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                       size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+MS_DECL_DOT_ROWS_N(iq2_xxs, q8_K, avx2); MS_DECL_DOT_ROWS_N(iq2_xxs, q8_K, avx512);
 /* the many-rows dots for up to four tokens of the other k-quants and
  * IQ4_XS (ms_vec_dot_rows_n_fn): their four-token bodies row by row */
-void ms_dot_rows_n_iq4_xs_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_iq4_xs_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q3_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q3_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q4_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q4_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q5_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q5_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q6_K_q8_K_avx2(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
-void ms_dot_rows_n_q6_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x, size_t x_stride,
-    int64_t n_rows, const void *const *y, int nt);
+MS_DECL_DOT_ROWS_N(iq4_xs, q8_K, avx2); MS_DECL_DOT_ROWS_N(iq4_xs, q8_K, avx512);
+MS_DECL_DOT_ROWS_N(q3_K, q8_K, avx2); MS_DECL_DOT_ROWS_N(q3_K, q8_K, avx512);
+MS_DECL_DOT_ROWS_N(q4_K, q8_K, avx2); MS_DECL_DOT_ROWS_N(q4_K, q8_K, avx512);
+MS_DECL_DOT_ROWS_N(q5_K, q8_K, avx2); MS_DECL_DOT_ROWS_N(q5_K, q8_K, avx512);
+MS_DECL_DOT_ROWS_N(q6_K, q8_K, avx2); MS_DECL_DOT_ROWS_N(q6_K, q8_K, avx512);
 /* IQ2_XXS on AVX-512 parts with VBMI (quant_iq2_avx512vbmi.c) */
 MS_DECL_DOT(iq2_xxs, q8_K, avx512vbmi); MS_DECL_DOT_X4(iq2_xxs, q8_K, avx512vbmi);
 MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi);
-void ms_dot_rows_n_iq2_xxs_q8_K_avx512vbmi(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                           size_t x_stride, int64_t n_rows, const void *const *y, int nt);
+MS_DECL_DOT_ROWS_N(iq2_xxs, q8_K, avx512vbmi);
 void ms_dot_rows8_iq2_xxs_q8_K_avx512vbmi(int64_t n, float *restrict s, const void *restrict x, size_t x_stride,
                                           int64_t n_rows, const void *restrict y);
 void ms_gemm_iq2_xxs_q8_Kx16_avx512vbmi(int64_t n, float *restrict y, int64_t ldy, const void *restrict w,

@@ -600,8 +600,7 @@ MS_DECL_DOT_ROWS(iq2_xxs, q8_K, avx512vbmi) { iq2_dot_rows(n, s, x, x_stride, n_
 
 /* Up to four tokens against many rows (ms_vec_dot_rows_n_fn): the
  * many-rows sequence for one token, iq2_rows_n for more. */
-void ms_dot_rows_n_iq2_xxs_q8_K_avx512vbmi(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                           size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+MS_DECL_DOT_ROWS_N(iq2_xxs, q8_K, avx512vbmi) {
     const int64_t nb = n / QK_K, np = nb / 2;
     if (nt == 1 || nb == 0 || nb % 2 || np > IQ2_ROWS_MAX_PAIRS) {
         for (int k = 0; k < nt; k++) iq2_dot_rows(n, s + k * lds, x, x_stride, n_rows, y[k], false);

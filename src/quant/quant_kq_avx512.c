@@ -599,8 +599,7 @@ MS_SIMD_INLINE void q2k_rows_n(int64_t nb, float *s, int64_t lds, const char *x,
 
 /* Up to four tokens against many rows (ms_vec_dot_rows_n_fn): the
  * many-rows form for one token, q2k_rows_n for more. */
-void ms_dot_rows_n_q2_K_q8_K_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+MS_DECL_DOT_ROWS_N(q2_K, q8_K, avx512) {
     const int64_t nb = n / QK_K;
     if (nt == 1 || nb == 0 || nb > Q2K_ROWS_MAX_BLOCKS) {
         for (int k = 0; k < nt; k++) ms_dot_rows_q2_K_q8_K_avx512(n, s + k * lds, x, x_stride, n_rows, y[k]);
