@@ -328,7 +328,7 @@ static void set_gemm_tok(struct ms_type_traits *t, ms_act_pack_fn pack, ms_gemm_
     t->gemm_tok_groups = 1;
 }
 
-static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
+static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa, bool split) {
     /* f32 activations: the AVX-512 set computes Q8_0 with the AVX2 dots
      * (dot_f32_isa), whose operations its 16-lane GEMM repeats */
     if (isa == ISA_AVX512 && dot_f32_isa(isa) == ISA_AVX2) {
@@ -390,29 +390,55 @@ static void attach_gemm_tok(struct ms_type_traits *tab, enum isa isa) {
          * through the GEMM against 0.93 / 1.04, 13: 1.23 / 1.20; the bench
          * model's shape about even at 10-12), paired 5 -> 10 (21: 1.88 /
          * 1.75, the bench model's 0.137 / 0.101-0.108; 26: 1.96 / 2.16);
-         * Q4_K stays at 8 (9: 1.00-1.35 / 1.50-1.55). */
+         * Q4_K stays at 8 (9: 1.00-1.35 / 1.50-1.55).
+         *
+         * Split parts (Zen 4) have minimums of their own (split_min,
+         * split_paired): there a few-token dot's extra token costs more
+         * (its 512-bit operations issue as two halves) while the GEMM's
+         * cost stays flat up to its 16 lanes. Measured on a 2-vCPU Zen 4
+         * VM (EPYC family 19h model 11h) at commit 960ced3, Flash's shape
+         * from a 512 MiB working set (bench_kernels -t 1 --rows 2048 --cols
+         * 4096 --order random), best ms, medians of two or three
+         * interleaved runs, dots against the GEMM: Q2_K 9 tokens 1.28 /
+         * 1.09, Q3_K 9: 1.32 / 1.18, Q4_K 7: 1.18 / 1.04, IQ4_XS 7 / 8:
+         * 1.31 / 1.39 against 1.26; paired, the full group's GEMM alone
+         * plus dots for the rest against the paired call: Q4_K 19 / 20:
+         * 1.58 / 1.71 against 1.79 / 1.82, then 21: 1.95 / 1.85; Q5_K 20:
+         * 1.85 / 1.87, 21: 2.15 / 1.88; IQ4_XS 20: 2.03 / 2.13, 21: 2.44
+         * / 2.17. Set and measured against the full-width table on the
+         * same VM (MS_AVX512_SPLIT=0), the split one's ms at the counts
+         * that changed path: Flash's shape Q2_K 9 tokens 1.09 against
+         * 1.29, Q3_K 9: 1.16 / 1.32, Q4_K 7: 1.07 / 1.16, 19 / 20: 1.66 /
+         * 1.68 against 1.83 / 1.84, IQ4_XS 7 / 8: 1.23 / 1.24 against 1.30
+         * / 1.38, 19 / 20: 1.95 / 2.04 against 2.15 / 2.14, Q5_K 19: 1.75
+         * / 1.81 (20 even); the bench model's expert (--rows 512 --cols
+         * 1024 --working-set 256) the same or faster at every one. Q6_K
+         * keeps its paired 10: Flash's shape would take the dots at 23
+         * tokens (2.21 against 2.33) but the bench model's the GEMM (0.14
+         * against 0.15-0.20). Q8_0, Q2_K paired and IQ2_XXS (VBMI) held at
+         * the full-width minimums there. */
         static const struct {
             enum ms_type type;
             ms_act_pack_fn pack;
             ms_gemm_tok_fn gemm;
             size_t pack_block;
-            int min, paired;
+            int min, paired, split_min, split_paired;
         } x16[] = {
-            {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 9, 5},
-            {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 3},
-            {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
-            {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5},
-            {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 6},
-            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 12, 10},
-            {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2},
-            {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2},
+            {MS_TYPE_Q8_0, ms_pack_q8_0_x16, ms_gemm_q8_0_q8_0x16_avx512, sizeof(block_q8_0x16), 9, 5, 9, 5},
+            {MS_TYPE_Q4_K, ms_pack_q8_K_x16, ms_gemm_q4_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 8, 3, 7, 5},
+            {MS_TYPE_Q5_K, ms_pack_q8_K_x16, ms_gemm_q5_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2, 6, 5},
+            {MS_TYPE_Q3_K, ms_pack_q8_K_x16, ms_gemm_q3_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 5, 9, 5},
+            {MS_TYPE_Q2_K, ms_pack_q8_K_x16, ms_gemm_q2_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 10, 6, 9, 6},
+            {MS_TYPE_Q6_K, ms_pack_q8_K_x16, ms_gemm_q6_K_q8_Kx16_avx512, sizeof(block_q8_Kx16), 12, 10, 12, 10},
+            {MS_TYPE_IQ2_XXS, ms_pack_q8_K_x16, ms_gemm_iq2_xxs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 6, 2, 6, 2},
+            {MS_TYPE_IQ4_XS, ms_pack_q8_K_x16, ms_gemm_iq4_xs_q8_Kx16_avx512, sizeof(block_q8_Kx16), 9, 2, 7, 5},
         };
         /* each takes two groups a call (MS_DEFINE_GEMM_KQ_X16, MS_DEFINE_GEMM_Q8_0_X16) */
         for (size_t i = 0; i < sizeof x16 / sizeof x16[0]; i++) {
             struct ms_type_traits *t = &tab[x16[i].type];
-            set_gemm_tok(t, x16[i].pack, x16[i].gemm, x16[i].pack_block, 16, x16[i].min);
+            set_gemm_tok(t, x16[i].pack, x16[i].gemm, x16[i].pack_block, 16, split ? x16[i].split_min : x16[i].min);
             t->gemm_tok_groups = 2;
-            t->gemm_tok_min_paired = x16[i].paired;
+            t->gemm_tok_min_paired = split ? x16[i].split_paired : x16[i].paired;
         }
     }
     if (isa == ISA_AVX2) {
@@ -567,7 +593,7 @@ static void attach(struct ms_type_traits *tab, enum isa isa, bool split) {
     tab[MS_TYPE_IQ2_XXS].vec_dot = PICK_ISA(split_isa(isa, split), ms_dot_iq2_xxs_q8_K);
     attach_rows(tab, isa);
     attach_x4(tab, isa);
-    attach_gemm_tok(tab, isa);
+    attach_gemm_tok(tab, isa, split);
     attach_q16(tab, isa, split);
 
     /* Q8_K is an activation format only: it can be produced and read back,
