@@ -477,8 +477,7 @@ void ms_dot_rows_q8_0_q8_0_avx512(int64_t n, float *restrict s, const void *rest
     q8_0_rows_n(nb, s, 0, x, x_stride, n_rows, &t, 1);
 }
 
-void ms_dot_rows_n_q8_0_q8_0_avx512(int64_t n, float *restrict s, int64_t lds, const void *restrict x,
-                                    size_t x_stride, int64_t n_rows, const void *const *y, int nt) {
+MS_DECL_DOT_ROWS_N(q8_0, q8_0, avx512) {
     const int64_t nb = n / QK8_0;
     if (nb > ROWS_MAX_BLOCKS || nb == 0) {
         for (int k = 0; k < nt; k++)
